@@ -1,0 +1,21 @@
+//! Names of the BPF maps, used by the program's `#[map]` declarations and by the agent to find
+//! and pin them. Kernel map names are limited to 15 bytes.
+
+/// Hash of a lower-case name → [`crate::record::NameEntry`].
+pub const NAMES: &str = "HPD_NAMES";
+/// Zone id → [`crate::record::ZoneEntry`].
+pub const ZONES: &str = "HPD_ZONES";
+/// The node's IPv4 addresses (keys; the value is unused).
+pub const LOCAL_V4: &str = "HPD_LOCAL_V4";
+/// The node's IPv6 addresses.
+pub const LOCAL_V6: &str = "HPD_LOCAL_V6";
+/// Per-CPU counters indexed by [`crate::counters::Counter`].
+pub const COUNTERS: &str = "HPD_COUNTERS";
+/// Per-CPU scratch space of the program.
+pub const SCRATCH: &str = "HPD_SCRATCH";
+
+/// Name of the XDP program in the object file.
+pub const PROGRAM: &str = "hostport_dns_xdp";
+
+/// Global in the program holding the DNS port, set at load time.
+pub const GLOBAL_DNS_PORT: &str = "HPD_DNS_PORT";

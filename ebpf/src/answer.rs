@@ -1,0 +1,121 @@
+//! Decides the answer: which records, which rcode, whether the zone's SOA goes in the authority
+//! section, and whether it fits what the client accepts.
+
+use hostport_dns_common::{
+    counters::Counter,
+    dns::{OPT_RR_LEN, RCODE_NOERROR, RCODE_NXDOMAIN, TYPE_A},
+    limits::{
+        A_RR_LEN, AAAA_RR_LEN, AAAA_RRS_CAPACITY, A_RRS_CAPACITY, MAX_SOA_GUARDS, NAME_BUF_LEN,
+    },
+    record::{NAME_FLAG_USERSPACE, NameEntry, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
+};
+
+use crate::{
+    HPD_ZONES,
+    dns::Query,
+    lookup::Found,
+    packet::{bound, masked},
+    scratch::Scratch,
+};
+
+/// The answer to write.
+pub struct Plan {
+    pub rcode: u8,
+    /// Answer section: bytes in the name entry and how many records they hold.
+    pub records: Option<Records>,
+    /// The zone whose SOA goes in the authority section (negative answers).
+    pub soa: Option<&'static ZoneEntry>,
+    /// Length of the whole DNS answer.
+    pub dns_len: usize,
+    /// What to count when it is sent.
+    pub counter: Counter,
+}
+
+#[derive(Clone, Copy)]
+pub struct Records {
+    pub bytes: *const u8,
+    pub len: usize,
+    pub count: u16,
+    /// Checksum sum of the bytes, as if they started at an even offset.
+    pub sum: u16,
+}
+
+#[inline(always)]
+pub fn plan(query: &Query, found: &Found, scratch: &Scratch) -> Result<Plan, Counter> {
+    let (rcode, records, soa, counter) = match found {
+        Found::Name(entry) => {
+            if entry.flags & NAME_FLAG_USERSPACE != 0 {
+                return Err(Counter::PassUserspace);
+            }
+            match records_of_type(entry, query.qtype) {
+                Some((records, counter)) => (RCODE_NOERROR, Some(records), None, counter),
+                None => {
+                    let zone = negative_zone(query, scratch, entry.zone_id)?;
+                    (RCODE_NOERROR, None, Some(zone), Counter::AnswerNodata)
+                }
+            }
+        }
+        Found::NoSuchName(zone_id) => {
+            let zone = negative_zone(query, scratch, *zone_id)?;
+            (RCODE_NXDOMAIN, None, Some(zone), Counter::AnswerNxdomain)
+        }
+    };
+    let dns_len = query.question_end()
+        + records.map_or(0, |r| r.len)
+        + soa.map_or(0, |z| z.soa_len as usize)
+        + if query.has_opt { OPT_RR_LEN } else { 0 };
+    if dns_len > query.udp_limit {
+        return Err(Counter::PassTooLarge);
+    }
+    Ok(Plan { rcode, records, soa, dns_len, counter })
+}
+
+/// The name's records of the asked type, if it has any.
+#[inline(always)]
+fn records_of_type(entry: &'static NameEntry, qtype: u16) -> Option<(Records, Counter)> {
+    let (bytes, len, sum, rr_len, capacity, counter) = if qtype == TYPE_A {
+        let a = (entry.a_rrs.as_ptr(), entry.a_len as usize, entry.a_csum);
+        (a.0, a.1, a.2, A_RR_LEN, A_RRS_CAPACITY, Counter::AnswerA)
+    } else {
+        let aaaa = (entry.aaaa_rrs.as_ptr(), entry.aaaa_len as usize, entry.aaaa_csum);
+        (aaaa.0, aaaa.1, aaaa.2, AAAA_RR_LEN, AAAA_RRS_CAPACITY, Counter::AnswerAaaa)
+    };
+    // An empty set is NODATA; an oversized one cannot come from the agent, and is not trusted.
+    if len == 0 || len > capacity {
+        return None;
+    }
+    Some((Records { bytes, len, count: (len / rr_len) as u16, sum }, counter))
+}
+
+/// The zone entry for a negative answer, unless userspace must make it: the zone says so, or the
+/// question ends in a name the SOA record would be compressed against.
+#[inline(always)]
+fn negative_zone(
+    query: &Query,
+    scratch: &Scratch,
+    zone_id: ZoneId,
+) -> Result<&'static ZoneEntry, Counter> {
+    let zone = HPD_ZONES.get_ptr(zone_id).ok_or(Counter::PassUserspace)?;
+    // SAFETY: BPF_F_NO_PREALLOC: the value stays valid and unchanged for this program run.
+    let zone: &'static ZoneEntry = unsafe { &*zone };
+    if zone.flags & ZONE_FLAG_NEGATIVE_IN_USERSPACE != 0 {
+        return Err(Counter::PassUserspace);
+    }
+    let guards = zone.guard_count as usize;
+    let mut g = 0;
+    while g < MAX_SOA_GUARDS {
+        if g >= guards {
+            break;
+        }
+        let len = *masked(&zone.guard_lens, g) as usize;
+        let start = query.name_len.wrapping_sub(len);
+        if start < NAME_BUF_LEN
+            && scratch.label_starts_at(start)
+            && scratch.suffix_hash(bound(len, NAME_BUF_LEN - 1)) == *masked(&zone.guards, g)
+        {
+            return Err(Counter::PassUserspace);
+        }
+        g += 1;
+    }
+    Ok(zone)
+}

@@ -1,0 +1,60 @@
+//! Ethernet, with at most one 802.1Q tag.
+
+use aya_ebpf::programs::XdpContext;
+use hostport_dns_common::counters::Counter;
+use network_types::eth::EthHdr;
+
+use crate::packet::{be16, ptr_at};
+
+const ETH_P_IPV4: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86DD;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88A8;
+/// An 802.1Q tag: TCI and the encapsulated EtherType.
+const VLAN_TAG_LEN: usize = 4;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+/// Where the IP header starts and which IP it is.
+pub struct L2 {
+    pub l3_offset: usize,
+    pub family: Family,
+}
+
+#[inline(always)]
+pub fn parse(ctx: &XdpContext) -> Result<L2, Counter> {
+    let eth: *mut EthHdr = ptr_at(ctx, 0).map_err(|_| Counter::PassNotIp)?;
+    // SAFETY: bounds checked by ptr_at.
+    let mut ether_type = u16::from_be(unsafe { (*eth).ether_type });
+    let mut l3_offset = EthHdr::LEN;
+    if ether_type == ETH_P_8021Q || ether_type == ETH_P_8021AD {
+        let inner: *mut [u8; 2] = ptr_at(ctx, EthHdr::LEN + 2).map_err(|_| Counter::PassNotIp)?;
+        // SAFETY: bounds checked by ptr_at.
+        ether_type = be16(unsafe { *inner });
+        l3_offset += VLAN_TAG_LEN;
+    }
+    let family = match ether_type {
+        ETH_P_IPV4 => Family::V4,
+        ETH_P_IPV6 => Family::V6,
+        // A second tag, ARP, anything else.
+        _ => return Err(Counter::PassNotIp),
+    };
+    Ok(L2 { l3_offset, family })
+}
+
+/// Swaps source and destination MAC addresses: the answer goes back where the query came from.
+#[inline(always)]
+pub fn swap_macs(ctx: &XdpContext) -> Result<(), Counter> {
+    let eth: *mut EthHdr = ptr_at(ctx, 0)?;
+    // SAFETY: bounds checked by ptr_at.
+    unsafe {
+        let src = (*eth).src_addr;
+        (*eth).src_addr = (*eth).dst_addr;
+        (*eth).dst_addr = src;
+    }
+    Ok(())
+}

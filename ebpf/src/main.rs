@@ -1,0 +1,104 @@
+//! hostport-dns XDP program: answers A and AAAA queries for the served zones straight from the
+//! name table, and passes every packet it does not clearly own up to the stack, where the agent's
+//! userspace server answers it.
+//!
+//! The packet path reads top to bottom: parse (eth → ip → udp → dns), look up, plan the answer,
+//! rewrite the packet into it. Every reason to pass is a [`Counter`], turned into `XDP_PASS` in
+//! exactly one place.
+#![no_std]
+#![no_main]
+
+mod answer;
+mod csum;
+mod dns;
+mod eth;
+mod ip;
+mod lookup;
+mod packet;
+mod rewrite;
+mod scratch;
+mod stats;
+mod udp;
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{map, xdp},
+    maps::{HashMap, PerCpuArray},
+    programs::XdpContext,
+};
+use hostport_dns_common::{
+    counters::{COUNTER_SLOTS, Counter},
+    limits::{LOCAL_ADDRS_CAPACITY, NAMES_CAPACITY, ZONES_CAPACITY},
+    record::{LocalAddrValue, NameEntry, NameKey, ZoneEntry, ZoneId},
+};
+
+/// `BPF_F_NO_PREALLOC`: entries are allocated per update and freed after an RCU grace period, so
+/// an update replaces a value atomically for readers (a preallocated map may recycle an element
+/// a reader still holds).
+const NO_PREALLOC: u32 = 1;
+
+#[map]
+static HPD_NAMES: HashMap<NameKey, NameEntry> =
+    HashMap::with_max_entries(NAMES_CAPACITY, NO_PREALLOC);
+
+#[map]
+static HPD_ZONES: HashMap<ZoneId, ZoneEntry> =
+    HashMap::with_max_entries(ZONES_CAPACITY, NO_PREALLOC);
+
+#[map]
+static HPD_LOCAL_V4: HashMap<[u8; 4], LocalAddrValue> =
+    HashMap::with_max_entries(LOCAL_ADDRS_CAPACITY, 0);
+
+#[map]
+static HPD_LOCAL_V6: HashMap<[u8; 16], LocalAddrValue> =
+    HashMap::with_max_entries(LOCAL_ADDRS_CAPACITY, 0);
+
+#[map]
+static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+#[map]
+static HPD_SCRATCH: PerCpuArray<scratch::Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The UDP port served; the agent sets it at load time.
+#[unsafe(no_mangle)]
+static HPD_DNS_PORT: u16 = hostport_dns_common::limits::DEFAULT_DNS_PORT;
+
+#[xdp]
+pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {
+    match try_hostport_dns_xdp(&ctx) {
+        Ok(answered) => {
+            stats::count(answered);
+            xdp_action::XDP_TX
+        }
+        Err(reason) => {
+            stats::count(reason);
+            xdp_action::XDP_PASS
+        }
+    }
+}
+
+/// Answers the packet in place and returns what kind of answer it got, or the reason to pass it.
+#[inline(always)]
+fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
+    let l2 = eth::parse(ctx)?;
+    let l3 = ip::parse(ctx, &l2)?;
+    let l4 = udp::parse(ctx, &l3)?;
+    ip::ensure_addressed_to_this_host(ctx, &l3)?;
+    let scratch = scratch::get()?;
+    let query = dns::parse(ctx, &l4, scratch)?;
+    let found = lookup::find(&query, scratch)?;
+    let plan = answer::plan(&query, &found, scratch)?;
+    rewrite::into_answer(ctx, &l3, &l4, &query, &plan)?;
+    Ok(plan.counter)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The verifier rejects programs that can reach a panic; nothing gets here.
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

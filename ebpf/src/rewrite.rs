@@ -1,0 +1,179 @@
+//! Rewrites the query into its answer in place: the packet is resized to the answer, the
+//! sections after the question are written, the header is updated, and the Ethernet, IP and UDP
+//! headers are turned around with fresh checksums. The question itself is never touched, so the
+//! client gets its bytes back exactly (HAProxy compares them).
+
+use aya_ebpf::{
+    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    programs::XdpContext,
+};
+use core::ffi::c_void;
+use hostport_dns_common::{
+    counters::Counter,
+    csum::{at_offset, fold, sum16},
+    dns::{HEADER_LEN, OPT_RR_LEN, POINTER_MARK, TYPE_OPT, answer_flags},
+    limits::{AAAA_RRS_CAPACITY, EDNS_PAYLOAD_SIZE, MAX_SOA_PATCHES, MAX_SOA_RR_LEN},
+    record::ZoneEntry,
+};
+use network_types::udp::UdpHdr;
+
+use crate::{
+    answer::Plan,
+    csum,
+    dns::{QTYPE_QCLASS_LEN, Query},
+    eth,
+    ip::{self, L3},
+    packet::{len, masked, ptr_at},
+    udp::{self, L4},
+};
+
+#[inline(always)]
+pub fn into_answer(
+    ctx: &XdpContext,
+    l3: &L3,
+    l4: &L4,
+    query: &Query,
+    plan: &Plan,
+) -> Result<(), Counter> {
+    resize(ctx, l4.dns_offset + plan.dns_len)?;
+    // Offsets from the start of the UDP header: the checksum adds each piece at its parity.
+    let question_end = UdpHdr::LEN + query.question_end();
+    let mut sum = at_offset(query.name_sum, UdpHdr::LEN + HEADER_LEN);
+    sum += type_class_sum(ctx, l4, query)?;
+    let mut at = question_end;
+    if let Some(records) = plan.records {
+        if records.len > AAAA_RRS_CAPACITY {
+            return Err(Counter::PassUserspace);
+        }
+        store(ctx, l4.udp_offset + at, records.bytes, records.len)?;
+        sum += at_offset(records.sum, at);
+        at += records.len;
+    }
+    if let Some(zone) = plan.soa {
+        let (len, soa_sum) = write_soa(ctx, l4.udp_offset, at, zone, query.name_len)?;
+        sum += soa_sum;
+        at += len;
+    }
+    if query.has_opt {
+        sum += write_opt(ctx, l4.udp_offset, at, query.opt_flags)?;
+    }
+    write_header(ctx, l4.dns_offset, query, plan)?;
+    eth::swap_macs(ctx)?;
+    let udp_len = UdpHdr::LEN + plan.dns_len;
+    sum += ip::swap_for_answer(ctx, l3, udp_len)?;
+    udp::swap_for_answer(ctx, l4, plan.dns_len)?;
+    csum::write_udp(ctx, l4.udp_offset, sum)
+}
+
+/// Checksum sum of the question's type and class, read back from the packet.
+#[inline(always)]
+fn type_class_sum(ctx: &XdpContext, l4: &L4, query: &Query) -> Result<u64, Counter> {
+    let at = UdpHdr::LEN + HEADER_LEN + query.name_len;
+    let bytes: *mut [u8; QTYPE_QCLASS_LEN] = ptr_at(ctx, l4.udp_offset + at)?;
+    // SAFETY: bounds checked by ptr_at.
+    let b = unsafe { *bytes };
+    let sum = u16::from_ne_bytes([b[0], b[1]]) as u64 + u16::from_ne_bytes([b[2], b[3]]) as u64;
+    Ok(at_offset(fold(sum), at))
+}
+
+/// Grows or shrinks the packet to `new_len` bytes (dropping any link-layer padding too).
+#[inline(always)]
+fn resize(ctx: &XdpContext, new_len: usize) -> Result<(), Counter> {
+    let delta = new_len as i32 - len(ctx) as i32;
+    if delta == 0 {
+        return Ok(());
+    }
+    // SAFETY: the kernel checks the new size against the frame.
+    let rc = unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) };
+    if rc != 0 {
+        return Err(Counter::PassNoRoom);
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes from a map value into the packet at `offset`.
+#[inline(always)]
+fn store(ctx: &XdpContext, offset: usize, src: *const u8, len: usize) -> Result<(), Counter> {
+    // SAFETY: the verifier checks src..src+len against the map value; the kernel checks the
+    // packet side.
+    let rc = unsafe {
+        bpf_xdp_store_bytes(ctx.ctx, offset as u32, src as *mut c_void, len as u32)
+    };
+    if rc != 0 {
+        return Err(Counter::PassNoRoom);
+    }
+    Ok(())
+}
+
+/// The zone's SOA record at UDP offset `at`, with its compression pointers aimed at this
+/// question. Returns its length and checksum contribution.
+#[inline(always)]
+fn write_soa(
+    ctx: &XdpContext,
+    udp_offset: usize,
+    at: usize,
+    zone: &ZoneEntry,
+    name_len: usize,
+) -> Result<(usize, u64), Counter> {
+    let soa_len = zone.soa_len as usize;
+    if soa_len == 0 || soa_len > MAX_SOA_RR_LEN {
+        return Err(Counter::PassUserspace);
+    }
+    store(ctx, udp_offset + at, zone.soa_rr.as_ptr(), soa_len)?;
+    let mut sum = at_offset(zone.soa_csum, at);
+    let patches = zone.patch_count as usize;
+    let mut i = 0;
+    while i < MAX_SOA_PATCHES {
+        if i >= patches {
+            break;
+        }
+        let patch = *masked(&zone.patches, i);
+        let target = (name_len as i32 + patch.base as i32) as u16;
+        let pointer = (POINTER_MARK | target).to_be_bytes();
+        let offset = (patch.offset as usize) & (MAX_SOA_RR_LEN - 1);
+        let bytes: *mut [u8; 2] = ptr_at(ctx, udp_offset + at + offset)?;
+        // SAFETY: bounds checked by ptr_at.
+        unsafe { *bytes = pointer };
+        sum += at_offset(u16::from_ne_bytes(pointer), at + offset);
+        i += 1;
+    }
+    Ok((soa_len, sum))
+}
+
+/// Our OPT record at UDP offset `at`: version 0, our payload size, `flags` (the client's DO
+/// bit), no options. Returns its checksum contribution.
+#[inline(always)]
+fn write_opt(
+    ctx: &XdpContext,
+    udp_offset: usize,
+    at: usize,
+    flags: u8,
+) -> Result<u64, Counter> {
+    let opt: *mut [u8; OPT_RR_LEN] = ptr_at(ctx, udp_offset + at)?;
+    let payload = EDNS_PAYLOAD_SIZE.to_be_bytes();
+    let type_opt = TYPE_OPT.to_be_bytes();
+    let bytes = [0, type_opt[0], type_opt[1], payload[0], payload[1], 0, 0, flags, 0, 0, 0];
+    // SAFETY: bounds checked by ptr_at.
+    unsafe { *opt = bytes };
+    Ok(at_offset(sum16(&bytes), at))
+}
+
+/// ID kept; flags of an authoritative answer; counts of what was written.
+#[inline(always)]
+fn write_header(ctx: &XdpContext, at: usize, query: &Query, plan: &Plan) -> Result<(), Counter> {
+    let header: *mut [u8; HEADER_LEN] = ptr_at(ctx, at)?;
+    let flags = answer_flags(query.flags, plan.rcode).to_be_bytes();
+    let ancount = plan.records.map_or(0, |r| r.count).to_be_bytes();
+    let nscount: u16 = if plan.soa.is_some() { 1 } else { 0 };
+    let arcount: u16 = if query.has_opt { 1 } else { 0 };
+    // SAFETY: bounds checked by ptr_at.
+    let h = unsafe { &mut *header };
+    h[2] = flags[0];
+    h[3] = flags[1];
+    // qdcount stays 1.
+    h[6] = ancount[0];
+    h[7] = ancount[1];
+    h[8..10].copy_from_slice(&nscount.to_be_bytes());
+    h[10..12].copy_from_slice(&arcount.to_be_bytes());
+    Ok(())
+}
