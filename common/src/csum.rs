@@ -38,7 +38,11 @@ pub fn sum16(bytes: &[u8]) -> u16 {
 /// the start of the checksummed data): odd offsets swap the bytes of every word.
 #[inline(always)]
 pub const fn at_offset(sum: u16, offset: usize) -> u64 {
-    if offset & 1 == 1 { sum.swap_bytes() as u64 } else { sum as u64 }
+    if offset & 1 == 1 {
+        sum.swap_bytes() as u64
+    } else {
+        sum as u64
+    }
 }
 
 /// The checksum to write: the complement of the folded sum, with zero sent as 0xffff (zero means

@@ -111,8 +111,13 @@ mod tests {
 
     #[test]
     fn different_names_hash_differently() {
-        let names: [&[u8]; 5] =
-            [b"\x01a\x07example\x00", b"\x08aexample\x00", b"\x07example\x01a\x00", b"\x00", b"\x01b\x07example\x00"];
+        let names: [&[u8]; 5] = [
+            b"\x01a\x07example\x00",
+            b"\x08aexample\x00",
+            b"\x07example\x01a\x00",
+            b"\x00",
+            b"\x01b\x07example\x00",
+        ];
         for (i, a) in names.iter().enumerate() {
             for b in &names[i + 1..] {
                 assert_ne!(name_hash(a), name_hash(b));

@@ -5,7 +5,7 @@ use hostport_dns_common::{
     counters::Counter,
     dns::{OPT_RR_LEN, RCODE_NOERROR, RCODE_NXDOMAIN, TYPE_A},
     limits::{
-        A_RR_LEN, AAAA_RR_LEN, AAAA_RRS_CAPACITY, A_RRS_CAPACITY, MAX_SOA_GUARDS, NAME_BUF_LEN,
+        A_RR_LEN, A_RRS_CAPACITY, AAAA_RR_LEN, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, NAME_BUF_LEN,
     },
     record::{NAME_FLAG_USERSPACE, NameEntry, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
 };
@@ -67,7 +67,13 @@ pub fn plan(query: &Query, found: &Found, scratch: &Scratch) -> Result<Plan, Cou
     if dns_len > query.udp_limit {
         return Err(Counter::PassTooLarge);
     }
-    Ok(Plan { rcode, records, soa, dns_len, counter })
+    Ok(Plan {
+        rcode,
+        records,
+        soa,
+        dns_len,
+        counter,
+    })
 }
 
 /// The name's records of the asked type, if it has any.
@@ -77,14 +83,33 @@ fn records_of_type(entry: &'static NameEntry, qtype: u16) -> Option<(Records, Co
         let a = (entry.a_rrs.as_ptr(), entry.a_len as usize, entry.a_csum);
         (a.0, a.1, a.2, A_RR_LEN, A_RRS_CAPACITY, Counter::AnswerA)
     } else {
-        let aaaa = (entry.aaaa_rrs.as_ptr(), entry.aaaa_len as usize, entry.aaaa_csum);
-        (aaaa.0, aaaa.1, aaaa.2, AAAA_RR_LEN, AAAA_RRS_CAPACITY, Counter::AnswerAaaa)
+        let aaaa = (
+            entry.aaaa_rrs.as_ptr(),
+            entry.aaaa_len as usize,
+            entry.aaaa_csum,
+        );
+        (
+            aaaa.0,
+            aaaa.1,
+            aaaa.2,
+            AAAA_RR_LEN,
+            AAAA_RRS_CAPACITY,
+            Counter::AnswerAaaa,
+        )
     };
     // An empty set is NODATA; an oversized one cannot come from the agent, and is not trusted.
     if len == 0 || len > capacity {
         return None;
     }
-    Some((Records { bytes, len, count: (len / rr_len) as u16, sum }, counter))
+    Some((
+        Records {
+            bytes,
+            len,
+            count: (len / rr_len) as u16,
+            sum,
+        },
+        counter,
+    ))
 }
 
 /// The zone entry for a negative answer, unless userspace must make it: the zone says so, or the

@@ -12,8 +12,8 @@ use hostport_dns_common::{
     },
     hash::{SEED, lowercase_word, mix},
     limits::{
-        CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE, MAX_EDNS_OPTIONS, MAX_LABEL_LEN, MAX_LABELS, MAX_NAME_LEN,
-        MAX_XDP_QUERY_LEN, NAME_BUF_LEN, NAME_WORDS,
+        CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE, MAX_EDNS_OPTIONS, MAX_LABEL_LEN, MAX_LABELS,
+        MAX_NAME_LEN, MAX_XDP_QUERY_LEN, NAME_BUF_LEN, NAME_WORDS,
     },
 };
 
@@ -58,7 +58,6 @@ impl Query {
     }
 }
 
-
 #[inline(always)]
 pub fn parse(ctx: &XdpContext, l4: &L4, scratch: &mut Scratch) -> Result<Query, Counter> {
     if l4.dns_len > MAX_XDP_QUERY_LEN {
@@ -91,7 +90,16 @@ pub fn parse(ctx: &XdpContext, l4: &L4, scratch: &mut Scratch) -> Result<Query, 
     }
     copy_name(ctx, l4, scratch, name_len)?;
     let name_sum = lowercase_and_fold(scratch, name_len)?;
-    Ok(Query { flags, name_len, labels, qtype, has_opt, opt_flags, udp_limit, name_sum })
+    Ok(Query {
+        flags,
+        name_len,
+        labels,
+        qtype,
+        has_opt,
+        opt_flags,
+        udp_limit,
+        name_sum,
+    })
 }
 
 /// A query: QR=0, opcode QUERY, one question, no answer or authority, at most one additional
@@ -190,7 +198,8 @@ fn copy_name(
     // The start offset goes through the stack so that the compiler cannot turn "buffer + (256 -
     // len)" into "buffer + 256 - len": the verifier rejects pointers moved by negative amounts.
     // SAFETY: a plain local.
-    let start = unsafe { core::ptr::read_volatile(&(NAME_BUF_LEN - name_len)) } & (NAME_BUF_LEN - 1);
+    let start =
+        unsafe { core::ptr::read_volatile(&(NAME_BUF_LEN - name_len)) } & (NAME_BUF_LEN - 1);
     // SAFETY: start + name_len stays inside the buffer (start < 256, name_len < 256, the buffer
     // holds 512 bytes); the kernel checks the packet side.
     let copied = unsafe {
@@ -250,7 +259,11 @@ fn lowercase_and_fold(scratch: &mut Scratch, name_len: usize) -> Result<u16, Cou
     }
     // In scratch the name starts at NAME_BUF_LEN - name_len, of the same parity as name_len.
     let folded = fold(sum);
-    Ok(if name_len & 1 == 1 { folded.swap_bytes() } else { folded })
+    Ok(if name_len & 1 == 1 {
+        folded.swap_bytes()
+    } else {
+        folded
+    })
 }
 
 /// The OPT record: root owner, type OPT, EDNS version 0, options that add up exactly to its
@@ -283,7 +296,11 @@ fn parse_opt(ctx: &XdpContext, l4: &L4, question_end: usize) -> Result<(usize, u
     }
     walk_options(ctx, l4, rdata_start)?;
     let limit = payload.clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE) as usize;
-    let opt_flags = if flags & EDNS_FLAG_DO != 0 { EDNS_FLAG_DO_BYTE } else { 0 };
+    let opt_flags = if flags & EDNS_FLAG_DO != 0 {
+        EDNS_FLAG_DO_BYTE
+    } else {
+        0
+    };
     Ok((limit, opt_flags))
 }
 

@@ -135,7 +135,11 @@ pub fn swap_for_answer(ctx: &XdpContext, l3: &L3, udp_len: usize) -> Result<u64,
             ip.ttl = ANSWER_TTL;
             ip.check = [0, 0];
             ip.check = crate::csum::ipv4_header(ip);
-            Ok(crate::csum::pseudo_header(&ip.src_addr, &ip.dst_addr, udp_len))
+            Ok(crate::csum::pseudo_header(
+                &ip.src_addr,
+                &ip.dst_addr,
+                udp_len,
+            ))
         }
         Family::V6 => {
             let ip: *mut Ipv6Hdr = ptr_at(ctx, l3.l3_offset)?;
@@ -144,7 +148,11 @@ pub fn swap_for_answer(ctx: &XdpContext, l3: &L3, udp_len: usize) -> Result<u64,
             core::mem::swap(&mut ip.src_addr, &mut ip.dst_addr);
             ip.payload_len = (udp_len as u16).to_be_bytes();
             ip.hop_limit = ANSWER_TTL;
-            Ok(crate::csum::pseudo_header(&ip.src_addr, &ip.dst_addr, udp_len))
+            Ok(crate::csum::pseudo_header(
+                &ip.src_addr,
+                &ip.dst_addr,
+                udp_len,
+            ))
         }
     }
 }

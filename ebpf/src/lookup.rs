@@ -35,7 +35,11 @@ pub fn find(query: &Query, scratch: &Scratch) -> Result<Found, Counter> {
         // A hash collision with a name the question is not: userspace tells them apart.
         return Err(Counter::PassUserspace);
     }
-    Ok(if exact { Found::Name(entry) } else { Found::NoSuchName(entry.zone_id) })
+    Ok(if exact {
+        Found::Name(entry)
+    } else {
+        Found::NoSuchName(entry.zone_id)
+    })
 }
 
 /// The entry whose hash matches the question's suffix of wire length `len`, if any (not yet
@@ -70,7 +74,10 @@ fn same_name(entry: &NameEntry, scratch: &Scratch, len: usize) -> bool {
     }
     let front_len = len % 8;
     if front_len != 0 {
-        diff |= front_bytes(stored_word(whole_words) ^ scratch.word_from_end(whole_words), front_len);
+        diff |= front_bytes(
+            stored_word(whole_words) ^ scratch.word_from_end(whole_words),
+            front_len,
+        );
     }
     diff == 0
 }

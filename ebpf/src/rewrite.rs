@@ -96,9 +96,7 @@ fn resize(ctx: &XdpContext, new_len: usize) -> Result<(), Counter> {
 fn store(ctx: &XdpContext, offset: usize, src: *const u8, len: usize) -> Result<(), Counter> {
     // SAFETY: the verifier checks src..src+len against the map value; the kernel checks the
     // packet side.
-    let rc = unsafe {
-        bpf_xdp_store_bytes(ctx.ctx, offset as u32, src as *mut c_void, len as u32)
-    };
+    let rc = unsafe { bpf_xdp_store_bytes(ctx.ctx, offset as u32, src as *mut c_void, len as u32) };
     if rc != 0 {
         return Err(Counter::PassNoRoom);
     }
@@ -143,16 +141,23 @@ fn write_soa(
 /// Our OPT record at UDP offset `at`: version 0, our payload size, `flags` (the client's DO
 /// bit), no options. Returns its checksum contribution.
 #[inline(always)]
-fn write_opt(
-    ctx: &XdpContext,
-    udp_offset: usize,
-    at: usize,
-    flags: u8,
-) -> Result<u64, Counter> {
+fn write_opt(ctx: &XdpContext, udp_offset: usize, at: usize, flags: u8) -> Result<u64, Counter> {
     let opt: *mut [u8; OPT_RR_LEN] = ptr_at(ctx, udp_offset + at)?;
     let payload = EDNS_PAYLOAD_SIZE.to_be_bytes();
     let type_opt = TYPE_OPT.to_be_bytes();
-    let bytes = [0, type_opt[0], type_opt[1], payload[0], payload[1], 0, 0, flags, 0, 0, 0];
+    let bytes = [
+        0,
+        type_opt[0],
+        type_opt[1],
+        payload[0],
+        payload[1],
+        0,
+        0,
+        flags,
+        0,
+        0,
+        0,
+    ];
     // SAFETY: bounds checked by ptr_at.
     unsafe { *opt = bytes };
     Ok(at_offset(sum16(&bytes), at))

@@ -44,7 +44,14 @@ impl Scratch {
     pub fn word_from_end(&self, j: usize) -> u64 {
         let words = self.name.as_ptr() as *const u64;
         // SAFETY: the index is below NAME_WORDS and the buffer is 8-byte aligned.
-        unsafe { words.add(bound(NAME_WORDS - 1 - bound(j, NAME_WORDS - 1), NAME_WORDS - 1)).read() }
+        unsafe {
+            words
+                .add(bound(
+                    NAME_WORDS - 1 - bound(j, NAME_WORDS - 1),
+                    NAME_WORDS - 1,
+                ))
+                .read()
+        }
     }
 
     /// Hash of the name's suffix of wire length `len` (the whole name included).
@@ -70,7 +77,11 @@ impl Scratch {
             core::ptr::write_volatile(slot, value as u64);
             core::ptr::read_volatile(slot)
         } as usize;
-        if value > max { Err(Counter::PassMalformed) } else { Ok(value) }
+        if value > max {
+            Err(Counter::PassMalformed)
+        } else {
+            Ok(value)
+        }
     }
 
     /// A word count below NAME_WORDS, forgotten (see [`Scratch::forget`]); 0 if out of range.

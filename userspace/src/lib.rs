@@ -1,4 +1,16 @@
-//! hostport-dns agent library.
+//! hostport-dns: the agent. Sources produce records, the table compiler turns them into one
+//! immutable table, and both answer paths serve it: the XDP program (from maps the agent writes)
+//! and the userspace server.
+
+pub mod agent;
+pub mod config;
+pub mod records;
+pub mod server;
+pub mod sources;
+pub mod table;
+pub mod xdp;
+pub mod zone;
 
 /// The XDP program's object file, built by the build script.
-pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hostport-dns"));
+pub static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hostport-dns"));

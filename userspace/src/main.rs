@@ -1,11 +1,40 @@
-fn main() -> anyhow::Result<()> {
-    let mut ebpf = aya::EbpfLoader::new().verifier_log_level(aya::VerifierLogLevel::STATS)
-        .override_global("HPD_DNS_PORT", &1053u16, true)
-        .load(hostport_dns::EBPF_OBJECT)?;
-    let prog: &mut aya::programs::Xdp = ebpf.program_mut("hostport_dns_xdp").unwrap().try_into()?;
-    match prog.load() {
-        Ok(()) => { println!("loaded"); let info = prog.info()?; println!("insns: {:?} verified: {:?}", info.size_translated(), info.verified_instruction_count()); },
-        Err(e) => { eprintln!("{e:#}"); if let aya::programs::ProgramError::LoadError{verifier_log, ..} = &e { let s = format!("{verifier_log}"); std::fs::write("/tmp/verifier.log", &s).ok(); eprintln!("{}", &s[s.len().saturating_sub(3000)..]); } }
+//! The `hostport-dns` binary: parses the command line and runs the chosen command.
+
+use clap::Parser;
+use hostport_dns::config::{Cli, Command, LogFormat};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level, cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("hostport-dns: cannot start the runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => hostport_dns::agent::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("hostport-dns: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
-    Ok(())
+}
+
+fn init_logging(filter: &str, format: LogFormat) {
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }

@@ -1,0 +1,212 @@
+//! `hostport-dns run`: wires the sources, the table, the XDP dataplane and the servers together.
+//!
+//! Start-up order makes failures clean: the records are validated and the sockets bound before
+//! anything is attached, so a bad file or a port in use leaves nothing behind. The XDP program
+//! is detached when the agent stops (dropping the dataplane closes its links).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info, warn};
+
+use crate::{
+    config::RunArgs,
+    server::{Shared, tcp, udp},
+    sources::{Snapshot, file},
+    table::RecordTable,
+    xdp::{
+        Dataplane, XdpMode, counters::Counters, image, local_addrs::LocalAddrs, writer::MapWriter,
+    },
+};
+
+/// How often the record file is checked for changes (SIGHUP reloads at once).
+const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Compiles source snapshots into the table both paths answer from: swaps it into the server
+/// and writes it into the kernel maps (the only writer).
+pub struct Publisher {
+    shared: Arc<Shared>,
+    writer: Option<MapWriter>,
+}
+
+impl Publisher {
+    pub fn new(shared: Arc<Shared>, writer: Option<MapWriter>) -> Self {
+        Self { shared, writer }
+    }
+
+    pub fn publish(&mut self, snapshot: &Snapshot) {
+        let (table, warnings) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+        for warning in &warnings {
+            warn!(%warning, "record dropped");
+        }
+        let image = self.writer.as_ref().map(|_| image::build(&table));
+        let names = table.nodes().count();
+        let records = table.record_count();
+        self.shared.table.store(Some(Arc::new(table)));
+        if let (Some(writer), Some(image)) = (self.writer.as_mut(), image) {
+            if image.collisions > 0 {
+                warn!(
+                    collisions = image.collisions,
+                    "name hash collisions: those names are answered by userspace"
+                );
+            }
+            match writer.apply(image) {
+                Ok(stats) => info!(names, records, ?stats, "table published"),
+                Err(err) => {
+                    error!(%err, "writing the XDP maps failed; userspace answers meanwhile")
+                }
+            }
+        } else {
+            info!(names, records, "table published");
+        }
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let (snapshot, source) = initial_records(args.records.as_deref())?;
+    let shared = Shared::new();
+    let workers = if args.udp_workers == 0 {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    } else {
+        args.udp_workers
+    };
+    let mut udp_sockets = Vec::new();
+    let mut tcp_listeners = Vec::new();
+    for ip in &args.listen {
+        let addr = SocketAddr::new(*ip, args.port);
+        match bind_listeners(addr, workers) {
+            Ok((udp, tcp)) => {
+                udp_sockets.extend(udp);
+                tcp_listeners.push(tcp);
+            }
+            Err(err) if ip.is_ipv6() && is_unavailable(&err) => {
+                warn!(%addr, %err, "IPv6 unavailable: not listening there");
+            }
+            Err(err) => return Err(err).with_context(|| format!("cannot listen on {addr}")),
+        }
+    }
+
+    let mut dataplane = match (args.xdp_mode, args.interfaces.is_empty()) {
+        (XdpMode::Off, _) | (_, true) => None,
+        _ => Some(Dataplane::start(
+            args.port,
+            &args.interfaces,
+            args.xdp_mode,
+        )?),
+    };
+    let (writer, local_addrs, counters) = match dataplane.as_mut() {
+        Some(dp) => (
+            Some(MapWriter::new(&mut dp.ebpf)?),
+            Some(LocalAddrs::new(&mut dp.ebpf)?),
+            Some(Counters::new(&mut dp.ebpf)?),
+        ),
+        None => (None, None, None),
+    };
+    let _counters = counters;
+    if let Some(local_addrs) = local_addrs {
+        tokio::spawn(local_addrs.follow());
+    }
+    let mut publisher = Publisher::new(shared.clone(), writer);
+    publisher.publish(&snapshot);
+
+    udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
+    for listener in tcp_listeners {
+        tokio::spawn(tcp::serve(listener, shared.clone()));
+    }
+    if let Some(path) = source {
+        tokio::spawn(follow_record_file(path, publisher));
+    }
+    info!(port = args.port, xdp = ?dataplane.as_ref().map(|d| &d.attachments), "hostport-dns is serving");
+
+    wait_for_stop().await?;
+    info!("stopping: detaching XDP");
+    drop(dataplane);
+    Ok(())
+}
+
+/// The record file's snapshot (or the embedded example's) and the path to follow.
+fn initial_records(path: Option<&Path>) -> anyhow::Result<(Snapshot, Option<PathBuf>)> {
+    match path {
+        Some(path) => Ok((file::load(path)?, Some(path.to_owned()))),
+        None => {
+            info!("no record source given: serving the embedded example");
+            Ok((
+                file::parse(file::EMBEDDED_DEFAULT, Path::new("<embedded default>"))?,
+                None,
+            ))
+        }
+    }
+}
+
+fn bind_listeners(
+    addr: SocketAddr,
+    workers: usize,
+) -> std::io::Result<(Vec<socket2::Socket>, tokio::net::TcpListener)> {
+    let udp = udp::bind(addr, workers)?;
+    let tcp = tcp::bind(addr)?;
+    Ok((udp, tokio::net::TcpListener::from_std(tcp)?))
+}
+
+fn is_unavailable(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL)
+    )
+}
+
+/// Reloads the record file when it changes or on SIGHUP. A bad file is logged and the previous
+/// records stay in service.
+async fn follow_record_file(path: PathBuf, mut publisher: Publisher) {
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(err) => {
+            warn!(%err, "no SIGHUP handler; reloading on change only");
+            None
+        }
+    };
+    let mut seen = stamp(&path);
+    loop {
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(FILE_POLL_INTERVAL) => false,
+            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+        };
+        let now = stamp(&path);
+        if !forced && now == seen {
+            continue;
+        }
+        seen = now;
+        match file::load(&path) {
+            Ok(snapshot) => {
+                info!(path = %path.display(), "record file reloaded");
+                publisher.publish(&snapshot);
+            }
+            Err(err) => {
+                error!(%err, "record file not reloaded; the previous records stay in service")
+            }
+        }
+    }
+}
+
+/// What identifies a version of the file: modification time and length.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+async fn wait_for_stop() -> anyhow::Result<()> {
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! The command line.
+
+use std::{net::IpAddr, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hostport_dns_common::limits::DEFAULT_DNS_PORT;
+
+use crate::xdp::XdpMode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hostport-dns",
+    version,
+    about = "Node-local authoritative DNS for Kubernetes load balancers, answered from XDP"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "hostport_dns=debug".
+    #[arg(long, global = true, env = "HOSTPORT_DNS_LOG", default_value = "info")]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the responder: load the records, attach XDP, serve DNS.
+    Run(RunArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct RunArgs {
+    /// Static record file (YAML). Without any source, the embedded example is served.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
+    /// Interface to attach the XDP program to (repeat for several). None: userspace only.
+    #[arg(long = "interface", short = 'i', value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+    /// How to attach the XDP program.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub xdp_mode: XdpMode,
+    /// UDP and TCP port to serve.
+    #[arg(long, default_value_t = DEFAULT_DNS_PORT)]
+    pub port: u16,
+    /// Addresses the userspace server listens on (repeat for several).
+    #[arg(long = "listen", value_name = "ADDR", default_values_t = [IpAddr::from([0u8; 4]), IpAddr::from([0u16; 8])])]
+    pub listen: Vec<IpAddr>,
+    /// UDP sockets (and threads) per listen address; 0: one per CPU.
+    #[arg(long, default_value_t = 0)]
+    pub udp_workers: usize,
+}

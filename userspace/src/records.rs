@@ -1,0 +1,27 @@
+//! Records as the sources produce them, before they are compiled into a table.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use hickory_proto::rr::Name;
+
+/// One record from a source. Names are lower-case and fully qualified.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourceRecord {
+    pub name: Name,
+    pub data: RecordData,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RecordData {
+    A(Ipv4Addr),
+    Aaaa(Ipv6Addr),
+    Srv(Srv),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Srv {
+    pub priority: u16,
+    pub weight: u16,
+    pub port: u16,
+    pub target: Name,
+}

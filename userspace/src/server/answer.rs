@@ -1,0 +1,360 @@
+//! The authoritative answer logic, free of sockets: query bytes and a record table in, answer
+//! bytes out. Both transports and the tests call [`respond`].
+//!
+//! Where the XDP program also answers (A and AAAA in a zone, NODATA, NXDOMAIN), the bytes are the
+//! same as the kernel's: owners point to the question, names under the zone are spelled as the
+//! question spells the zone (so they compress against it), the OPT record carries our payload
+//! size and the client's DO bit and nothing else.
+
+use std::net::IpAddr;
+
+use hickory_proto::{
+    op::{Edns, Message, MessageType, OpCode, Query, ResponseCode},
+    rr::{
+        DNSClass, Name, RData, Record, RecordType,
+        rdata::{A, AAAA, NS, PTR, SOA, SRV},
+    },
+    serialize::binary::{BinDecodable, BinDecoder},
+};
+use hostport_dns_common::{
+    dns::{FLAG_QR, FLAG_RD, HEADER_LEN, OPCODE_MASK},
+    limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
+};
+
+use crate::table::{Node, RecordTable, Zone};
+
+/// How the answer travels: UDP answers are limited to what the client accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Udp,
+    Tcp,
+}
+
+/// An answer and what it was, for metrics.
+#[derive(Debug)]
+pub struct Answer {
+    pub bytes: Vec<u8>,
+    pub rcode: ResponseCode,
+    /// The question's type, when the query had a readable question.
+    pub qtype: Option<RecordType>,
+    pub truncated: bool,
+}
+
+/// Answers one query. `None` means no answer at all: too short to carry an ID, or a response
+/// (answering those could start a loop between two servers).
+pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) -> Option<Answer> {
+    if query.len() < HEADER_LEN {
+        return None;
+    }
+    let id = u16::from_be_bytes([query[0], query[1]]);
+    let flags = u16::from_be_bytes([query[2], query[3]]);
+    if flags & FLAG_QR != 0 {
+        return None;
+    }
+    let Some(request) = parse_whole(query) else {
+        return Some(header_only(id, flags, ResponseCode::FormErr));
+    };
+    let qtype = request.queries.first().map(|q| q.query_type);
+    let mut response = response_to(&request);
+    let rcode = fill(&request, &mut response, table);
+    response.metadata.response_code = rcode;
+    Some(encode(response, &request, transport, qtype))
+}
+
+/// The message, if it parses and nothing follows it.
+fn parse_whole(bytes: &[u8]) -> Option<Message> {
+    let mut decoder = BinDecoder::new(bytes);
+    let message = Message::read(&mut decoder).ok()?;
+    decoder.is_empty().then_some(message)
+}
+
+/// A response skeleton: ID and opcode kept, QR and AA set, RD and CD copied, the question and an
+/// OPT record (if the query had one) echoed.
+fn response_to(request: &Message) -> Message {
+    let mut response = Message::new(
+        request.metadata.id,
+        MessageType::Response,
+        request.metadata.op_code,
+    );
+    response.metadata.authoritative = true;
+    response.metadata.recursion_desired = request.metadata.recursion_desired;
+    response.metadata.checking_disabled = request.metadata.checking_disabled;
+    response.add_queries(request.queries.iter().cloned());
+    if let Some(edns) = &request.edns {
+        let mut ours = Edns::new();
+        ours.set_max_payload(EDNS_PAYLOAD_SIZE);
+        ours.set_version(0);
+        ours.set_dnssec_ok(edns.flags().dnssec_ok);
+        response.set_edns(ours);
+    }
+    response
+}
+
+/// Fills the answer's sections and returns its rcode.
+fn fill(request: &Message, response: &mut Message, table: Option<&RecordTable>) -> ResponseCode {
+    if request.metadata.op_code != OpCode::Query {
+        response.metadata.authoritative = false;
+        return ResponseCode::NotImp;
+    }
+    if let Some(edns) = &request.edns
+        && edns.version() > 0
+    {
+        response.metadata.authoritative = false;
+        return ResponseCode::BADVERS;
+    }
+    let [question] = request.queries.as_slice() else {
+        response.metadata.authoritative = false;
+        return ResponseCode::FormErr;
+    };
+    if !request.answers.is_empty() || !request.authorities.is_empty() {
+        response.metadata.authoritative = false;
+        return ResponseCode::FormErr;
+    }
+    if question.query_class != DNSClass::IN
+        || matches!(question.query_type, RecordType::AXFR | RecordType::IXFR)
+    {
+        response.metadata.authoritative = false;
+        return ResponseCode::Refused;
+    }
+    if question.query_type == RecordType::OPT {
+        response.metadata.authoritative = false;
+        return ResponseCode::FormErr;
+    }
+    let Some(table) = table else {
+        // Not loaded yet: never an NXDOMAIN a load balancer would act on.
+        response.metadata.authoritative = false;
+        return ResponseCode::ServFail;
+    };
+    match table.zone_for(&question.name) {
+        Some(zone) => answer_in_zone(question, zone, table, response),
+        None => answer_reverse(question, table, response),
+    }
+}
+
+fn answer_in_zone(
+    question: &Query,
+    zone: &Zone,
+    table: &RecordTable,
+    response: &mut Message,
+) -> ResponseCode {
+    let qname = &question.name;
+    let apex = spelled_apex(qname, zone);
+    let Some(node) = table.node(qname) else {
+        response.add_authority(soa_record(zone, &apex));
+        return ResponseCode::NXDomain;
+    };
+    let ttl = zone.spec.ttl;
+    let answers = match question.query_type {
+        RecordType::A => addresses_a(qname, node, ttl),
+        RecordType::AAAA => addresses_aaaa(qname, node, ttl),
+        RecordType::SRV => {
+            let answers = srv_records(qname, node, ttl);
+            add_srv_target_addresses(node, table, response);
+            answers
+        }
+        RecordType::SOA if node.apex => vec![soa_record(zone, &apex)],
+        RecordType::NS if node.apex => {
+            add_name_server_addresses(zone, table, &apex, response);
+            name_server_records(zone, &apex)
+        }
+        // RFC 8482: one RRset is a complete answer to ANY.
+        RecordType::ANY => {
+            let any = [
+                addresses_a(qname, node, ttl),
+                addresses_aaaa(qname, node, ttl),
+                srv_records(qname, node, ttl),
+            ];
+            match any.into_iter().find(|set| !set.is_empty()) {
+                Some(set) => set,
+                None if node.apex => vec![soa_record(zone, &apex)],
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    };
+    if answers.is_empty() {
+        response.add_authority(soa_record(zone, &apex));
+    } else {
+        response.add_answers(answers);
+    }
+    ResponseCode::NoError
+}
+
+/// PTR for the addresses the zones serve (as coreha does); any other name is not ours.
+fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message) -> ResponseCode {
+    let address = question
+        .name
+        .parse_arpa_name()
+        .ok()
+        .filter(|net| net.prefix_len() == net.max_prefix_len())
+        .map(|net| net.addr());
+    let names = address.and_then(|a: IpAddr| table.names_with_address(&a));
+    let Some(names) = names else {
+        response.metadata.authoritative = false;
+        return ResponseCode::Refused;
+    };
+    if matches!(question.query_type, RecordType::PTR | RecordType::ANY) {
+        let ttl = names
+            .iter()
+            .filter_map(|n| table.zone_for(n))
+            .map(|z| z.spec.ttl)
+            .min()
+            .unwrap_or(hostport_dns_common::limits::DEFAULT_TTL);
+        response.add_answers(
+            names.iter().map(|n| {
+                Record::from_rdata(question.name.clone(), ttl, RData::PTR(PTR(n.clone())))
+            }),
+        );
+    }
+    ResponseCode::NoError
+}
+
+fn addresses_a(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+    node.a
+        .iter()
+        .map(|a| Record::from_rdata(owner.clone(), ttl, RData::A(A(*a))))
+        .collect()
+}
+
+fn addresses_aaaa(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+    node.aaaa
+        .iter()
+        .map(|a| Record::from_rdata(owner.clone(), ttl, RData::AAAA(AAAA(*a))))
+        .collect()
+}
+
+fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+    node.srv
+        .iter()
+        .map(|s| {
+            let srv = SRV::new(s.priority, s.weight, s.port, s.target.clone());
+            Record::from_rdata(owner.clone(), ttl, RData::SRV(srv))
+        })
+        .collect()
+}
+
+/// SRV targets' addresses in the additional section: HAProxy's SRV mode reads them there.
+fn add_srv_target_addresses(node: &Node, table: &RecordTable, response: &mut Message) {
+    for srv in &node.srv {
+        if let (Some(target), Some(zone)) = (table.node(&srv.target), table.zone_for(&srv.target)) {
+            response.add_additionals(addresses_a(&srv.target, target, zone.spec.ttl));
+            response.add_additionals(addresses_aaaa(&srv.target, target, zone.spec.ttl));
+        }
+    }
+}
+
+fn name_server_records(zone: &Zone, apex: &Name) -> Vec<Record> {
+    zone.spec
+        .nameservers
+        .iter()
+        .map(|ns| {
+            Record::from_rdata(
+                apex.clone(),
+                zone.spec.ttl,
+                RData::NS(NS(respell(&ns.name, zone, apex))),
+            )
+        })
+        .collect()
+}
+
+fn add_name_server_addresses(
+    zone: &Zone,
+    table: &RecordTable,
+    apex: &Name,
+    response: &mut Message,
+) {
+    for ns in &zone.spec.nameservers {
+        if let Some(node) = table.node(&ns.name) {
+            let owner = respell(&ns.name, zone, apex);
+            response.add_additionals(addresses_a(&owner, node, zone.spec.ttl));
+            response.add_additionals(addresses_aaaa(&owner, node, zone.spec.ttl));
+        }
+    }
+}
+
+/// The zone's SOA record, owned by the apex as the question spells it.
+pub fn soa_record(zone: &Zone, apex: &Name) -> Record {
+    let soa = &zone.spec.soa;
+    let rdata = SOA::new(
+        respell(&soa.mname, zone, apex),
+        respell(&soa.rname, zone, apex),
+        zone.serial,
+        soa.refresh,
+        soa.retry,
+        soa.expire,
+        soa.minimum,
+    );
+    Record::from_rdata(apex.clone(), zone.spec.ttl, RData::SOA(rdata))
+}
+
+/// The question's last labels, those of the zone apex, in the question's spelling.
+pub fn spelled_apex(qname: &Name, zone: &Zone) -> Name {
+    let mut apex = qname.trim_to(zone.spec.apex.num_labels() as usize);
+    apex.set_fqdn(true);
+    apex
+}
+
+/// A name inside the zone, with its apex part spelled as `apex` (the question's spelling), so
+/// that it compresses against the question; names outside the zone are returned unchanged.
+pub fn respell(name: &Name, zone: &Zone, apex: &Name) -> Name {
+    if !zone.spec.apex.zone_of(name) {
+        return name.clone();
+    }
+    let above = name.num_labels() as usize - zone.spec.apex.num_labels() as usize;
+    Name::from_labels(name.iter().take(above))
+        .and_then(|prefix| prefix.append_domain(apex))
+        .unwrap_or_else(|_| name.clone())
+}
+
+/// Encodes the response, truncated (TC=1, no records) if it exceeds what the client takes over
+/// UDP.
+fn encode(
+    mut response: Message,
+    request: &Message,
+    transport: Transport,
+    qtype: Option<RecordType>,
+) -> Answer {
+    let rcode = response.metadata.response_code;
+    let limit = match (transport, &request.edns) {
+        (Transport::Tcp, _) => u16::MAX as usize,
+        (Transport::Udp, None) => CLASSIC_UDP_PAYLOAD as usize,
+        (Transport::Udp, Some(edns)) => {
+            edns.max_payload()
+                .clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE) as usize
+        }
+    };
+    let bytes = response.to_vec().unwrap_or_default();
+    if bytes.len() <= limit && !bytes.is_empty() {
+        return Answer {
+            bytes,
+            rcode,
+            qtype,
+            truncated: false,
+        };
+    }
+    response.answers.clear();
+    response.authorities.clear();
+    response.additionals.clear();
+    response.metadata.truncation = true;
+    let bytes = response.to_vec().unwrap_or_default();
+    Answer {
+        bytes,
+        rcode,
+        qtype,
+        truncated: true,
+    }
+}
+
+/// An answer with only a header: for queries too broken to echo their question.
+fn header_only(id: u16, query_flags: u16, rcode: ResponseCode) -> Answer {
+    let flags = FLAG_QR | (query_flags & (OPCODE_MASK | FLAG_RD)) | (u16::from(rcode) & 0x000f);
+    let mut bytes = vec![0u8; HEADER_LEN];
+    bytes[0..2].copy_from_slice(&id.to_be_bytes());
+    bytes[2..4].copy_from_slice(&flags.to_be_bytes());
+    Answer {
+        bytes,
+        rcode,
+        qtype: None,
+        truncated: false,
+    }
+}

@@ -1,0 +1,90 @@
+//! Counters of the userspace server, by transport, query type and rcode. Lock-free: one atomic
+//! per cell.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use hickory_proto::{op::ResponseCode, rr::RecordType};
+
+use crate::server::answer::{Answer, Transport};
+
+/// Query types counted by name; the rest count as "other".
+pub const QTYPES: [&str; 9] = [
+    "A", "AAAA", "SRV", "SOA", "NS", "PTR", "ANY", "other", "none",
+];
+/// Rcodes counted by name.
+pub const RCODES: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+];
+pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
+
+#[derive(Default)]
+pub struct ServerStats {
+    answers: [[[AtomicU64; RCODES.len()]; QTYPES.len()]; TRANSPORTS.len()],
+    truncated: AtomicU64,
+}
+
+impl ServerStats {
+    pub fn count(&self, transport: Transport, answer: &Answer) {
+        let t = transport as usize;
+        self.answers[t][qtype_index(answer.qtype)][rcode_index(answer.rcode)].fetch_add(1, Relaxed);
+        if answer.truncated {
+            self.truncated.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Every non-zero cell: (transport, qtype, rcode, count).
+    pub fn snapshot(&self) -> Vec<(&'static str, &'static str, &'static str, u64)> {
+        let mut out = Vec::new();
+        for (t, by_type) in self.answers.iter().enumerate() {
+            for (q, by_rcode) in by_type.iter().enumerate() {
+                for (r, cell) in by_rcode.iter().enumerate() {
+                    let n = cell.load(Relaxed);
+                    if n > 0 {
+                        out.push((TRANSPORTS[t], QTYPES[q], RCODES[r], n));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn truncated(&self) -> u64 {
+        self.truncated.load(Relaxed)
+    }
+
+    /// All answers of one transport.
+    pub fn total(&self, transport: Transport) -> u64 {
+        self.answers[transport as usize]
+            .iter()
+            .flatten()
+            .map(|c| c.load(Relaxed))
+            .sum()
+    }
+}
+
+fn qtype_index(qtype: Option<RecordType>) -> usize {
+    match qtype {
+        Some(RecordType::A) => 0,
+        Some(RecordType::AAAA) => 1,
+        Some(RecordType::SRV) => 2,
+        Some(RecordType::SOA) => 3,
+        Some(RecordType::NS) => 4,
+        Some(RecordType::PTR) => 5,
+        Some(RecordType::ANY) => 6,
+        Some(_) => 7,
+        None => 8,
+    }
+}
+
+fn rcode_index(rcode: ResponseCode) -> usize {
+    match rcode {
+        ResponseCode::NoError => 0,
+        ResponseCode::FormErr => 1,
+        ResponseCode::ServFail => 2,
+        ResponseCode::NXDomain => 3,
+        ResponseCode::NotImp => 4,
+        ResponseCode::Refused => 5,
+        ResponseCode::BADVERS => 6,
+        _ => 7,
+    }
+}

@@ -1,0 +1,348 @@
+//! The record table as the XDP program reads it: one [`NameEntry`] per name, one [`ZoneEntry`]
+//! per zone. Pure functions, tested without a kernel.
+//!
+//! The answer bytes stored here are exactly what the userspace server sends for the same query;
+//! the SOA template is produced by the same encoder (hickory) the server uses, so both compress
+//! the same way.
+
+use std::collections::HashMap;
+
+use hickory_proto::{
+    op::{Message, MessageType, OpCode, Query},
+    rr::{LowerName, Name, RecordType},
+};
+use hostport_dns_common::{
+    csum::sum16,
+    dns::{
+        CLASS_IN, HEADER_LEN, POINTER_MARK, POINTER_TO_QUESTION, RR_FIXED_LEN, TYPE_A, TYPE_AAAA,
+    },
+    hash::name_hash,
+    limits::{
+        A_RR_LEN, A_RRS_CAPACITY, AAAA_RR_LEN, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, MAX_SOA_PATCHES,
+        MAX_SOA_RR_LEN, NAME_BUF_LEN,
+    },
+    record::{
+        NAME_FLAG_APEX, NAME_FLAG_USERSPACE, NameEntry, NameKey, SoaPatch,
+        ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId,
+    },
+};
+
+use crate::{
+    server::answer::soa_record,
+    table::{Node, RecordTable, Zone},
+};
+
+/// Type and class after the question name.
+const QTYPE_QCLASS_LEN: usize = 4;
+
+/// The whole table in kernel form.
+#[derive(Default)]
+pub struct Image {
+    pub names: HashMap<NameKey, NameEntry>,
+    pub zones: HashMap<ZoneId, ZoneEntry>,
+    /// Names whose hash collided with another's: both are answered by userspace.
+    pub collisions: usize,
+}
+
+pub fn build(table: &RecordTable) -> Image {
+    let mut image = Image::default();
+    for (name, node) in table.nodes() {
+        let Some(zone) = table.zones().get(node.zone as usize) else {
+            continue;
+        };
+        let entry = name_entry(name, node, zone);
+        let key = name_hash(&entry.name[NAME_BUF_LEN - entry.name_len as usize..]);
+        match image.names.get_mut(&key) {
+            // Two names, one key: keep one entry and send its queries up; userspace tells the
+            // names apart. (The kernel's byte comparison would send the other one up anyway.)
+            Some(existing) => {
+                existing.flags |= NAME_FLAG_USERSPACE;
+                image.collisions += 1;
+            }
+            None => {
+                image.names.insert(key, entry);
+            }
+        }
+    }
+    for zone in table.zones() {
+        image.zones.insert(zone.id, zone_entry(zone));
+    }
+    image
+}
+
+/// Lower-case wire form of a name.
+pub fn wire_name(name: &LowerName) -> Vec<u8> {
+    let name: Name = name.into();
+    let mut wire = Vec::with_capacity(name.len() + 1);
+    for label in name.iter() {
+        wire.push(label.len() as u8);
+        wire.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    wire.push(0);
+    wire
+}
+
+fn name_entry(name: &LowerName, node: &Node, zone: &Zone) -> NameEntry {
+    let mut entry = NameEntry::EMPTY;
+    let wire = wire_name(name);
+    entry.name[NAME_BUF_LEN - wire.len()..].copy_from_slice(&wire);
+    entry.name_len = wire.len() as u16;
+    entry.zone_id = zone.id;
+    if node.apex {
+        entry.flags |= NAME_FLAG_APEX;
+    }
+    let ttl = zone.spec.ttl;
+    let a: Vec<u8> = node
+        .a
+        .iter()
+        .flat_map(|a| answer_rr(TYPE_A, ttl, &a.octets()))
+        .collect();
+    let aaaa: Vec<u8> = node
+        .aaaa
+        .iter()
+        .flat_map(|a| answer_rr(TYPE_AAAA, ttl, &a.octets()))
+        .collect();
+    if a.len() > A_RRS_CAPACITY || aaaa.len() > AAAA_RRS_CAPACITY {
+        // More records than an entry holds: userspace answers this name.
+        entry.flags |= NAME_FLAG_USERSPACE;
+        return entry;
+    }
+    entry.a_rrs[..a.len()].copy_from_slice(&a);
+    entry.a_len = a.len() as u16;
+    entry.a_csum = sum16(&a);
+    entry.aaaa_rrs[..aaaa.len()].copy_from_slice(&aaaa);
+    entry.aaaa_len = aaaa.len() as u16;
+    entry.aaaa_csum = sum16(&aaaa);
+    entry
+}
+
+/// One answer record whose owner points to the question.
+fn answer_rr(rtype: u16, ttl: u32, address: &[u8]) -> Vec<u8> {
+    let mut rr = Vec::with_capacity(RR_FIXED_LEN + 2 + address.len());
+    rr.extend_from_slice(&POINTER_TO_QUESTION.to_be_bytes());
+    rr.extend_from_slice(&rtype.to_be_bytes());
+    rr.extend_from_slice(&CLASS_IN.to_be_bytes());
+    rr.extend_from_slice(&ttl.to_be_bytes());
+    rr.extend_from_slice(&(address.len() as u16).to_be_bytes());
+    rr.extend_from_slice(address);
+    debug_assert!(rr.len() == A_RR_LEN || rr.len() == AAAA_RR_LEN);
+    rr
+}
+
+/// The zone's SOA record as a template: encoded by hickory for a question that is the apex
+/// itself, its compression pointers turned into patches relative to the question's length.
+pub fn zone_entry(zone: &Zone) -> ZoneEntry {
+    let mut entry = ZoneEntry::EMPTY;
+    let apex = &zone.spec.apex;
+    let apex_wire = wire_name(&LowerName::new(apex));
+    entry.apex_len = apex_wire.len() as u16;
+    entry.apex_labels = apex.num_labels() as u16;
+    match soa_template(zone, apex_wire.len()) {
+        Some((template, patches)) => {
+            entry.soa_rr[..template.len()].copy_from_slice(&template);
+            entry.soa_len = template.len() as u16;
+            entry.soa_csum = sum16(&template);
+            entry.patches[..patches.len()].copy_from_slice(&patches);
+            entry.patch_count = patches.len() as u16;
+        }
+        None => entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE,
+    }
+    match guards(zone) {
+        Some(guards) => {
+            for (i, (hash, len)) in guards.iter().enumerate() {
+                entry.guards[i] = *hash;
+                entry.guard_lens[i] = *len;
+            }
+            entry.guard_count = guards.len() as u16;
+        }
+        None => entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE,
+    }
+    if shares_suffix_outside(zone) {
+        entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE;
+    }
+    entry
+}
+
+/// Encodes `<apex> A` with the SOA in the authority section and cuts the SOA record out.
+fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>)> {
+    let apex = &zone.spec.apex;
+    let mut message = Message::new(0, MessageType::Response, OpCode::Query);
+    message.add_query(Query::query(apex.clone(), RecordType::A));
+    message.add_authority(soa_record(zone, apex));
+    let bytes = message.to_vec().ok()?;
+    let soa_start = HEADER_LEN + apex_len + QTYPE_QCLASS_LEN;
+    let mut template = bytes.get(soa_start..)?.to_vec();
+    if template.len() > MAX_SOA_RR_LEN {
+        return None;
+    }
+    let mut patches = Vec::new();
+    // The owner, then the server and mailbox names at the start of the RDATA.
+    let mut offset = 0;
+    let mut name_starts = vec![0];
+    offset = skip_name(&template, offset, &mut patches)?;
+    offset += RR_FIXED_LEN;
+    name_starts.push(offset);
+    offset = skip_name(&template, offset, &mut patches)?;
+    name_starts.push(offset);
+    skip_name(&template, offset, &mut patches)?;
+    if patches.len() > MAX_SOA_PATCHES {
+        return None;
+    }
+    let mut out = Vec::with_capacity(patches.len());
+    for (at, target) in patches {
+        let target = target as usize;
+        let base = if (HEADER_LEN..HEADER_LEN + apex_len).contains(&target) {
+            // Into the question (the apex or a suffix of it).
+            target as i64 - apex_len as i64
+        } else if target >= soa_start {
+            // Into the SOA record itself, which follows the question directly.
+            (target - soa_start + HEADER_LEN + QTYPE_QCLASS_LEN) as i64
+        } else {
+            return None;
+        };
+        template[at] = 0;
+        template[at + 1] = 0;
+        out.push(SoaPatch {
+            offset: at as u16,
+            base: i16::try_from(base).ok()?,
+        });
+    }
+    Some((template, out))
+}
+
+/// Skips the name at `offset`, recording a pointer (its offset and target) if it ends in one.
+fn skip_name(bytes: &[u8], mut offset: usize, patches: &mut Vec<(usize, u16)>) -> Option<usize> {
+    loop {
+        let len = *bytes.get(offset)?;
+        if len == 0 {
+            return Some(offset + 1);
+        }
+        if u16::from(len) << 8 & POINTER_MARK == POINTER_MARK {
+            let pointer = u16::from_be_bytes([len, *bytes.get(offset + 1)?]);
+            patches.push((offset, pointer & !POINTER_MARK));
+            return Some(offset + 2);
+        }
+        offset += 1 + len as usize;
+    }
+}
+
+/// Names under the apex that, ending a question, would make the SOA compress differently:
+/// every suffix, longer than the apex, of the server and mailbox names inside the zone.
+fn guards(zone: &Zone) -> Option<Vec<(u64, u16)>> {
+    let apex = &zone.spec.apex;
+    let mut guards: Vec<(u64, u16)> = Vec::new();
+    for name in [&zone.spec.soa.mname, &zone.spec.soa.rname] {
+        if !apex.zone_of(name) {
+            continue;
+        }
+        let mut suffix = name.to_lowercase();
+        while suffix.num_labels() > apex.num_labels() {
+            let wire = wire_name(&LowerName::new(&suffix));
+            let guard = (name_hash(&wire), wire.len() as u16);
+            if !guards.contains(&guard) {
+                guards.push(guard);
+            }
+            suffix = suffix.base_name();
+        }
+    }
+    (guards.len() <= MAX_SOA_GUARDS).then_some(guards)
+}
+
+/// Whether a server or mailbox name outside the zone shares a label suffix with the apex: the
+/// encoder would point it into the question only when the question spells that suffix the same,
+/// so the template would depend on the question.
+fn shares_suffix_outside(zone: &Zone) -> bool {
+    let apex = &zone.spec.apex;
+    [&zone.spec.soa.mname, &zone.spec.soa.rname]
+        .into_iter()
+        .any(|name| {
+            !apex.zone_of(name)
+                && name.num_labels() > 0
+                && apex.num_labels() > 0
+                && name.trim_to(1) == apex.trim_to(1)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        records::{RecordData, SourceRecord},
+        zone::ZoneSpec,
+    };
+
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).unwrap()
+    }
+
+    fn table_with(zone: ZoneSpec, records: &[SourceRecord]) -> RecordTable {
+        RecordTable::compile(&[zone], records).0
+    }
+
+    #[test]
+    fn names_are_stored_end_aligned_in_lower_case() {
+        let records = [SourceRecord {
+            name: name("web.example."),
+            data: RecordData::A("198.18.0.1".parse().unwrap()),
+        }];
+        let image = build(&table_with(
+            ZoneSpec::with_defaults(name("example.")),
+            &records,
+        ));
+        let wire = b"\x03web\x07example\x00";
+        let entry = &image.names[&name_hash(wire)];
+        assert_eq!(entry.name_len as usize, wire.len());
+        assert_eq!(&entry.name[NAME_BUF_LEN - wire.len()..], wire);
+        assert!(
+            entry.name[..NAME_BUF_LEN - wire.len()]
+                .iter()
+                .all(|b| *b == 0)
+        );
+        assert_eq!(
+            &entry.a_rrs[..16],
+            &[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 198, 18, 0, 1]
+        );
+    }
+
+    #[test]
+    fn the_default_soa_points_into_the_question_twice() {
+        let image = build(&table_with(
+            ZoneSpec::with_defaults(name("prod.coreha.example.")),
+            &[],
+        ));
+        let zone = &image.zones[&0];
+        assert_eq!(zone.flags, 0);
+        // Owner, ns.<apex>, hostmaster.<apex>: three pointers to the apex in the question.
+        assert_eq!(zone.patch_count, 3);
+        let apex_len = zone.apex_len as i16;
+        for patch in &zone.patches[..3] {
+            assert_eq!(patch.base, HEADER_LEN as i16 - apex_len);
+        }
+        // ns.<apex> and hostmaster.<apex> guard questions ending in them.
+        assert_eq!(zone.guard_count, 2);
+    }
+
+    #[test]
+    fn a_server_name_sharing_the_top_label_sends_negative_answers_up() {
+        let mut spec = ZoneSpec::with_defaults(name("prod.coreha.example."));
+        spec.soa.mname = name("ns1.other.example.");
+        let image = build(&table_with(spec, &[]));
+        assert_ne!(image.zones[&0].flags & ZONE_FLAG_NEGATIVE_IN_USERSPACE, 0);
+    }
+
+    #[test]
+    fn a_record_set_larger_than_an_entry_is_left_to_userspace() {
+        let records: Vec<_> = (0..=hostport_dns_common::limits::MAX_XDP_A_RECORDS)
+            .map(|i| SourceRecord {
+                name: name("big.example."),
+                data: RecordData::A(format!("198.18.1.{i}").parse().unwrap()),
+            })
+            .collect();
+        let image = build(&table_with(
+            ZoneSpec::with_defaults(name("example.")),
+            &records,
+        ));
+        let entry = &image.names[&name_hash(b"\x03big\x07example\x00")];
+        assert_ne!(entry.flags & NAME_FLAG_USERSPACE, 0);
+    }
+}

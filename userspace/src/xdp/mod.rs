@@ -1,0 +1,10 @@
+//! The kernel side, seen from the agent: loading and attaching the XDP program, writing its maps
+//! (one writer), keeping the node's addresses current, reading its counters.
+
+pub mod counters;
+pub mod image;
+pub mod loader;
+pub mod local_addrs;
+pub mod writer;
+
+pub use loader::{Dataplane, XdpError, XdpMode};

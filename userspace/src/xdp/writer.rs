@@ -1,0 +1,132 @@
+//! The one writer of the name and zone maps. It keeps what it last wrote and applies only the
+//! difference: new and changed entries first (zones before names, so that a name never points
+//! to a zone the kernel lacks), removals last. Each value is replaced whole, atomically for the
+//! kernel's readers.
+
+use std::collections::HashMap;
+
+use aya::{
+    Ebpf, Pod,
+    maps::{HashMap as BpfHashMap, MapData, MapError},
+};
+use hostport_dns_common::{
+    maps,
+    record::{NameEntry, NameKey, ZoneEntry, ZoneId},
+};
+
+use crate::xdp::image::Image;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("the XDP object has no map {0}")]
+    MissingMap(&'static str),
+    #[error("map {map}: {source}")]
+    Map { map: &'static str, source: MapError },
+}
+
+/// What one update changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    pub names_written: usize,
+    pub names_removed: usize,
+    pub zones_written: usize,
+    pub zones_removed: usize,
+}
+
+pub struct MapWriter {
+    names: BpfHashMap<MapData, NameKey, NameEntry>,
+    zones: BpfHashMap<MapData, ZoneId, ZoneEntry>,
+    written: Image,
+}
+
+impl MapWriter {
+    /// Takes the maps out of the loaded object, and starts from what they hold now (empty after
+    /// a fresh load; the previous agent's table after adopting pinned maps).
+    pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
+        let names: BpfHashMap<MapData, NameKey, NameEntry> = take(ebpf, maps::NAMES)?;
+        let zones: BpfHashMap<MapData, ZoneId, ZoneEntry> = take(ebpf, maps::ZONES)?;
+        let mut written = Image::default();
+        for key in names.keys().flatten() {
+            if let Ok(entry) = names.get(&key, 0) {
+                written.names.insert(key, entry);
+            }
+        }
+        for key in zones.keys().flatten() {
+            if let Ok(entry) = zones.get(&key, 0) {
+                written.zones.insert(key, entry);
+            }
+        }
+        Ok(Self {
+            names,
+            zones,
+            written,
+        })
+    }
+
+    /// Makes the maps hold `image`.
+    pub fn apply(&mut self, image: Image) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats::default();
+        let map_err = |map| move |source| WriteError::Map { map, source };
+        for (id, entry) in changed(&self.written.zones, &image.zones) {
+            self.zones
+                .insert(id, entry, 0)
+                .map_err(map_err(maps::ZONES))?;
+            stats.zones_written += 1;
+        }
+        for (key, entry) in changed(&self.written.names, &image.names) {
+            self.names
+                .insert(key, entry, 0)
+                .map_err(map_err(maps::NAMES))?;
+            stats.names_written += 1;
+        }
+        for key in self
+            .written
+            .names
+            .keys()
+            .filter(|k| !image.names.contains_key(k))
+        {
+            self.names.remove(key).map_err(map_err(maps::NAMES))?;
+            stats.names_removed += 1;
+        }
+        for id in self
+            .written
+            .zones
+            .keys()
+            .filter(|k| !image.zones.contains_key(k))
+        {
+            self.zones.remove(id).map_err(map_err(maps::ZONES))?;
+            stats.zones_removed += 1;
+        }
+        self.written = image;
+        Ok(stats)
+    }
+
+    /// What the maps hold, as last written.
+    pub fn written(&self) -> &Image {
+        &self.written
+    }
+}
+
+/// Entries of `new` that `old` lacks or holds with other bytes.
+fn changed<'a, K: Copy + Eq + std::hash::Hash, V: Pod>(
+    old: &'a HashMap<K, V>,
+    new: &'a HashMap<K, V>,
+) -> impl Iterator<Item = (K, &'a V)> {
+    new.iter()
+        .filter(|(k, v)| old.get(k).is_none_or(|o| bytes_of(o) != bytes_of(*v)))
+        .map(|(k, v)| (*k, v))
+}
+
+/// The bytes of a plain-old-data value.
+pub fn bytes_of<V: Pod>(value: &V) -> &[u8] {
+    // SAFETY: Pod types are plain bytes without padding.
+    unsafe { std::slice::from_raw_parts((value as *const V).cast::<u8>(), size_of::<V>()) }
+}
+
+pub fn take<K: Pod, V: Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<BpfHashMap<MapData, K, V>, WriteError> {
+    let map = ebpf.take_map(name).ok_or(WriteError::MissingMap(name))?;
+    BpfHashMap::try_from(map).map_err(|source| WriteError::Map { map: name, source })
+}
