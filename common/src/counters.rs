@@ -6,14 +6,18 @@
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Counter {
-    /// A query answered with A records.
+    /// An A query answered with A records.
     AnswerA = 0,
-    /// A query answered with AAAA records.
+    /// An AAAA query answered with AAAA records.
     AnswerAaaa,
-    /// A or AAAA for a name that exists without that type: NOERROR, no answer, SOA.
-    AnswerNodata,
-    /// A or AAAA for a name that does not exist in a served zone: NXDOMAIN, SOA.
-    AnswerNxdomain,
+    /// A for a name that exists without A records: NOERROR, no answer, SOA.
+    NodataA,
+    /// AAAA for a name that exists without AAAA records.
+    NodataAaaa,
+    /// A for a name that does not exist in a served zone: NXDOMAIN, SOA.
+    NxdomainA,
+    /// AAAA for a name that does not exist in a served zone.
+    NxdomainAaaa,
     /// Not IPv4 or IPv6 (after at most one VLAN tag).
     PassNotIp,
     /// Not UDP to the DNS port.
@@ -33,9 +37,11 @@ pub enum Counter {
     /// The name is not in a served zone.
     PassNotInZone,
     /// The name or zone is marked for userspace (large record set, hash collision, SOA
-    /// compression that depends on the question).
+    /// compression that depends on the question), or the query has more EDNS options than the
+    /// kernel walks.
     PassUserspace,
-    /// The answer would exceed what the client accepts (userspace truncates it).
+    /// The query or its answer is larger than the kernel handles or the client accepts
+    /// (userspace answers, truncating if needed).
     PassTooLarge,
     /// The packet could not be grown to hold the answer.
     PassNoRoom,
@@ -44,13 +50,25 @@ pub enum Counter {
 /// Number of counter slots.
 pub const COUNTER_SLOTS: u32 = Counter::PassNoRoom as u32 + 1;
 
+/// What an answer counter stands for: the query type and the kind of answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AnswerKind {
+    pub qtype: &'static str,
+    /// The rcode sent.
+    pub rcode: &'static str,
+    /// Whether the answer section held records (NOERROR with data) or not (NODATA/NXDOMAIN).
+    pub with_data: bool,
+}
+
 impl Counter {
     /// Every counter, in slot order.
     pub const ALL: [Counter; COUNTER_SLOTS as usize] = [
         Counter::AnswerA,
         Counter::AnswerAaaa,
-        Counter::AnswerNodata,
-        Counter::AnswerNxdomain,
+        Counter::NodataA,
+        Counter::NodataAaaa,
+        Counter::NxdomainA,
+        Counter::NxdomainAaaa,
         Counter::PassNotIp,
         Counter::PassNotDns,
         Counter::PassIpOptions,
@@ -65,18 +83,45 @@ impl Counter {
         Counter::PassNoRoom,
     ];
 
-    /// Whether the program answered (XDP_TX) rather than passed.
-    pub const fn is_answer(self) -> bool {
-        (self as u32) <= Counter::AnswerNxdomain as u32
+    /// The counter of an answer to `qtype` (A or AAAA): with records, NODATA, or NXDOMAIN.
+    pub const fn answer(is_aaaa: bool, with_data: bool, nxdomain: bool) -> Counter {
+        match (is_aaaa, with_data, nxdomain) {
+            (false, true, _) => Counter::AnswerA,
+            (true, true, _) => Counter::AnswerAaaa,
+            (false, false, false) => Counter::NodataA,
+            (true, false, false) => Counter::NodataAaaa,
+            (false, false, true) => Counter::NxdomainA,
+            (true, false, true) => Counter::NxdomainAaaa,
+        }
     }
 
-    /// Metric label: the answer kind or the pass reason.
+    /// For an answer counter, what it counts; `None` for a pass reason.
+    pub const fn answer_kind(self) -> Option<AnswerKind> {
+        let (qtype, rcode, with_data) = match self {
+            Counter::AnswerA => ("A", "NOERROR", true),
+            Counter::AnswerAaaa => ("AAAA", "NOERROR", true),
+            Counter::NodataA => ("A", "NOERROR", false),
+            Counter::NodataAaaa => ("AAAA", "NOERROR", false),
+            Counter::NxdomainA => ("A", "NXDOMAIN", false),
+            Counter::NxdomainAaaa => ("AAAA", "NXDOMAIN", false),
+            _ => return None,
+        };
+        Some(AnswerKind {
+            qtype,
+            rcode,
+            with_data,
+        })
+    }
+
+    /// Metric label of a pass reason (or of an answer kind).
     pub const fn label(self) -> &'static str {
         match self {
             Counter::AnswerA => "a",
             Counter::AnswerAaaa => "aaaa",
-            Counter::AnswerNodata => "nodata",
-            Counter::AnswerNxdomain => "nxdomain",
+            Counter::NodataA => "nodata_a",
+            Counter::NodataAaaa => "nodata_aaaa",
+            Counter::NxdomainA => "nxdomain_a",
+            Counter::NxdomainAaaa => "nxdomain_aaaa",
             Counter::PassNotIp => "not_ip",
             Counter::PassNotDns => "not_dns",
             Counter::PassIpOptions => "ip_options",
@@ -102,5 +147,20 @@ mod tests {
         for (i, c) in Counter::ALL.iter().enumerate() {
             assert_eq!(*c as usize, i);
         }
+    }
+
+    #[test]
+    fn answer_counters_say_what_they_count() {
+        for is_aaaa in [false, true] {
+            for (with_data, nxdomain) in [(true, false), (false, false), (false, true)] {
+                let kind = Counter::answer(is_aaaa, with_data, nxdomain)
+                    .answer_kind()
+                    .unwrap();
+                assert_eq!(kind.qtype, if is_aaaa { "AAAA" } else { "A" });
+                assert_eq!(kind.with_data, with_data);
+                assert_eq!(kind.rcode, if nxdomain { "NXDOMAIN" } else { "NOERROR" });
+            }
+        }
+        assert!(Counter::PassNoRoom.answer_kind().is_none());
     }
 }

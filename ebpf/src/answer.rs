@@ -51,13 +51,15 @@ pub fn plan(query: &Query, found: &Found, scratch: &Scratch) -> Result<Plan, Cou
                 Some((records, counter)) => (RCODE_NOERROR, Some(records), None, counter),
                 None => {
                     let zone = negative_zone(query, scratch, entry.zone_id)?;
-                    (RCODE_NOERROR, None, Some(zone), Counter::AnswerNodata)
+                    let counter = Counter::answer(query.qtype != TYPE_A, false, false);
+                    (RCODE_NOERROR, None, Some(zone), counter)
                 }
             }
         }
         Found::NoSuchName(zone_id) => {
             let zone = negative_zone(query, scratch, *zone_id)?;
-            (RCODE_NXDOMAIN, None, Some(zone), Counter::AnswerNxdomain)
+            let counter = Counter::answer(query.qtype != TYPE_A, false, true);
+            (RCODE_NXDOMAIN, None, Some(zone), counter)
         }
     };
     let dns_len = query.question_end()

@@ -51,10 +51,6 @@ pub fn parse(ctx: &XdpContext) -> Result<L2, Counter> {
 pub fn swap_macs(ctx: &XdpContext) -> Result<(), Counter> {
     let eth: *mut EthHdr = ptr_at(ctx, 0)?;
     // SAFETY: bounds checked by ptr_at.
-    unsafe {
-        let src = (*eth).src_addr;
-        (*eth).src_addr = (*eth).dst_addr;
-        (*eth).dst_addr = src;
-    }
+    unsafe { core::mem::swap(&mut (*eth).src_addr, &mut (*eth).dst_addr) };
     Ok(())
 }

@@ -102,14 +102,14 @@ pub fn ensure_addressed_to_this_host(ctx: &XdpContext, l3: &L3) -> Result<(), Co
             // SAFETY: bounds checked by ptr_at.
             let dst = unsafe { (*ip).dst_addr };
             // SAFETY: lookup result only tested for presence.
-            unsafe { HPD_LOCAL_V4.get(&dst) }.is_some()
+            unsafe { HPD_LOCAL_V4.get(dst) }.is_some()
         }
         Family::V6 => {
             let ip: *mut Ipv6Hdr = ptr_at(ctx, l3.l3_offset)?;
             // SAFETY: bounds checked by ptr_at.
             let dst = unsafe { (*ip).dst_addr };
             // SAFETY: lookup result only tested for presence.
-            unsafe { HPD_LOCAL_V6.get(&dst) }.is_some()
+            unsafe { HPD_LOCAL_V6.get(dst) }.is_some()
         }
     };
     if local {

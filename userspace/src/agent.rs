@@ -3,23 +3,33 @@
 //! Start-up order makes failures clean: the records are validated and the sockets bound before
 //! anything is attached, so a bad file or a port in use leaves nothing behind. The XDP program
 //! is detached when the agent stops (dropping the dataplane closes its links).
+//!
+//! Sources send complete snapshots to the publisher, the only task that compiles the table and
+//! the only writer of the kernel maps.
 
 use std::{
+    collections::BTreeMap,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+};
 use tracing::{error, info, warn};
 
 use crate::{
     config::RunArgs,
+    health::Health,
+    http,
+    metrics::{Metrics, ReasonLabel, SourceLabel},
     server::{Shared, tcp, udp},
     sources::{Snapshot, file},
-    table::RecordTable,
+    table::{CompileWarning, RecordTable},
     xdp::{
         Dataplane, XdpMode, counters::Counters, image, local_addrs::LocalAddrs, writer::MapWriter,
     },
@@ -27,23 +37,78 @@ use crate::{
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Name of the record-file source in metrics and logs.
+pub const FILE_SOURCE: &str = "file";
 
-/// Compiles source snapshots into the table both paths answer from: swaps it into the server
-/// and writes it into the kernel maps (the only writer).
+/// A complete state from one source.
+pub struct Update {
+    pub source: &'static str,
+    pub snapshot: Snapshot,
+    /// When the change that led to it was observed.
+    pub observed: Instant,
+}
+
+/// Compiles the sources' latest snapshots into the table both paths answer from: swaps it into
+/// the server and writes it into the kernel maps (the only writer).
 pub struct Publisher {
     shared: Arc<Shared>,
     writer: Option<MapWriter>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    snapshots: BTreeMap<&'static str, Snapshot>,
 }
 
 impl Publisher {
-    pub fn new(shared: Arc<Shared>, writer: Option<MapWriter>) -> Self {
-        Self { shared, writer }
+    pub fn new(
+        shared: Arc<Shared>,
+        writer: Option<MapWriter>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
+        Self {
+            shared,
+            writer,
+            metrics,
+            health,
+            snapshots: BTreeMap::new(),
+        }
     }
 
-    pub fn publish(&mut self, snapshot: &Snapshot) {
-        let (table, warnings) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+    pub fn publish(&mut self, update: Update) {
+        let label = SourceLabel {
+            source: update.source.to_owned(),
+        };
+        self.metrics.source_synced.get_or_create(&label).set(1);
+        self.metrics
+            .source_records
+            .get_or_create(&label)
+            .set(update.snapshot.records.len() as i64);
+        self.metrics
+            .source_last_sync
+            .get_or_create(&label)
+            .set(unix_now());
+        self.health.source_synced(update.source);
+        self.snapshots.insert(update.source, update.snapshot);
+
+        let zones: Vec<_> = self
+            .snapshots
+            .values()
+            .flat_map(|s| s.zones.iter().cloned())
+            .collect();
+        let records = self.snapshots.values().flat_map(|s| s.records.iter());
+        let (table, warnings) = RecordTable::compile(&zones, records);
         for warning in &warnings {
             warn!(%warning, "record dropped");
+            let reason = match warning {
+                CompileWarning::OutOfZone { .. } => "out_of_zone",
+                CompileWarning::OutOfZoneGlue { .. } => "out_of_zone_glue",
+            };
+            self.metrics
+                .dropped_records
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc();
         }
         let image = self.writer.as_ref().map(|_| image::build(&table));
         let names = table.nodes().count();
@@ -57,15 +122,41 @@ impl Publisher {
                 );
             }
             match writer.apply(image) {
-                Ok(stats) => info!(names, records, ?stats, "table published"),
+                Ok(stats) => info!(
+                    names,
+                    records,
+                    ?stats,
+                    source = update.source,
+                    "table published"
+                ),
                 Err(err) => {
                     error!(%err, "writing the XDP maps failed; userspace answers meanwhile")
                 }
             }
         } else {
-            info!(names, records, "table published");
+            info!(names, records, source = update.source, "table published");
+        }
+        self.metrics.table_names.set(names as i64);
+        self.metrics.table_records.set(records as i64);
+        self.metrics.table_updates.inc();
+        self.metrics
+            .propagation
+            .observe(update.observed.elapsed().as_secs_f64());
+        self.health.table_published();
+    }
+
+    /// Publishes every update until all senders are gone.
+    pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
+        while let Some(update) = updates.recv().await {
+            self.publish(update);
         }
     }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -93,6 +184,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(err) => return Err(err).with_context(|| format!("cannot listen on {addr}")),
         }
     }
+    let http_listener = http::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (metrics)", args.metrics_listen))?;
 
     let mut dataplane = match (args.xdp_mode, args.interfaces.is_empty()) {
         (XdpMode::Off, _) | (_, true) => None,
@@ -110,21 +204,41 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => (None, None, None),
     };
-    let _counters = counters;
     if let Some(local_addrs) = local_addrs {
         tokio::spawn(local_addrs.follow());
     }
-    let mut publisher = Publisher::new(shared.clone(), writer);
-    publisher.publish(&snapshot);
+    let health = Arc::new(Health::new(
+        (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
+    ));
+    health.expect_source(FILE_SOURCE);
+    let (metrics, registry) = Metrics::register(shared.clone(), counters);
+    let mut publisher = Publisher::new(shared.clone(), writer, metrics, health.clone());
+    publisher.publish(Update {
+        source: FILE_SOURCE,
+        snapshot,
+        observed: Instant::now(),
+    });
 
+    let (updates_tx, updates_rx) = mpsc::channel(64);
+    tokio::spawn(publisher.run(updates_rx));
+    if let Some(path) = source {
+        tokio::spawn(follow_record_file(path, updates_tx.clone()));
+    }
     udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
     for listener in tcp_listeners {
         tokio::spawn(tcp::serve(listener, shared.clone()));
     }
-    if let Some(path) = source {
-        tokio::spawn(follow_record_file(path, publisher));
-    }
-    info!(port = args.port, xdp = ?dataplane.as_ref().map(|d| &d.attachments), "hostport-dns is serving");
+    tokio::spawn(async move {
+        if let Err(err) = http::serve(http_listener, registry, health).await {
+            error!(%err, "the metrics endpoint stopped");
+        }
+    });
+    info!(
+        port = args.port,
+        metrics = %args.metrics_listen,
+        xdp = ?dataplane.as_ref().map(|d| &d.attachments),
+        "hostport-dns is serving"
+    );
 
     wait_for_stop().await?;
     info!("stopping: detaching XDP");
@@ -164,7 +278,7 @@ fn is_unavailable(err: &std::io::Error) -> bool {
 
 /// Reloads the record file when it changes or on SIGHUP. A bad file is logged and the previous
 /// records stay in service.
-async fn follow_record_file(path: PathBuf, mut publisher: Publisher) {
+async fn follow_record_file(path: PathBuf, updates: mpsc::Sender<Update>) {
     let mut hangup = match signal(SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(err) => {
@@ -176,17 +290,33 @@ async fn follow_record_file(path: PathBuf, mut publisher: Publisher) {
     loop {
         let forced = tokio::select! {
             _ = tokio::time::sleep(FILE_POLL_INTERVAL) => false,
-            Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => true,
+            Some(()) = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => true,
         };
         let now = stamp(&path);
         if !forced && now == seen {
             continue;
         }
+        let observed = Instant::now();
         seen = now;
         match file::load(&path) {
             Ok(snapshot) => {
                 info!(path = %path.display(), "record file reloaded");
-                publisher.publish(&snapshot);
+                if updates
+                    .send(Update {
+                        source: FILE_SOURCE,
+                        snapshot,
+                        observed,
+                    })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
             }
             Err(err) => {
                 error!(%err, "record file not reloaded; the previous records stay in service")

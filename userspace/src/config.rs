@@ -56,4 +56,10 @@ pub struct RunArgs {
     /// UDP sockets (and threads) per listen address; 0: one per CPU.
     #[arg(long, default_value_t = 0)]
     pub udp_workers: usize,
+    /// Address of the metrics and health endpoint (/metrics, /healthz, /readyz).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:9253")]
+    pub metrics_listen: std::net::SocketAddr,
+    /// Not ready when a source's data is older than this many seconds (0: no limit).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub max_staleness: u64,
 }

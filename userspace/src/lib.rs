@@ -4,6 +4,9 @@
 
 pub mod agent;
 pub mod config;
+pub mod health;
+pub mod http;
+pub mod metrics;
 pub mod records;
 pub mod server;
 pub mod sources;

@@ -1,1 +1,47 @@
-fn main() {}
+//! `cargo xtask <task>`: everything the project does beyond `cargo build`, each task installing
+//! what it needs first (`setup`).
+
+mod cmd;
+mod run;
+mod setup;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "hostport-dns project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what the build and the tests need (idempotent; seconds when nothing is missing).
+    Setup,
+    /// Build and run the responder on its embedded example: XDP in generic mode on lo, userspace
+    /// on port 1053.
+    Run(run::RunArgs),
+    /// Run every test (unit, BPF_PROG_TEST_RUN, wire tests in network namespaces), after the
+    /// format and lint checks. Needs root.
+    Test(test::TestArgs),
+    /// Format and lint checks (cargo fmt --check, clippy -D warnings, the eBPF crate included).
+    Lint,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::run(),
+        Task::Run(args) => run::run(args),
+        Task::Test(args) => test::run(args),
+        Task::Lint => test::lint(),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! The health and metrics endpoint: `/metrics` (Prometheus text), `/healthz` (the process
+//! serves), `/readyz` (the table is loaded and its sources are fresh).
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use prometheus_client::{encoding::text::encode, registry::Registry};
+use tokio::net::TcpListener;
+
+use crate::health::Health;
+
+struct AppState {
+    registry: Registry,
+    health: Arc<Health>,
+}
+
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    registry: Registry,
+    health: Arc<Health>,
+) -> std::io::Result<()> {
+    let state = Arc::new(AppState { registry, health });
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state);
+    axum::serve(listener, app).await
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let mut body = String::new();
+    match encode(&mut body, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        ),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/plain")],
+            String::new(),
+        ),
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    match state.health.not_ready_reason() {
+        None => (StatusCode::OK, "ready\n".to_owned()),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+    }
+}

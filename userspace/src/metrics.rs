@@ -1,0 +1,191 @@
+//! Prometheus metrics. Counters kept elsewhere (the XDP program's per-CPU array, the server's
+//! atomics) are read at scrape time by one collector, so nothing is counted twice and the hot
+//! paths never touch the registry.
+//!
+//! Names follow CoreDNS's style where the meaning is the same
+//! (`coredns_dns_responses_total{rcode}` → `hostport_dns_responses_total{path,proto,type,rcode}`).
+
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+        info::Info,
+    },
+    registry::Registry,
+};
+
+use crate::{server::Shared, xdp::counters::Counters};
+
+/// Metrics the agent updates as it goes.
+pub struct Metrics {
+    pub table_names: Gauge,
+    pub table_records: Gauge,
+    pub table_updates: Counter,
+    /// Seconds from a source change to the table being served (both paths).
+    pub propagation: Histogram,
+    pub source_synced: Family<SourceLabel, Gauge>,
+    pub source_last_sync: Family<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub source_records: Family<SourceLabel, Gauge>,
+    pub dropped_records: Family<ReasonLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them, with the live collector, in a new registry.
+    pub fn register(shared: Arc<Shared>, xdp: Option<Counters>) -> (Arc<Self>, Registry) {
+        let mut registry = Registry::with_prefix("hostport_dns");
+        let metrics = Self {
+            table_names: Gauge::default(),
+            table_records: Gauge::default(),
+            table_updates: Counter::default(),
+            propagation: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            source_synced: Family::default(),
+            source_last_sync: Family::default(),
+            source_records: Family::default(),
+            dropped_records: Family::default(),
+        };
+        registry.register(
+            "table_names",
+            "Names in the record table (empty non-terminals included)",
+            metrics.table_names.clone(),
+        );
+        registry.register(
+            "table_records",
+            "A, AAAA and SRV records in the record table",
+            metrics.table_records.clone(),
+        );
+        registry.register(
+            "table_updates",
+            "Record table publications",
+            metrics.table_updates.clone(),
+        );
+        registry.register(
+            "propagation_seconds",
+            "Time from a source change to the new table being served",
+            metrics.propagation.clone(),
+        );
+        registry.register(
+            "source_synced",
+            "1 once the source has been fully loaded",
+            metrics.source_synced.clone(),
+        );
+        registry.register(
+            "source_last_sync_timestamp_seconds",
+            "When the source last delivered a complete, valid state",
+            metrics.source_last_sync.clone(),
+        );
+        registry.register(
+            "source_records",
+            "Records the source currently provides",
+            metrics.source_records.clone(),
+        );
+        registry.register(
+            "dropped_records",
+            "Records left out of the table, by reason",
+            metrics.dropped_records.clone(),
+        );
+        registry.register(
+            "build",
+            "Build information",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        registry.register_collector(Box::new(LiveCollector {
+            shared,
+            xdp: Mutex::new(xdp),
+        }));
+        (Arc::new(metrics), registry)
+    }
+}
+
+/// Reads the answer and pass counters at scrape time.
+#[derive(Debug)]
+struct LiveCollector {
+    shared: Arc<Shared>,
+    xdp: Mutex<Option<Counters>>,
+}
+
+impl std::fmt::Debug for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Counters")
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared")
+    }
+}
+
+impl Collector for LiveCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let xdp = self
+            .xdp
+            .lock()
+            .map(|c| c.as_ref().map(Counters::read))
+            .unwrap_or(None);
+        let mut responses = encoder.encode_descriptor(
+            "responses",
+            "Answers sent, by path (xdp, userspace), transport, query type and rcode",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (proto, qtype, rcode, count) in self.shared.stats.snapshot() {
+            let labels = [
+                ("path", "userspace"),
+                ("proto", proto),
+                ("type", qtype),
+                ("rcode", rcode),
+            ];
+            ConstCounter::new(count).encode(responses.encode_family(&labels)?)?;
+        }
+        if let Some(counters) = &xdp {
+            for (counter, count) in counters {
+                if let Some(kind) = counter.answer_kind() {
+                    let labels = [
+                        ("path", "xdp"),
+                        ("proto", "udp"),
+                        ("type", kind.qtype),
+                        ("rcode", kind.rcode),
+                    ];
+                    ConstCounter::new(*count).encode(responses.encode_family(&labels)?)?;
+                }
+            }
+            let mut passed = encoder.encode_descriptor(
+                "xdp_passed",
+                "Packets the XDP program passed up the stack, by reason",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (counter, count) in counters {
+                if counter.answer_kind().is_none() {
+                    ConstCounter::new(*count)
+                        .encode(passed.encode_family(&[("reason", counter.label())])?)?;
+                }
+            }
+        }
+        let mut truncated = encoder.encode_descriptor(
+            "truncated",
+            "UDP answers sent truncated (TC=1) because they did not fit",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        ConstCounter::new(self.shared.stats.truncated())
+            .encode(truncated.encode_family(&[("proto", "udp")])?)?;
+        Ok(())
+    }
+}

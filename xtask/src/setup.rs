@@ -1,0 +1,164 @@
+//! `cargo xtask setup`: installs what the build and the tests need, and nothing more. Each step
+//! checks first, so a second run takes seconds.
+//!
+//! - the nightly toolchain's `rust-src` (the eBPF program builds `core` itself);
+//! - bpf-linker, built against the nightly's own libLLVM (no prebuilt binary fits here);
+//! - the Debian packages the tests and benchmarks run: iproute2, dig, Knot DNS and its tools,
+//!   NSD, dnsperf, HAProxy, ethtool.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, bail};
+
+use crate::cmd::{have, is_root, output, run as run_cmd};
+
+/// Debian packages and a program each provides (present program: package installed).
+const PACKAGES: &[(&str, &str)] = &[
+    ("iproute2", "ip"),
+    ("bind9-dnsutils", "dig"),
+    ("knot", "knotd"),
+    ("knot-dnsutils", "kdig"),
+    ("dnsperf", "dnsperf"),
+    ("nsd", "nsd"),
+    ("haproxy", "haproxy"),
+    ("ethtool", "ethtool"),
+];
+
+pub fn run() -> anyhow::Result<()> {
+    nightly_rust_src()?;
+    bpf_linker()?;
+    packages()?;
+    println!("setup: everything is in place");
+    Ok(())
+}
+
+/// The nightly toolchain with rust-src.
+fn nightly_rust_src() -> anyhow::Result<()> {
+    if Command::new("rustc")
+        .args(["+nightly", "--version"])
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        println!("setup: installing the nightly toolchain (the eBPF program needs it)");
+        run_cmd(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let sysroot = nightly_sysroot()?;
+    if sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        return Ok(());
+    }
+    println!("setup: adding rust-src to the nightly toolchain");
+    run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn nightly_sysroot() -> anyhow::Result<PathBuf> {
+    let sysroot = output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?;
+    Ok(PathBuf::from(sysroot.trim()))
+}
+
+/// bpf-linker built for the nightly's LLVM. A stamp records which libLLVM it was built
+/// against; a new nightly with another LLVM triggers a rebuild.
+fn bpf_linker() -> anyhow::Result<()> {
+    let sysroot = nightly_sysroot()?;
+    let version = output(Command::new("rustc").args(["+nightly", "-vV"]))?;
+    let major =
+        llvm_major(&version).context("cannot read the LLVM version from `rustc +nightly -vV`")?;
+    let libllvm = find_libllvm(&sysroot.join("lib")).with_context(|| {
+        format!(
+            "no libLLVM.so.*-rust-*-nightly in {}/lib",
+            sysroot.display()
+        )
+    })?;
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let prefix = Path::new(&home).join(".cache/hostport-dns/llvm");
+    let stamp_path = prefix.join("bpf-linker.stamp");
+    let stamp = format!("llvm-{major} {}\n", libllvm.display());
+    if have("bpf-linker") && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
+        return Ok(());
+    }
+    println!("setup: building bpf-linker against the nightly's LLVM {major} (about 2 minutes)");
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib).with_context(|| format!("cannot create {}", lib.display()))?;
+    let link = lib.join("libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&libllvm, &link)
+        .with_context(|| format!("cannot link {}", link.display()))?;
+    run_cmd(
+        Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--force",
+                "--no-default-features",
+                "--features",
+            ])
+            .arg(format!("llvm-{major}"))
+            .env("LLVM_PREFIX", &prefix),
+    )?;
+    std::fs::write(&stamp_path, stamp)
+        .with_context(|| format!("cannot write {}", stamp_path.display()))?;
+    Ok(())
+}
+
+/// "LLVM version: 22.1.4" → 22.
+fn llvm_major(rustc_vv: &str) -> Option<u32> {
+    let line = rustc_vv
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))?;
+    line.split('.').next()?.trim().parse().ok()
+}
+
+fn find_libllvm(lib: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(lib)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
+        })
+}
+
+/// The Debian packages whose programs are missing.
+fn packages() -> anyhow::Result<()> {
+    let missing: Vec<&str> = PACKAGES
+        .iter()
+        .filter(|(_, program)| !have(program))
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "missing Debian packages {}: run `cargo xtask setup` as root",
+            missing.join(" ")
+        );
+    }
+    println!("setup: installing {}", missing.join(" "));
+    run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
+    run_cmd(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_llvm_major_comes_from_rustc() {
+        let vv = "rustc 1.97.0-nightly\nbinary: rustc\nLLVM version: 22.1.4\n";
+        assert_eq!(super::llvm_major(vv), Some(22));
+    }
+}

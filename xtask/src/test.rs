@@ -1,0 +1,69 @@
+//! `cargo xtask test` and `cargo xtask lint`.
+
+use anyhow::bail;
+use clap::Args;
+
+use crate::{cmd, setup};
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Arguments passed to `cargo test` (after `--`), e.g. a test name filter.
+    #[arg(last = true)]
+    cargo_test_args: Vec<String>,
+}
+
+pub fn run(args: TestArgs) -> anyhow::Result<()> {
+    if !cmd::is_root() {
+        bail!(
+            "the tests create network namespaces and load XDP programs: run `cargo xtask test` as root"
+        );
+    }
+    setup::run()?;
+    lint()?;
+    let agent = cmd::build_agent()?;
+    cmd::run(
+        cmd::cargo()
+            .args(["test", "--release", "--workspace"])
+            .args(&args.cargo_test_args)
+            .env("HOSTPORT_DNS_BIN", &agent),
+    )
+}
+
+pub fn lint() -> anyhow::Result<()> {
+    cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
+    cmd::run(cmd::cargo().args([
+        "clippy",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "hostport-dns-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    // The eBPF crate only builds for the BPF target, with the nightly.
+    cmd::run(
+        std::process::Command::new("rustup")
+            .current_dir(cmd::workspace_root())
+            .args([
+                "run",
+                "nightly",
+                "cargo",
+                "clippy",
+                "--release",
+                "--package",
+                "hostport-dns-ebpf",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .env_remove("CARGO")
+            .env_remove("RUSTC")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER"),
+    )
+}
