@@ -17,5 +17,8 @@ pub const SCRATCH: &str = "HPD_SCRATCH";
 /// Name of the XDP program in the object file.
 pub const PROGRAM: &str = "hostport_dns_xdp";
 
+/// A program that passes every packet (for the far end of a veth pair; see the test bed).
+pub const PASS_PROGRAM: &str = "hostport_dns_pass";
+
 /// Global in the program holding the DNS port, set at load time.
 pub const GLOBAL_DNS_PORT: &str = "HPD_DNS_PORT";

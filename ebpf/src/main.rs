@@ -92,6 +92,14 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     Ok(plan.counter)
 }
 
+/// Passes every packet. Attached to the far end of a veth pair, it makes native-mode XDP_TX
+/// frames from this end get delivered (veth hands them only to a peer with a program); the
+/// test bed uses it.
+#[xdp]
+pub fn hostport_dns_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

@@ -1,1 +1,53 @@
-//! test bed
+//! The hostport-dns test bed: network namespaces joined by veth pairs (addresses in
+//! 198.18.0.0/15 and 2001:db8::/32, inside namespaces the test creates), processes run inside
+//! them, packets built and checked byte by byte, real DNS clients (dig, kdig) and peers (Knot).
+//! Everything a test creates is removed when its guard drops, also when the test panics.
+
+pub mod agent;
+pub mod clients;
+pub mod netns;
+pub mod packet;
+pub mod vectors;
+
+use std::path::PathBuf;
+
+/// Panics unless running as root: the tests that create namespaces or load XDP programs must
+/// fail loudly, never skip, where they cannot run.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!(
+            "this test needs root (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON): run `cargo xtask test` as root"
+        );
+    }
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A fresh temporary directory, removed on drop.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("hpd-{tag}-{}", netns::unique_suffix()));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        Self { path }
+    }
+
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, content).expect("write a temporary file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

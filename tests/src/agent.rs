@@ -1,0 +1,180 @@
+//! The agent binary run as a child process (inside a namespace), with its logs kept for failure
+//! messages and its metrics read over HTTP.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    time::Duration,
+};
+
+use crate::netns::NetNs;
+
+/// How long an agent may take to start serving.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Where agents in test namespaces serve metrics (each namespace has its own loopback).
+pub const METRICS_ADDR: &str = "127.0.0.1:9253";
+
+/// The agent binary: `HOSTPORT_DNS_BIN`, or the release build in this workspace.
+pub fn binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("HOSTPORT_DNS_BIN") {
+        return PathBuf::from(path);
+    }
+    let path = crate::workspace_root().join("target/release/hostport-dns");
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo xtask test`",
+        path.display()
+    );
+    path
+}
+
+/// A running agent, killed on drop.
+pub struct Agent {
+    child: Child,
+    logs: Arc<Mutex<Vec<String>>>,
+    netns: Option<String>,
+}
+
+impl Agent {
+    /// Starts `hostport-dns run <args>` in `ns` and waits until it serves.
+    pub fn start(ns: &NetNs, args: &[&str]) -> Self {
+        let mut cmd = ns.command(binary().to_str().expect("a UTF-8 path"));
+        cmd.args([
+            "run",
+            "--log-format",
+            "json",
+            "--metrics-listen",
+            METRICS_ADDR,
+        ])
+        .args(args);
+        Self::spawn(cmd, Some(ns.name.clone()))
+    }
+
+    fn spawn(mut cmd: Command, netns: Option<String>) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let kept = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("hostport-dns is serving") {
+                    let _ = ready_tx.send(());
+                }
+                if let Ok(mut logs) = kept.lock() {
+                    logs.push(line);
+                }
+            }
+        });
+        let mut agent = Self { child, logs, netns };
+        if ready_rx.recv_timeout(START_TIMEOUT).is_err() {
+            let status = agent.child.try_wait().ok().flatten();
+            panic!(
+                "the agent did not start (exit: {status:?}); its log:\n{}",
+                agent.logs()
+            );
+        }
+        agent
+    }
+
+    /// Everything the agent logged so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// The agent's /metrics text.
+    pub fn metrics(&self) -> String {
+        self.http_get("/metrics").1
+    }
+
+    /// GET `path` on the agent's health and metrics endpoint: (status, body).
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        let path = path.to_owned();
+        let get = move || http_get(METRICS_ADDR, &path);
+        match &self.netns {
+            Some(name) => NetNs::enter(name, get),
+            None => get(),
+        }
+    }
+
+    /// The sum of a metric's samples whose labels include every `labels` pair.
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric_sum(&self.metrics(), name, labels)
+    }
+
+    /// Sends SIGTERM and waits for the agent to exit; returns its exit code.
+    pub fn stop(mut self) -> Option<i32> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+
+    /// Sends a signal to the agent.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl NetNs {
+    /// Runs `f` on a thread inside the namespace called `name`.
+    pub fn enter<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        NetNs::borrowed(name).run(f)
+    }
+}
+
+/// A plain HTTP/1.0 GET: (status, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("read the response");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Sums the samples of `name` (a counter's `_total` included) whose labels contain `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, label_text) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            if metric != name && metric != format!("{name}_total") {
+                return None;
+            }
+            let matches = labels
+                .iter()
+                .all(|(k, v)| label_text.split(',').any(|p| p == format!("{k}=\"{v}\"")));
+            matches.then(|| value.parse::<f64>().ok()).flatten()
+        })
+        .sum()
+}

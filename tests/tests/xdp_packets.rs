@@ -1,0 +1,622 @@
+//! The XDP program driven through BPF_PROG_TEST_RUN: packets in, verdict and bytes out, for every
+//! rule the fast path follows. Every answer it builds is compared byte for byte with the
+//! userspace server's answer to the same query; every packet it passes must come out untouched.
+//!
+//! One program instance and one table serve all tests; a lock runs them one at a time (the
+//! program's scratch space and counters are per CPU).
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData},
+    programs::{TestRun, TestRunOptions, Xdp},
+};
+use hostport_dns::{
+    server::answer::{Transport, respond},
+    sources::file,
+    table::RecordTable,
+    xdp::{counters::Counters, image, loader, writer::MapWriter},
+};
+use hostport_dns_common::{counters::Counter, maps};
+use hostport_dns_tests::{
+    packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},
+    require_root,
+    vectors::{CAPTURE_ZONE, client_queries},
+};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const SERVER_V4: &str = "198.18.0.1";
+const SERVER_V6: &str = "2001:db8::1";
+const TYPE_A: u16 = 1;
+const TYPE_AAAA: u16 = 28;
+const TYPE_MX: u16 = 15;
+
+/// 63 + 63 + 63 + 41-byte labels under prod.coreha.example: exactly 255 bytes in wire form.
+fn longest_name() -> String {
+    format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(41)
+    )
+}
+
+fn zone_file() -> String {
+    let many: Vec<String> = (1..=17).map(|i| format!("198.18.9.{i}")).collect();
+    let eight: Vec<String> = (1..=8).map(|i| format!("198.18.8.{i}")).collect();
+    let aaaa16: Vec<String> = (1..=16)
+        .map(|i| format!("\"2001:db8::16:{i:x}\""))
+        .collect();
+    format!(
+        "{CAPTURE_ZONE}      dual: [198.18.0.20, \"2001:db8::20\"]
+      v6only: \"2001:db8::21\"
+      one: 198.18.0.30
+      eight: [{}]
+      many: [{}]
+      aaaa16-with-a-name-long-enough-to-pass-512: [{}]
+      x.deep.ent: 198.18.0.40
+      {}: 198.18.0.50
+  - name: other.example
+    records:
+      www: 198.18.1.1
+  - name: odd.test
+    soa: {{ mname: ns1.elsewhere.test., rname: hostmaster }}
+    records:
+      www: 198.18.1.2
+",
+        eight.join(", "),
+        many.join(", "),
+        aaaa16.join(", "),
+        longest_name()
+    )
+}
+
+struct Fixture {
+    ebpf: Ebpf,
+    table: RecordTable,
+    counters: Counters,
+    _writer: MapWriter,
+}
+
+fn fixture() -> MutexGuard<'static, Fixture> {
+    static FIXTURE: OnceLock<Mutex<Fixture>> = OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            require_root();
+            let snapshot = file::parse(&zone_file(), "test zones".as_ref()).expect("valid zones");
+            let (table, warnings) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+            assert!(warnings.is_empty(), "{warnings:?}");
+            let mut ebpf = loader::load(1053).expect("load the XDP program");
+            let mut writer = MapWriter::new(&mut ebpf).expect("the name maps");
+            writer.apply(image::build(&table)).expect("write the table");
+            let mut v4: BpfHashMap<MapData, [u8; 4], u8> =
+                BpfHashMap::try_from(ebpf.take_map(maps::LOCAL_V4).expect("v4 set"))
+                    .expect("a hash map");
+            v4.insert([198, 18, 0, 1], 1, 0)
+                .expect("add the server address");
+            let mut v6: BpfHashMap<MapData, [u8; 16], u8> =
+                BpfHashMap::try_from(ebpf.take_map(maps::LOCAL_V6).expect("v6 set"))
+                    .expect("a hash map");
+            let server_v6: std::net::Ipv6Addr = SERVER_V6.parse().expect("an address");
+            v6.insert(server_v6.octets(), 1, 0)
+                .expect("add the server address");
+            let counters = Counters::new(&mut ebpf).expect("the counters");
+            Mutex::new(Fixture {
+                ebpf,
+                table,
+                counters,
+                _writer: writer,
+            })
+        })
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Fixture {
+    /// Runs one frame; returns the verdict and the frame as the program left it.
+    fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        let program: &Xdp = self
+            .ebpf
+            .program(maps::PROGRAM)
+            .expect("the program")
+            .try_into()
+            .expect("XDP");
+        let mut out = vec![0u8; 4096];
+        let result = program
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                repeat: 1,
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
+    }
+
+    /// The frame must be answered; checks the headers were turned around and returns the DNS
+    /// answer, asserting it equals the userspace server's answer byte for byte.
+    fn answered(&self, frame_spec: &Frame, dns: &[u8], counter: Counter) -> Vec<u8> {
+        let before = self.counters.get(counter);
+        let frame = frame_spec.build(dns);
+        let (verdict, out) = self.run(&frame);
+        assert_eq!(verdict, XDP_TX, "expected an answer from XDP");
+        let parsed = parse_checked(&out);
+        assert_eq!(parsed.dst_mac, CLIENT_MAC);
+        assert_eq!(parsed.src_mac, SERVER_MAC);
+        assert_eq!(parsed.vlan, frame_spec.vlan);
+        assert_eq!((parsed.src, parsed.dst), (frame_spec.dst, frame_spec.src));
+        assert_eq!(
+            (parsed.src_port, parsed.dst_port),
+            (frame_spec.dst_port, frame_spec.src_port)
+        );
+        assert_eq!(parsed.ttl, 64);
+        let userspace =
+            respond(dns, Some(&self.table), Transport::Udp).expect("userspace answers too");
+        assert_eq!(
+            hex(&parsed.dns),
+            hex(&userspace.bytes),
+            "XDP and userspace answers differ"
+        );
+        assert_eq!(
+            self.counters.get(counter),
+            before + 1,
+            "{counter:?} counted once"
+        );
+        parsed.dns
+    }
+
+    /// The frame must be passed up untouched, counted under `reason`.
+    fn passed(&self, frame: &[u8], reason: Counter) {
+        let before = self.counters.get(reason);
+        let (verdict, out) = self.run(frame);
+        assert_eq!(verdict, XDP_PASS, "expected the packet to be passed");
+        assert_eq!(hex(&out), hex(frame), "a passed packet must be untouched");
+        assert_eq!(
+            self.counters.get(reason),
+            before + 1,
+            "{reason:?} counted once"
+        );
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn a_query(name: &str) -> Vec<u8> {
+    QueryBuilder::new(name, TYPE_A).bytes()
+}
+
+fn rcode(dns: &[u8]) -> u8 {
+    dns[3] & 0x0f
+}
+
+fn counts(dns: &[u8]) -> [u16; 4] {
+    [4, 6, 8, 10].map(|i| u16::from_be_bytes([dns[i], dns[i + 1]]))
+}
+
+#[test]
+fn a_known_name_is_answered_with_xdp_tx() {
+    let fx = fixture();
+    let dns = fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("default-nginx.ingress.prod.coreha.example"),
+        Counter::AnswerA,
+    );
+    assert_eq!(rcode(&dns), 0);
+    assert_eq!(counts(&dns), [1, 3, 0, 0]);
+    // QR, AA, RD copied; RA and AD clear.
+    assert_eq!(u16::from_be_bytes([dns[2], dns[3]]), 0x8500);
+}
+
+#[test]
+fn a_known_name_is_answered_over_ipv6() {
+    let fx = fixture();
+    let query = QueryBuilder::new("dual.prod.coreha.example", TYPE_AAAA).bytes();
+    let dns = fx.answered(&Frame::v6(SERVER_V6), &query, Counter::AnswerAaaa);
+    assert_eq!(counts(&dns), [1, 1, 0, 0]);
+}
+
+#[test]
+fn a_vlan_tagged_query_is_answered_with_its_tag() {
+    let fx = fixture();
+    let frame = Frame {
+        vlan: Some(42),
+        ..Frame::v4(SERVER_V4)
+    };
+    fx.answered(
+        &frame,
+        &a_query("one.prod.coreha.example"),
+        Counter::AnswerA,
+    );
+}
+
+#[test]
+fn the_question_comes_back_in_the_case_it_was_asked() {
+    let fx = fixture();
+    let dns = fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("Default-NGINX.ingress.PROD.coreha.example"),
+        Counter::AnswerA,
+    );
+    let name = wire("Default-NGINX.ingress.PROD.coreha.example");
+    assert_eq!(&dns[12..12 + name.len()], &name[..]);
+}
+
+#[test]
+fn edns_gets_our_payload_size_and_the_do_bit_back() {
+    let fx = fixture();
+    let query = QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+        .edns(4096, true)
+        .bytes();
+    let dns = fx.answered(&Frame::v4(SERVER_V4), &query, Counter::AnswerA);
+    let opt = &dns[dns.len() - 11..];
+    assert_eq!(opt, &[0, 0, 41, 0x04, 0xd0, 0, 0, 0x80, 0, 0, 0]);
+}
+
+#[test]
+fn the_longest_possible_name_is_answered() {
+    let fx = fixture();
+    let name = format!("{}.prod.coreha.example", longest_name());
+    assert_eq!(wire(&name).len(), 255);
+    fx.answered(&Frame::v4(SERVER_V4), &a_query(&name), Counter::AnswerA);
+}
+
+#[test]
+fn eight_records_are_answered() {
+    let fx = fixture();
+    let dns = fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("eight.prod.coreha.example"),
+        Counter::AnswerA,
+    );
+    assert_eq!(counts(&dns)[1], 8);
+}
+
+#[test]
+fn a_name_without_the_type_is_nodata_with_the_soa() {
+    let fx = fixture();
+    let query = QueryBuilder::new("one.prod.coreha.example", TYPE_AAAA).bytes();
+    let dns = fx.answered(&Frame::v4(SERVER_V4), &query, Counter::NodataAaaa);
+    assert_eq!(rcode(&dns), 0);
+    assert_eq!(counts(&dns), [1, 0, 1, 0]);
+}
+
+#[test]
+fn an_empty_non_terminal_is_nodata() {
+    let fx = fixture();
+    let dns = fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("deep.ent.prod.coreha.example"),
+        Counter::NodataA,
+    );
+    assert_eq!((rcode(&dns), counts(&dns)), (0, [1, 0, 1, 0]));
+    let dns = fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("ingress.prod.coreha.example"),
+        Counter::NodataA,
+    );
+    assert_eq!((rcode(&dns), counts(&dns)), (0, [1, 0, 1, 0]));
+}
+
+#[test]
+fn the_apex_without_addresses_is_nodata() {
+    let fx = fixture();
+    fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("prod.coreha.example"),
+        Counter::NodataA,
+    );
+}
+
+#[test]
+fn an_unknown_name_in_a_zone_is_nxdomain_with_the_soa() {
+    let fx = fixture();
+    let dns = fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("nope.ingress.PROD.coreha.example"),
+        Counter::NxdomainA,
+    );
+    assert_eq!((rcode(&dns), counts(&dns)), (3, [1, 0, 1, 0]));
+    let query = QueryBuilder::new("a.b.c.other.example", TYPE_AAAA)
+        .edns(1232, false)
+        .bytes();
+    fx.answered(&Frame::v6(SERVER_V6), &query, Counter::NxdomainAaaa);
+}
+
+#[test]
+fn real_client_queries_get_knots_answers() {
+    let fx = fixture();
+    for capture in client_queries() {
+        let is_aaaa = capture.query
+            [capture.query.len() - if capture.query[11] == 1 { 11 + 4 } else { 4 }..][..2]
+            == [0, 28];
+        let counter = if is_aaaa {
+            Counter::NodataAaaa
+        } else {
+            Counter::AnswerA
+        };
+        let frame = Frame {
+            udp_checksum: !capture.client.contains("kxdpgun"),
+            ..Frame::v4(SERVER_V4)
+        };
+        let dns = fx.answered(&frame, &capture.query, counter);
+        if let Some(knot) = &capture.knot_answer {
+            assert_eq!(
+                hex(&without_serial(&dns)),
+                hex(&without_serial(knot)),
+                "{}: Knot answers differently",
+                capture.client
+            );
+        }
+    }
+}
+
+/// The answer with the SOA serial zeroed (ours is a content hash, Knot's a counter).
+fn without_serial(dns: &[u8]) -> Vec<u8> {
+    let mut out = dns.to_vec();
+    if counts(dns)[2] == 1 {
+        // The serial is the first of the five numbers ending the SOA, itself before any OPT.
+        let soa_end = if counts(dns)[3] == 1 {
+            out.len() - 11
+        } else {
+            out.len()
+        };
+        out[soa_end - 20..soa_end - 16].fill(0);
+    }
+    out
+}
+
+#[test]
+fn a_question_below_the_soa_server_name_is_left_to_userspace() {
+    let fx = fixture();
+    // ns.<zone> would compress against the question: userspace answers those.
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&a_query("x.ns.prod.coreha.example")),
+        Counter::PassUserspace,
+    );
+}
+
+#[test]
+fn a_zone_whose_soa_compresses_unpredictably_is_left_to_userspace() {
+    let fx = fixture();
+    fx.answered(
+        &Frame::v4(SERVER_V4),
+        &a_query("www.odd.test"),
+        Counter::AnswerA,
+    );
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&a_query("nope.odd.test")),
+        Counter::PassUserspace,
+    );
+}
+
+#[test]
+fn a_record_set_larger_than_an_entry_is_left_to_userspace() {
+    let fx = fixture();
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&a_query("many.prod.coreha.example")),
+        Counter::PassUserspace,
+    );
+}
+
+#[test]
+fn an_answer_larger_than_the_client_takes_is_left_to_userspace() {
+    let fx = fixture();
+    let name = "aaaa16-with-a-name-long-enough-to-pass-512.prod.coreha.example";
+    // 12 + 66 + 4 + 16 * 28 = 530 bytes: more than 512.
+    let plain = QueryBuilder::new(name, TYPE_AAAA).bytes();
+    fx.passed(&Frame::v4(SERVER_V4).build(&plain), Counter::PassTooLarge);
+    let edns = QueryBuilder::new(name, TYPE_AAAA).edns(1232, false).bytes();
+    fx.answered(&Frame::v4(SERVER_V4), &edns, Counter::AnswerAaaa);
+}
+
+#[test]
+fn names_outside_the_zones_are_passed() {
+    let fx = fixture();
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&a_query("www.example.com")),
+        Counter::PassNotInZone,
+    );
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&a_query("coreha.example")),
+        Counter::PassNotInZone,
+    );
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&a_query(".")),
+        Counter::PassNotInZone,
+    );
+}
+
+#[test]
+fn other_types_and_classes_are_passed() {
+    let fx = fixture();
+    let mx = QueryBuilder::new("one.prod.coreha.example", TYPE_MX).bytes();
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&mx),
+        Counter::PassUnsupportedType,
+    );
+    let chaos = QueryBuilder {
+        qclass: 3,
+        ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+    }
+    .bytes();
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&chaos),
+        Counter::PassUnsupportedType,
+    );
+}
+
+#[test]
+fn packets_for_other_hosts_are_passed() {
+    let fx = fixture();
+    let frame = Frame::v4("198.18.0.99").build(&a_query("one.prod.coreha.example"));
+    fx.passed(&frame, Counter::PassNotForThisHost);
+    let frame = Frame::v6("2001:db8::99").build(&a_query("one.prod.coreha.example"));
+    fx.passed(&frame, Counter::PassNotForThisHost);
+}
+
+#[test]
+fn other_ports_and_protocols_are_passed() {
+    let fx = fixture();
+    let frame = Frame {
+        dst_port: 53,
+        ..Frame::v4(SERVER_V4)
+    }
+    .build(&a_query("one.prod.coreha.example"));
+    fx.passed(&frame, Counter::PassNotDns);
+    let mut tcp = Frame::v4(SERVER_V4).build(&a_query("one.prod.coreha.example"));
+    tcp[14 + 9] = 6;
+    fx.passed(&tcp, Counter::PassNotDns);
+    let mut arp = Frame::v4(SERVER_V4).build(&a_query("one.prod.coreha.example"));
+    arp[12..14].copy_from_slice(&[0x08, 0x06]);
+    fx.passed(&arp, Counter::PassNotIp);
+}
+
+#[test]
+fn ip_options_fragments_and_extension_headers_are_passed() {
+    let fx = fixture();
+    let query = a_query("one.prod.coreha.example");
+    let mut fragment = Frame::v4(SERVER_V4).build(&query);
+    fragment[14 + 6] = 0x20; // more fragments
+    fx.passed(&fragment, Counter::PassIpOptions);
+    let mut options = Frame::v4(SERVER_V4).build(&query);
+    options[14] = 0x46;
+    fx.passed(&options, Counter::PassIpOptions);
+    let mut hop_by_hop = Frame::v6(SERVER_V6).build(&query);
+    hop_by_hop[14 + 6] = 0;
+    fx.passed(&hop_by_hop, Counter::PassIpOptions);
+}
+
+#[test]
+fn a_frame_truncated_anywhere_is_passed_untouched() {
+    let fx = fixture();
+    let query = QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+        .edns(1232, false)
+        .bytes();
+    let frame = Frame::v4(SERVER_V4).build(&query);
+    // BPF_PROG_TEST_RUN itself refuses frames shorter than an Ethernet header.
+    for len in 14..frame.len() {
+        let (verdict, out) = fx.run(&frame[..len]);
+        assert_eq!(verdict, XDP_PASS, "truncated to {len} bytes");
+        assert_eq!(out, &frame[..len]);
+    }
+}
+
+#[test]
+fn malformed_questions_are_passed_untouched() {
+    let fx = fixture();
+    let good = a_query("one.prod.coreha.example");
+    let mutations: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "compression pointer in the question",
+            [&good[..12], &[0xc0, 0x0c, 0, 1, 0, 1]].concat(),
+        ),
+        (
+            "label over 63 bytes",
+            [&good[..12], &[64], &[b'a'; 64], &[0, 0, 1, 0, 1]].concat(),
+        ),
+        (
+            "reserved label type",
+            [&good[..12], &[0x41], &[b'a'; 1], &[0, 0, 1, 0, 1]].concat(),
+        ),
+        ("name over 255 bytes", {
+            let mut m = good[..12].to_vec();
+            for _ in 0..5 {
+                m.push(63);
+                m.extend_from_slice(&[b'a'; 63]);
+            }
+            m.extend_from_slice(&[0, 0, 1, 0, 1]);
+            m
+        }),
+        (
+            "name without its root",
+            [&good[..good.len() - 5], &[0, 1, 0, 1]].concat(),
+        ),
+        ("type and class missing", good[..good.len() - 4].to_vec()),
+        ("trailing bytes", [&good[..], &[0]].concat()),
+        ("header only", good[..12].to_vec()),
+    ];
+    for (what, dns) in mutations {
+        let frame = Frame::v4(SERVER_V4).build(&dns);
+        let (verdict, out) = fx.run(&frame);
+        assert_eq!(verdict, XDP_PASS, "{what}");
+        assert_eq!(out, frame, "{what}");
+    }
+}
+
+#[test]
+fn ethernet_padding_is_not_trailing_dns_bytes() {
+    let fx = fixture();
+    let frame = Frame {
+        trailer: vec![0; 6],
+        ..Frame::v4(SERVER_V4)
+    };
+    fx.answered(
+        &frame,
+        &a_query("one.prod.coreha.example"),
+        Counter::AnswerA,
+    );
+}
+
+#[test]
+fn headers_that_are_not_a_plain_query_are_passed() {
+    let fx = fixture();
+    let good = a_query("one.prod.coreha.example");
+    let with = |at: usize, bytes: &[u8]| {
+        let mut m = good.clone();
+        m[at..at + bytes.len()].copy_from_slice(bytes);
+        Frame::v4(SERVER_V4).build(&m)
+    };
+    fx.passed(&with(2, &[0x81, 0x00]), Counter::PassNotAQuery); // a response
+    fx.passed(&with(2, &[0x10, 0x00]), Counter::PassNotAQuery); // opcode STATUS
+    fx.passed(&with(4, &[0, 2]), Counter::PassNotAQuery); // two questions
+    fx.passed(&with(6, &[0, 1]), Counter::PassNotAQuery); // an answer
+    fx.passed(&with(8, &[0, 1]), Counter::PassNotAQuery); // an authority record
+    fx.passed(&with(10, &[0, 2]), Counter::PassNotAQuery); // two additional records
+}
+
+#[test]
+fn edns_other_than_a_clean_version_0_is_passed() {
+    let fx = fixture();
+    let version1 = QueryBuilder {
+        edns: Some((1232, false, 1, Vec::new())),
+        ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+    };
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&version1.bytes()),
+        Counter::PassEdnsVersion,
+    );
+    let bad_option = QueryBuilder {
+        edns: Some((1232, false, 0, vec![0, 10, 0, 9, 1, 2, 3])),
+        ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+    };
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&bad_option.bytes()),
+        Counter::PassMalformed,
+    );
+    let mut not_opt = QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+        .edns(1232, false)
+        .bytes();
+    let at = not_opt.len() - 10;
+    not_opt[at] = 250; // TSIG instead of OPT
+    fx.passed(
+        &Frame::v4(SERVER_V4).build(&not_opt),
+        Counter::PassNotAQuery,
+    );
+}
+
+#[test]
+fn a_cookie_option_is_accepted_and_not_echoed() {
+    let fx = fixture();
+    let cookie = QueryBuilder {
+        edns: Some((1232, false, 0, vec![0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8])),
+        ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+    };
+    let dns = fx.answered(&Frame::v4(SERVER_V4), &cookie.bytes(), Counter::AnswerA);
+    assert_eq!(&dns[dns.len() - 2..], &[0, 0], "no options in our OPT");
+}
