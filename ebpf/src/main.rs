@@ -88,7 +88,7 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     let query = dns::parse(ctx, &l4, scratch)?;
     let found = lookup::find(&query, scratch)?;
     let plan = answer::plan(&query, &found, scratch)?;
-    rewrite::into_answer(ctx, &l3, &l4, &query, &plan)?;
+    rewrite::into_answer(ctx, &l3, &l4, &query, &plan, scratch)?;
     Ok(plan.counter)
 }
 

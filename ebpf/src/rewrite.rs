@@ -4,7 +4,9 @@
 //! client gets its bytes back exactly (HAProxy compares them).
 
 use aya_ebpf::{
-    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    helpers::generated::{
+        bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
+    },
     programs::XdpContext,
 };
 use core::ffi::c_void;
@@ -24,6 +26,7 @@ use crate::{
     eth,
     ip::{self, L3},
     packet::{len, masked, ptr_at},
+    scratch::{FRONT_LEN, Scratch},
     udp::{self, L4},
 };
 
@@ -34,8 +37,14 @@ pub fn into_answer(
     l4: &L4,
     query: &Query,
     plan: &Plan,
+    scratch: &mut Scratch,
 ) -> Result<(), Counter> {
-    resize(ctx, l4.dns_offset + plan.dns_len)?;
+    resize(
+        ctx,
+        l4.dns_offset + plan.dns_len,
+        l4.dns_offset + query.question_end(),
+        scratch,
+    )?;
     // Offsets from the start of the UDP header: the checksum adds each piece at its parity.
     let question_end = UdpHdr::LEN + query.question_end();
     let mut sum = at_offset(query.name_sum, UdpHdr::LEN + HEADER_LEN);
@@ -76,16 +85,44 @@ fn type_class_sum(ctx: &XdpContext, l4: &L4, query: &Query) -> Result<u64, Count
     Ok(at_offset(fold(sum), at))
 }
 
-/// Grows or shrinks the packet to `new_len` bytes (dropping any link-layer padding too).
+/// Grows or shrinks the packet to `new_len` bytes (dropping any link-layer padding too), keeping
+/// its first `keep` bytes (headers and question) in place.
+///
+/// Growing at the tail needs tailroom, which some drivers' buffers lack (veth hands XDP packets
+/// in buffers cut to size); every native driver leaves XDP_PACKET_HEADROOM at the head, so the
+/// packet then grows at the head instead, its front copied forward.
 #[inline(always)]
-fn resize(ctx: &XdpContext, new_len: usize) -> Result<(), Counter> {
+fn resize(
+    ctx: &XdpContext,
+    new_len: usize,
+    keep: usize,
+    scratch: &mut Scratch,
+) -> Result<(), Counter> {
     let delta = new_len as i32 - len(ctx) as i32;
     if delta == 0 {
         return Ok(());
     }
     // SAFETY: the kernel checks the new size against the frame.
-    let rc = unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) };
-    if rc != 0 {
+    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } == 0 {
+        return Ok(());
+    }
+    if delta < 0 || keep == 0 || keep > FRONT_LEN {
+        return Err(Counter::PassNoRoom);
+    }
+    let front = scratch.front.as_mut_ptr() as *mut c_void;
+    // SAFETY: keep <= FRONT_LEN bytes into the scratch buffer; the kernel checks the packet.
+    if unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, front, keep as u32) } != 0 {
+        return Err(Counter::PassNoRoom);
+    }
+    // SAFETY: the kernel checks the headroom.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -delta) } != 0 {
+        return Err(Counter::PassNoRoom);
+    }
+    // The packet is now [delta new bytes][old packet]: put the front back at the start. What
+    // follows it is overwritten by the answer.
+    // SAFETY: as for the load.
+    if unsafe { bpf_xdp_store_bytes(ctx.ctx, 0, front, keep as u32) } != 0 {
+        // Half rewritten: not a packet to pass up any more.
         return Err(Counter::PassNoRoom);
     }
     Ok(())

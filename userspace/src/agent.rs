@@ -204,7 +204,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => (None, None, None),
     };
-    if let Some(local_addrs) = local_addrs {
+    if let Some(mut local_addrs) = local_addrs {
+        // Before serving: until the node's addresses are known, the kernel answers nothing.
+        local_addrs
+            .sync()
+            .context("cannot list the node's addresses")?;
         tokio::spawn(local_addrs.follow());
     }
     let health = Arc::new(Health::new(

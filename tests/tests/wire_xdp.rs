@@ -1,0 +1,239 @@
+//! Real packets through the real kernel path: the agent in one namespace, dig and kdig in
+//! another, a veth pair between them. The metrics prove which path answered.
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    clients::{dig, kdig},
+    netns::{BEHIND_SERVER_V4, Link, NetNs},
+    require_root,
+    vectors::CAPTURE_ZONE,
+};
+
+const PORT: u16 = 1053;
+
+fn records() -> String {
+    format!("{CAPTURE_ZONE}      dual: [198.18.0.20, \"2001:db8::20\"]\n")
+}
+
+fn xdp_answers(agent: &Agent) -> f64 {
+    agent.metric("hostport_dns_responses", &[("path", "xdp")])
+}
+
+fn userspace_answers(agent: &Agent) -> f64 {
+    agent.metric("hostport_dns_responses", &[("path", "userspace")])
+}
+
+fn start(link: &Link, dir: &TempDir, mode: &str) -> Agent {
+    let file = dir.write("records.yaml", &records());
+    Agent::start(
+        &link.server_ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            &link.server.ifname,
+            "--xdp-mode",
+            mode,
+        ],
+    )
+}
+
+#[test]
+fn dig_gets_the_a_record_from_xdp_over_ipv4() {
+    require_root();
+    let link = Link::new("dig4");
+    let dir = TempDir::new("dig4");
+    let agent = start(&link, &dir, "native");
+    let reply = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        PORT,
+        &["default-nginx.ingress.prod.coreha.example", "A"],
+    );
+    assert_eq!(reply.status, "NOERROR");
+    assert!(reply.has_flag("aa") && !reply.has_flag("ra"), "{reply:?}");
+    assert_eq!(
+        reply.answer_data(),
+        ["198.18.200.1", "198.18.200.2", "198.18.200.3"]
+    );
+    assert_eq!(reply.edns_udp, Some(1232));
+    assert_eq!(xdp_answers(&agent), 1.0, "answered in the kernel");
+    assert_eq!(
+        userspace_answers(&agent),
+        0.0,
+        "the userspace listener saw nothing"
+    );
+}
+
+#[test]
+fn kdig_gets_the_aaaa_record_from_xdp_over_ipv6() {
+    require_root();
+    let link = Link::new("kdig6");
+    let dir = TempDir::new("kdig6");
+    let agent = start(&link, &dir, "native");
+    let reply = kdig(
+        &link.client_ns,
+        link.server.ipv6,
+        PORT,
+        &["dual.prod.coreha.example", "AAAA"],
+    );
+    assert_eq!(reply.status, "NOERROR");
+    assert_eq!(reply.answer_data(), ["2001:db8::20"]);
+    let reply = kdig(
+        &link.client_ns,
+        link.server.ipv6,
+        PORT,
+        &["nope.prod.coreha.example", "A"],
+    );
+    assert_eq!(reply.status, "NXDOMAIN");
+    assert_eq!(reply.authority.len(), 1);
+    assert_eq!(reply.authority[0].rtype, "SOA");
+    assert_eq!(xdp_answers(&agent), 2.0);
+    assert_eq!(userspace_answers(&agent), 0.0);
+}
+
+#[test]
+fn generic_mode_answers_from_xdp_too() {
+    require_root();
+    let link = Link::new("generic");
+    let dir = TempDir::new("generic");
+    let agent = start(&link, &dir, "generic");
+    let reply = kdig(
+        &link.client_ns,
+        link.server.ipv4,
+        PORT,
+        &["svc1.ns1.prod.coreha.example", "A"],
+    );
+    assert_eq!(
+        reply.answer_data(),
+        ["198.18.101.5", "198.18.101.6", "198.18.101.7"]
+    );
+    assert_eq!(xdp_answers(&agent), 1.0);
+}
+
+#[test]
+fn a_miss_reaches_the_userspace_listener() {
+    require_root();
+    let link = Link::new("miss");
+    let dir = TempDir::new("miss");
+    let agent = start(&link, &dir, "native");
+    let reply = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        PORT,
+        &["prod.coreha.example", "SOA"],
+    );
+    assert_eq!(reply.status, "NOERROR");
+    assert_eq!(reply.answer.len(), 1);
+    let reply = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        PORT,
+        &["www.example.com", "A"],
+    );
+    assert_eq!(reply.status, "REFUSED");
+    assert_eq!(xdp_answers(&agent), 0.0);
+    assert_eq!(userspace_answers(&agent), 2.0);
+    assert_eq!(
+        agent.metric("hostport_dns_xdp_passed", &[("reason", "unsupported_type")]),
+        1.0
+    );
+    assert_eq!(
+        agent.metric("hostport_dns_xdp_passed", &[("reason", "not_in_zone")]),
+        1.0
+    );
+}
+
+#[test]
+fn a_query_for_an_address_behind_the_node_is_never_answered() {
+    require_root();
+    let link = Link::new("behind");
+    let dir = TempDir::new("behind");
+    let agent = start(&link, &dir, "native");
+    // The client sends the query to the server's MAC but for another host's address.
+    link.client_ns.ip(&[
+        "neigh",
+        "replace",
+        BEHIND_SERVER_V4,
+        "lladdr",
+        &link.server.mac,
+        "dev",
+        &link.client.ifname,
+    ]);
+    let out = link
+        .client_ns
+        .command("dig")
+        .args([
+            &format!("@{BEHIND_SERVER_V4}"),
+            "-p",
+            "1053",
+            "+tries=1",
+            "+timeout=1",
+            "one.prod.coreha.example",
+        ])
+        .output()
+        .expect("run dig");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("ANSWER SECTION"), "{text}");
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_xdp_passed",
+            &[("reason", "not_for_this_host")]
+        ),
+        1.0
+    );
+    assert_eq!(xdp_answers(&agent) + userspace_answers(&agent), 0.0);
+}
+
+#[test]
+fn the_readme_command_answers_dig_on_loopback() {
+    require_root();
+    let ns = NetNs::new("readme");
+    // `cargo xtask run` runs exactly this (in the host namespace).
+    let agent = Agent::start(&ns, &["--interface", "lo", "--xdp-mode", "generic"]);
+    let reply = dig(
+        &ns,
+        "127.0.0.1",
+        PORT,
+        &["default-nginx.ingress.demo.hostport.example"],
+    );
+    assert_eq!(reply.status, "NOERROR");
+    assert_eq!(
+        reply.answer_data(),
+        ["198.18.200.1", "198.18.200.2", "198.18.200.3"]
+    );
+    assert_eq!(xdp_answers(&agent), 1.0, "generic XDP on lo answered");
+}
+
+#[test]
+fn auto_mode_falls_back_to_generic_where_the_driver_cannot() {
+    require_root();
+    let ns = NetNs::new("auto");
+    let agent = Agent::start(&ns, &["--interface", "lo", "--xdp-mode", "auto"]);
+    assert!(
+        agent.logs().contains("falling back to generic mode"),
+        "{}",
+        agent.logs()
+    );
+    let reply = dig(&ns, "127.0.0.1", PORT, &["api.demo.hostport.example"]);
+    assert_eq!(reply.answer.len(), 3);
+    assert_eq!(xdp_answers(&agent), 1.0);
+}
+
+#[test]
+fn stopping_the_agent_detaches_the_program() {
+    require_root();
+    let link = Link::new("detach");
+    let dir = TempDir::new("detach");
+    let agent = start(&link, &dir, "native");
+    let attached = |link: &Link| {
+        let out = link
+            .server_ns
+            .ip(&["-j", "link", "show", &link.server.ifname]);
+        String::from_utf8_lossy(&out.stdout).contains("\"xdp\"")
+    };
+    assert!(attached(&link));
+    assert_eq!(agent.stop(), Some(0));
+    assert!(!attached(&link), "the program must be gone after SIGTERM");
+}
