@@ -37,6 +37,8 @@ use crate::{
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How the embedded example is named in logs.
+const EMBEDDED_SOURCE: &str = "<embedded example>";
 /// Name of the record-file source in metrics and logs.
 pub const FILE_SOURCE: &str = "file";
 
@@ -237,8 +239,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             error!(%err, "the metrics endpoint stopped");
         }
     });
+    let records = match &args.records {
+        Some(path) => path.display().to_string(),
+        None => EMBEDDED_SOURCE.to_owned(),
+    };
     info!(
         port = args.port,
+        %records,
         metrics = %args.metrics_listen,
         xdp = ?dataplane.as_ref().map(|d| &d.attachments),
         "hostport-dns is serving"
@@ -254,13 +261,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 fn initial_records(path: Option<&Path>) -> anyhow::Result<(Snapshot, Option<PathBuf>)> {
     match path {
         Some(path) => Ok((file::load(path)?, Some(path.to_owned()))),
-        None => {
-            info!("no record source given: serving the embedded example");
-            Ok((
-                file::parse(file::EMBEDDED_DEFAULT, Path::new("<embedded default>"))?,
-                None,
-            ))
-        }
+        None => Ok((
+            file::parse(file::EMBEDDED_DEFAULT, Path::new(EMBEDDED_SOURCE))?,
+            None,
+        )),
     }
 }
 

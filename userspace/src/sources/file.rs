@@ -128,7 +128,7 @@ struct ZoneEntry {
     #[serde(default)]
     ttl: Option<Ttl>,
     #[serde(default)]
-    records: BTreeMap<RelativeName, OneOrMany<IpAddr>>,
+    records: BTreeMap<RelativeName, Addresses>,
     #[serde(default)]
     srv: BTreeMap<RelativeName, Vec<SrvEntry>>,
     #[serde(default)]
@@ -171,20 +171,38 @@ struct SoaEntry {
     minimum: Option<Ttl>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany<T> {
-    One(T),
-    Many(Vec<T>),
+/// One address or a list of them; each bad address is reported where it stands.
+struct Addresses(Vec<IpAddr>);
+
+impl<'de> Deserialize<'de> for Addresses {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = Addresses;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an IP address or a list of IP addresses")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Addresses, E> {
+                parse_address(text).map(|a| Addresses(vec![a]))
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Addresses, A::Error> {
+                let mut addresses = Vec::new();
+                while let Some(text) = seq.next_element::<String>()? {
+                    addresses.push(parse_address(&text)?);
+                }
+                Ok(Addresses(addresses))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
-impl<T> OneOrMany<T> {
-    fn into_vec(self) -> Vec<T> {
-        match self {
-            Self::One(t) => vec![t],
-            Self::Many(v) => v,
-        }
-    }
+fn parse_address<E: de::Error>(text: &str) -> Result<IpAddr, E> {
+    text.parse()
+        .map_err(|_| E::custom(format!("{text:?} is not a valid IP address")))
 }
 
 impl ZoneEntry {
@@ -226,7 +244,7 @@ impl ZoneEntry {
         let mut records = Vec::new();
         for (name, addresses) in self.records {
             let name = name.resolve(&apex)?;
-            for address in addresses.into_vec() {
+            for address in addresses.0 {
                 let data = match address {
                     IpAddr::V4(a) => RecordData::A(a),
                     IpAddr::V6(a) => RecordData::Aaaa(a),

@@ -72,7 +72,7 @@ pub fn load(port: u16) -> Result<Ebpf, XdpError> {
     let mut ebpf = EbpfLoader::new()
         .override_global(maps::GLOBAL_DNS_PORT, &port, true)
         .load(EBPF_OBJECT)
-        .map_err(|e| classify(e.to_string()))?;
+        .map_err(|e| classify(chain(&e)))?;
     let program = xdp_program(&mut ebpf)?;
     program.load().map_err(|e| classify(describe(&e)))?;
     Ok(ebpf)
@@ -122,15 +122,21 @@ pub fn if_index(interface: &str) -> Result<u32, XdpError> {
     }
 }
 
-/// The error with its causes, and the verifier's last lines if it rejected the program.
-fn describe(error: &ProgramError) -> String {
+/// An error with its causes, one after the other.
+fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
+    let mut source = error.source();
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());
         source = cause.source();
     }
+    text
+}
+
+/// The error with its causes, and the verifier's last lines if it rejected the program.
+fn describe(error: &ProgramError) -> String {
+    let mut text = chain(error);
     if let ProgramError::LoadError { verifier_log, .. } = error {
         let log = verifier_log.to_string();
         let tail: Vec<&str> = log.lines().rev().take(8).collect();

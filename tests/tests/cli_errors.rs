@@ -1,0 +1,157 @@
+//! Bad input at start-up: one clear error line naming the cause, a non-zero exit, and nothing
+//! left attached.
+
+use std::{
+    net::UdpSocket,
+    os::unix::fs::PermissionsExt,
+    process::{Command, Output},
+};
+
+use hostport_dns_tests::{TempDir, agent::binary, netns::NetNs, require_root};
+
+/// Runs `hostport-dns run <args>` in the namespace and returns its output.
+fn run_agent(ns: &NetNs, args: &[&str]) -> Output {
+    ns.command(binary().to_str().expect("UTF-8"))
+        .args(["run", "--metrics-listen", "127.0.0.1:9253"])
+        .args(args)
+        .output()
+        .expect("run the agent")
+}
+
+/// The agent failed with exactly one line on stderr, which contains `expected`.
+fn assert_one_error_line(out: &Output, expected: &str) -> String {
+    assert!(!out.status.success(), "the agent must fail");
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    assert_eq!(stderr.lines().count(), 1, "one error line, got:\n{stderr}");
+    assert!(stderr.starts_with("hostport-dns: "), "{stderr}");
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in:\n{stderr}"
+    );
+    stderr
+}
+
+fn nothing_attached(ns: &NetNs) {
+    let out = ns.ip(&["-j", "link", "show"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains("\"xdp\""),
+        "an XDP program was left attached: {text}"
+    );
+}
+
+#[test]
+fn a_malformed_record_file_is_reported_with_its_line() {
+    require_root();
+    let ns = NetNs::new("badfile");
+    let dir = TempDir::new("badfile");
+    let file = dir.write(
+        "records.yaml",
+        "zones:\n  - name: example\n    records:\n      web: 198.18.0.300\n",
+    );
+    let out = run_agent(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+        ],
+    );
+    let line = assert_one_error_line(&out, &format!("{}:4:", file.display()));
+    assert!(
+        line.contains("\"198.18.0.300\" is not a valid IP address"),
+        "{line}"
+    );
+    nothing_attached(&ns);
+}
+
+#[test]
+fn a_missing_record_file_is_reported() {
+    require_root();
+    let ns = NetNs::new("nofile");
+    let out = run_agent(&ns, &["--records", "/nonexistent/records.yaml"]);
+    assert_one_error_line(&out, "/nonexistent/records.yaml: cannot read");
+}
+
+#[test]
+fn an_unknown_interface_is_reported() {
+    require_root();
+    let ns = NetNs::new("noif");
+    let out = run_agent(
+        &ns,
+        &[
+            "--interface",
+            "lo",
+            "--interface",
+            "nope0",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    assert_one_error_line(&out, "interface \"nope0\" does not exist");
+    nothing_attached(&ns);
+}
+
+#[test]
+fn a_port_in_use_is_reported() {
+    require_root();
+    let ns = NetNs::new("inuse");
+    // Another server holds the port (without SO_REUSEPORT).
+    let _holder: UdpSocket =
+        ns.run(|| UdpSocket::bind("0.0.0.0:1053").expect("bind the port first"));
+    let out = run_agent(&ns, &["--interface", "lo", "--xdp-mode", "generic"]);
+    assert_one_error_line(
+        &out,
+        "cannot listen on 0.0.0.0:1053: Address already in use",
+    );
+    nothing_attached(&ns);
+}
+
+#[test]
+fn missing_privileges_are_reported() {
+    require_root();
+    let ns = NetNs::new("nopriv");
+    // A copy of the binary that an unprivileged user can run wherever the checkout lives.
+    let dir = TempDir::new("nopriv");
+    std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let copy = dir.path.join("hostport-dns");
+    std::fs::copy(binary(), &copy).expect("copy the binary");
+    let out = ns
+        .command("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(&copy)
+        .args([
+            "run",
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+            "--metrics-listen",
+            "127.0.0.1:9253",
+        ])
+        .output()
+        .expect("run the agent unprivileged");
+    assert_one_error_line(&out, "needs CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON");
+    nothing_attached(&ns);
+}
+
+#[test]
+fn a_bad_option_is_reported_by_the_command_line_parser() {
+    let out = Command::new(binary())
+        .args(["run", "--xdp-mode", "sideways"])
+        .output()
+        .expect("run the agent");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'sideways' for '--xdp-mode"),
+        "{stderr}"
+    );
+}

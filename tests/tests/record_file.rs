@@ -1,0 +1,104 @@
+//! The record file as a live source: changes are served after a reload (on change or SIGHUP),
+//! and a broken edit keeps the previous records in service.
+
+use std::time::{Duration, Instant};
+
+use hostport_dns_tests::{TempDir, agent::Agent, clients::dig, netns::NetNs, require_root};
+
+const ZONE: &str = "zones:\n  - name: reload.example\n    records:\n      web: 198.18.5.1\n";
+
+/// Polls until `check` holds or ten seconds pass.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn web(ns: &NetNs) -> Vec<String> {
+    dig(ns, "127.0.0.1", 1053, &["web.reload.example"]).answer_data()
+}
+
+#[test]
+fn an_edited_file_is_served_from_both_paths() {
+    require_root();
+    let ns = NetNs::new("reload");
+    let dir = TempDir::new("reload");
+    let file = dir.write("records.yaml", ZONE);
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    assert_eq!(web(&ns), ["198.18.5.1"]);
+    dir.write(
+        "records.yaml",
+        &ZONE
+            .replace("198.18.5.1", "198.18.5.2, 198.18.5.3]")
+            .replace("web: 1", "web: [1"),
+    );
+    eventually("the new addresses", || {
+        web(&ns) == ["198.18.5.2", "198.18.5.3"]
+    });
+    assert!(
+        agent.metric("hostport_dns_responses", &[("path", "xdp")]) >= 2.0,
+        "answered by XDP after the reload"
+    );
+}
+
+#[test]
+fn a_broken_edit_keeps_the_previous_records() {
+    require_root();
+    let ns = NetNs::new("broken");
+    let dir = TempDir::new("broken");
+    let file = dir.write("records.yaml", ZONE);
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    dir.write(
+        "records.yaml",
+        "zones:\n  - name: reload.example\n    records:\n      web: not-an-address\n",
+    );
+    eventually("the error to be logged", || {
+        agent.logs().contains("record file not reloaded")
+    });
+    assert_eq!(web(&ns), ["198.18.5.1"]);
+}
+
+#[test]
+fn sighup_reloads_at_once() {
+    require_root();
+    let ns = NetNs::new("hup");
+    let dir = TempDir::new("hup");
+    let file = dir.write("records.yaml", ZONE);
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    let before = agent.metric("hostport_dns_table_updates", &[]);
+    agent.signal(libc::SIGHUP);
+    eventually("a publication after SIGHUP", || {
+        agent.metric("hostport_dns_table_updates", &[]) > before
+    });
+}
