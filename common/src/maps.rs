@@ -20,5 +20,8 @@ pub const PROGRAM: &str = "hostport_dns_xdp";
 /// A program that passes every packet (for the far end of a veth pair; see the test bed).
 pub const PASS_PROGRAM: &str = "hostport_dns_pass";
 
+/// The benchmark ceiling: reflects queries back without DNS work.
+pub const REFLECT_PROGRAM: &str = "hostport_dns_reflect";
+
 /// Global in the program holding the DNS port, set at load time.
 pub const GLOBAL_DNS_PORT: &str = "HPD_DNS_PORT";

@@ -15,6 +15,7 @@ mod eth;
 mod ip;
 mod lookup;
 mod packet;
+mod reflect;
 mod rewrite;
 mod scratch;
 mod stats;
@@ -98,6 +99,12 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
 #[xdp]
 pub fn hostport_dns_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// Benchmark ceiling: reflects DNS queries without any DNS work (see `reflect`).
+#[xdp]
+pub fn hostport_dns_reflect(ctx: XdpContext) -> u32 {
+    reflect::try_reflect(&ctx).unwrap_or(xdp_action::XDP_PASS)
 }
 
 #[cfg(not(test))]

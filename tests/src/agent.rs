@@ -84,6 +84,11 @@ impl Agent {
         agent
     }
 
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything the agent logged so far.
     pub fn logs(&self) -> String {
         self.logs.lock().map(|l| l.join("\n")).unwrap_or_default()

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod clients;
+pub mod knot;
 pub mod netns;
 pub mod packet;
 pub mod vectors;

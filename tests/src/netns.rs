@@ -122,6 +122,16 @@ pub const BEHIND_SERVER_V4: &str = "198.18.0.99";
 
 impl Link {
     pub fn new(tag: &str) -> Self {
+        Self::build(tag, true)
+    }
+
+    /// A link without the pass-through program on the client end, for generators that attach
+    /// their own XDP program there (kxdpgun).
+    pub fn bare(tag: &str) -> Self {
+        Self::build(tag, false)
+    }
+
+    fn build(tag: &str, pass_program: bool) -> Self {
         let server_ns = NetNs::new(&format!("{tag}-s"));
         let client_ns = NetNs::new(&format!("{tag}-c"));
         let suffix = unique_suffix();

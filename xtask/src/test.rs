@@ -23,7 +23,13 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
     let agent = cmd::build_agent()?;
     cmd::run(
         cmd::cargo()
-            .args(["test", "--release", "--workspace", "--exclude", "hostport-dns-ebpf"])
+            .args([
+                "test",
+                "--release",
+                "--workspace",
+                "--exclude",
+                "hostport-dns-ebpf",
+            ])
             .args(&args.cargo_test_args)
             .env("HOSTPORT_DNS_BIN", &agent),
     )

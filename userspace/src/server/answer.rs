@@ -143,41 +143,67 @@ fn answer_in_zone(
         response.add_authority(soa_record(zone, &apex));
         return ResponseCode::NXDomain;
     };
-    let ttl = zone.spec.ttl;
-    let answers = match question.query_type {
-        RecordType::A => addresses_a(qname, node, ttl),
-        RecordType::AAAA => addresses_aaaa(qname, node, ttl),
-        RecordType::SRV => {
-            let answers = srv_records(qname, node, ttl);
-            add_srv_target_addresses(node, table, response);
-            answers
-        }
-        RecordType::SOA if node.apex => vec![soa_record(zone, &apex)],
-        RecordType::NS if node.apex => {
-            add_name_server_addresses(zone, table, &apex, response);
-            name_server_records(zone, &apex)
-        }
-        // RFC 8482: one RRset is a complete answer to ANY.
-        RecordType::ANY => {
-            let any = [
-                addresses_a(qname, node, ttl),
-                addresses_aaaa(qname, node, ttl),
-                srv_records(qname, node, ttl),
-            ];
-            match any.into_iter().find(|set| !set.is_empty()) {
-                Some(set) => set,
-                None if node.apex => vec![soa_record(zone, &apex)],
-                None => Vec::new(),
-            }
-        }
-        _ => Vec::new(),
+    let at = AtName {
+        qname,
+        apex: &apex,
+        node,
+        zone,
+        table,
+    };
+    let (answers, additionals) = match question.query_type {
+        // RFC 8482: one RRset is a complete answer to ANY; the first of these that exists.
+        RecordType::ANY => [
+            RecordType::A,
+            RecordType::AAAA,
+            RecordType::NS,
+            RecordType::SRV,
+            RecordType::SOA,
+        ]
+        .into_iter()
+        .map(|qtype| at.records(qtype))
+        .find(|(answers, _)| !answers.is_empty())
+        .unwrap_or_default(),
+        qtype => at.records(qtype),
     };
     if answers.is_empty() {
         response.add_authority(soa_record(zone, &apex));
     } else {
         response.add_answers(answers);
+        response.add_additionals(additionals);
     }
     ResponseCode::NoError
+}
+
+/// An existing name in a zone, as the question spells it.
+struct AtName<'a> {
+    qname: &'a Name,
+    apex: &'a Name,
+    node: &'a Node,
+    zone: &'a Zone,
+    table: &'a RecordTable,
+}
+
+impl AtName<'_> {
+    /// The records of one type at the name, and the additional records that go with them.
+    fn records(&self, qtype: RecordType) -> (Vec<Record>, Vec<Record>) {
+        let ttl = self.zone.spec.ttl;
+        match qtype {
+            RecordType::A => (addresses_a(self.qname, self.node, ttl), Vec::new()),
+            RecordType::AAAA => (addresses_aaaa(self.qname, self.node, ttl), Vec::new()),
+            RecordType::SRV => (
+                srv_records(self.qname, self.node, ttl),
+                srv_target_addresses(self.node, self.table),
+            ),
+            RecordType::SOA if self.node.apex => {
+                (vec![soa_record(self.zone, self.apex)], Vec::new())
+            }
+            RecordType::NS if self.node.apex => (
+                name_server_records(self.zone, self.apex),
+                name_server_addresses(self.zone, self.table, self.apex),
+            ),
+            _ => (Vec::new(), Vec::new()),
+        }
+    }
 }
 
 /// PTR for the addresses the zones serve (as coreha does); any other name is not ours.
@@ -233,14 +259,16 @@ fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
         .collect()
 }
 
-/// SRV targets' addresses in the additional section: HAProxy's SRV mode reads them there.
-fn add_srv_target_addresses(node: &Node, table: &RecordTable, response: &mut Message) {
+/// SRV targets' addresses, for the additional section: HAProxy's SRV mode reads them there.
+fn srv_target_addresses(node: &Node, table: &RecordTable) -> Vec<Record> {
+    let mut out = Vec::new();
     for srv in &node.srv {
         if let (Some(target), Some(zone)) = (table.node(&srv.target), table.zone_for(&srv.target)) {
-            response.add_additionals(addresses_a(&srv.target, target, zone.spec.ttl));
-            response.add_additionals(addresses_aaaa(&srv.target, target, zone.spec.ttl));
+            out.extend(addresses_a(&srv.target, target, zone.spec.ttl));
+            out.extend(addresses_aaaa(&srv.target, target, zone.spec.ttl));
         }
     }
+    out
 }
 
 fn name_server_records(zone: &Zone, apex: &Name) -> Vec<Record> {
@@ -257,19 +285,17 @@ fn name_server_records(zone: &Zone, apex: &Name) -> Vec<Record> {
         .collect()
 }
 
-fn add_name_server_addresses(
-    zone: &Zone,
-    table: &RecordTable,
-    apex: &Name,
-    response: &mut Message,
-) {
+/// In-zone name servers' addresses, for the additional section (glue).
+fn name_server_addresses(zone: &Zone, table: &RecordTable, apex: &Name) -> Vec<Record> {
+    let mut out = Vec::new();
     for ns in &zone.spec.nameservers {
         if let Some(node) = table.node(&ns.name) {
             let owner = respell(&ns.name, zone, apex);
-            response.add_additionals(addresses_a(&owner, node, zone.spec.ttl));
-            response.add_additionals(addresses_aaaa(&owner, node, zone.spec.ttl));
+            out.extend(addresses_a(&owner, node, zone.spec.ttl));
+            out.extend(addresses_aaaa(&owner, node, zone.spec.ttl));
         }
     }
+    out
 }
 
 /// The zone's SOA record, owned by the apex as the question spells it.

@@ -1,0 +1,48 @@
+//! CPU accounting and placement: what a responder costs, separated from the generator.
+
+use std::{fs, process::Command};
+
+/// Clock ticks per second of /proc/<pid>/stat times.
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// CPU seconds (user + system) a thread or process has used.
+pub fn cpu_seconds(path: &str) -> f64 {
+    let Ok(stat) = fs::read_to_string(path) else { return 0.0 };
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0.0);
+    let stime: f64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0.0);
+    (utime + stime) / ticks_per_second()
+}
+
+/// CPU seconds of every thread of a process.
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    cpu_seconds(&format!("/proc/{pid}/stat"))
+}
+
+/// The NAPI kernel threads of an interface (threaded NAPI must be on). Their names are
+/// "napi/<ifname>-<id>", cut to 15 characters.
+pub fn napi_threads(ifname: &str) -> Vec<u32> {
+    let prefix: String = format!("napi/{ifname}-").chars().take(15).collect();
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
+        .collect()
+}
+
+/// Pins every thread of `pid` to `cpu`.
+pub fn pin(pid: u32, cpu: usize) {
+    let _ = Command::new("taskset").args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()]).output();
+}
+
+/// Sums CPU seconds over a set of pids.
+pub fn total_cpu(pids: &[u32]) -> f64 {
+    pids.iter().map(|p| process_cpu_seconds(*p)).sum()
+}

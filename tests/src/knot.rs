@@ -1,0 +1,219 @@
+//! Knot DNS as a reference: a zone file written from the same record table, served by knotd in
+//! a namespace, and a comparison of two answers section by section.
+
+use std::{
+    collections::BTreeSet,
+    fmt::Write as _,
+    net::SocketAddr,
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use hickory_proto::{
+    op::Message,
+    rr::{RData, Record, RecordType},
+};
+use hostport_dns::{
+    table::{RecordTable, Zone},
+    xdp::image::wire_name,
+};
+
+use crate::{TempDir, clients::udp_exchange, netns::NetNs, packet::QueryBuilder};
+
+/// A zone file (RFC 1035 master format) for one zone of the table.
+pub fn zone_file(table: &RecordTable, zone: &Zone) -> String {
+    let spec = &zone.spec;
+    let mut out = String::new();
+    let soa = &spec.soa;
+    let _ = writeln!(out, "$TTL {}", spec.ttl);
+    let _ = writeln!(
+        out,
+        "{} SOA {} {} {} {} {} {} {}",
+        spec.apex,
+        soa.mname,
+        soa.rname,
+        zone.serial,
+        soa.refresh,
+        soa.retry,
+        soa.expire,
+        soa.minimum
+    );
+    for ns in &spec.nameservers {
+        let _ = writeln!(out, "{} NS {}", spec.apex, ns.name);
+    }
+    let mut nodes: Vec<_> = table.nodes().filter(|(_, n)| n.zone == zone.id).collect();
+    nodes.sort_by_key(|(name, _)| wire_name(name));
+    for (name, node) in nodes {
+        for a in &node.a {
+            let _ = writeln!(out, "{name} A {a}");
+        }
+        for a in &node.aaaa {
+            let _ = writeln!(out, "{name} AAAA {a}");
+        }
+        for s in &node.srv {
+            let _ = writeln!(
+                out,
+                "{name} SRV {} {} {} {}",
+                s.priority, s.weight, s.port, s.target
+            );
+        }
+    }
+    out
+}
+
+/// knotd serving the table's zones, killed on drop.
+pub struct Knot {
+    child: Child,
+    _dir: TempDir,
+    pub addr: SocketAddr,
+}
+
+impl Knot {
+    pub fn start(ns: &NetNs, addr: SocketAddr, table: &RecordTable) -> Self {
+        Self::start_with(ns, addr, table, None)
+    }
+
+    /// knotd, in XDP mode on `xdp_interface` if given (UDP answered through AF_XDP), with one
+    /// worker of each kind.
+    pub fn start_with(
+        ns: &NetNs,
+        addr: SocketAddr,
+        table: &RecordTable,
+        xdp_interface: Option<&str>,
+    ) -> Self {
+        let dir = TempDir::new("knot");
+        let xdp = match xdp_interface {
+            Some(iface) => format!(
+                "xdp:\n  listen: {iface}@{}\n  udp: on\n  tcp: off\n  route-check: off\n",
+                addr.port()
+            ),
+            None => String::new(),
+        };
+        let mut conf = format!(
+            "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n\
+             {xdp}\
+             log:\n  - target: stderr\n    any: error\n\
+             database:\n  storage: {d}\n\
+             zone:\n",
+            addr.ip(),
+            addr.port(),
+            d = dir.path.display()
+        );
+        for zone in table.zones() {
+            let file = dir.write(&format!("{}zone", zone.spec.apex), &zone_file(table, zone));
+            let _ = write!(
+                conf,
+                "  - domain: {}\n    file: {}\n    journal-content: none\n    zonefile-sync: -1\n    semantic-checks: off\n",
+                zone.spec.apex,
+                file.display()
+            );
+        }
+        let conf_path = dir.write("knot.conf", &conf);
+        let child = ns
+            .command("knotd")
+            .arg("-c")
+            .arg(&conf_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start knotd");
+        let knot = Self {
+            child,
+            _dir: dir,
+            addr,
+        };
+        let probe = QueryBuilder::new(&table.zones()[0].spec.apex.to_string(), 6).bytes();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while udp_exchange(ns, addr, probe.clone()).is_none() {
+            assert!(Instant::now() < deadline, "knotd did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        knot
+    }
+}
+
+impl Knot {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Knot {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An answer reduced to what two correct servers must agree on: the header, and each section as
+/// a set, with the SOA serial (a content hash here, a counter in Knot) zeroed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Comparable {
+    pub id: u16,
+    pub rcode: String,
+    pub flags: String,
+    pub question: Vec<String>,
+    pub answer: BTreeSet<String>,
+    pub authority: BTreeSet<String>,
+    pub additional: BTreeSet<String>,
+    pub edns: Option<String>,
+}
+
+pub fn comparable(bytes: &[u8]) -> Comparable {
+    let m = Message::from_vec(bytes).expect("a parsable answer");
+    let md = &m.metadata;
+    let flags = format!(
+        "qr={} op={:?} aa={} tc={} rd={} ra={} ad={} cd={}",
+        md.message_type as u8,
+        md.op_code,
+        md.authoritative,
+        md.truncation,
+        md.recursion_desired,
+        md.recursion_available,
+        md.authentic_data,
+        md.checking_disabled
+    );
+    let section = |records: &[Record]| records.iter().map(describe).collect::<BTreeSet<_>>();
+    Comparable {
+        id: md.id,
+        rcode: format!("{:?}", md.response_code),
+        flags,
+        question: m
+            .queries
+            .iter()
+            .map(|q| format!("{} {:?} {:?}", q.name, q.query_type, q.query_class))
+            .collect(),
+        answer: section(&m.answers),
+        authority: section(&m.authorities),
+        additional: section(&m.additionals),
+        edns: m.edns.as_ref().map(|e| {
+            format!(
+                "payload={} version={} do={}",
+                e.max_payload(),
+                e.version(),
+                e.flags().dnssec_ok
+            )
+        }),
+    }
+}
+
+fn describe(record: &Record) -> String {
+    let data = match &record.data {
+        RData::SOA(soa) => format!(
+            "{} {} SERIAL {} {} {} {}",
+            soa.mname.to_lowercase(),
+            soa.rname.to_lowercase(),
+            soa.refresh,
+            soa.retry,
+            soa.expire,
+            soa.minimum
+        ),
+        other => other.to_string().to_lowercase(),
+    };
+    let rtype: RecordType = record.record_type();
+    format!(
+        "{} {} {rtype} {data}",
+        record.name.to_lowercase(),
+        record.ttl
+    )
+}

@@ -1,0 +1,370 @@
+//! The userspace server's authoritative semantics, on the wire with dig and kdig (XDP off, so
+//! every answer comes from userspace).
+
+use std::net::SocketAddr;
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    clients::{Reply, dig, kdig, tcp_exchange, udp_exchange},
+    netns::NetNs,
+    packet::QueryBuilder,
+    require_root,
+};
+
+const ZONE: &str = "zones:
+  - name: prod.coreha.example
+    ttl: 5
+    nameservers:
+      - { name: ns1, addresses: [198.18.0.53, \"2001:db8::53\"] }
+    records:
+      default-nginx.ingress: [198.18.200.1, 198.18.200.2, 198.18.200.3, \"2001:db8::c8:1\"]
+      node-1.nodes: 198.18.200.1
+      node-2.nodes: 198.18.200.2
+      big: [198.18.7.1, 198.18.7.2, 198.18.7.3, 198.18.7.4, 198.18.7.5, 198.18.7.6, 198.18.7.7, 198.18.7.8,
+            198.18.7.9, 198.18.7.10, 198.18.7.11, 198.18.7.12, 198.18.7.13, 198.18.7.14, 198.18.7.15, 198.18.7.16,
+            198.18.7.17, 198.18.7.18, 198.18.7.19, 198.18.7.20, 198.18.7.21, 198.18.7.22, 198.18.7.23, 198.18.7.24,
+            198.18.7.25, 198.18.7.26, 198.18.7.27, 198.18.7.28, 198.18.7.29, 198.18.7.30, 198.18.7.31, 198.18.7.32]
+    srv:
+      _https._tcp.default-nginx.ingress:
+        - { port: 443, target: node-1.nodes }
+        - { port: 8443, target: node-2.nodes }
+";
+
+const PORT: u16 = 1053;
+
+struct Server {
+    agent: Agent,
+    ns: NetNs,
+    _dir: TempDir,
+}
+
+fn server(tag: &str) -> Server {
+    require_root();
+    let ns = NetNs::new(tag);
+    let dir = TempDir::new(tag);
+    let file = dir.write("records.yaml", ZONE);
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    Server {
+        agent,
+        ns,
+        _dir: dir,
+    }
+}
+
+impl Server {
+    fn dig(&self, args: &[&str]) -> Reply {
+        dig(&self.ns, "127.0.0.1", PORT, args)
+    }
+}
+
+fn v4() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], PORT))
+}
+
+#[test]
+fn the_apex_has_soa_and_ns_with_glue() {
+    let s = server("apex");
+    let soa = s.dig(&["prod.coreha.example", "SOA"]);
+    assert_eq!((soa.status.as_str(), soa.answer.len()), ("NOERROR", 1));
+    assert!(
+        soa.answer[0]
+            .data
+            .starts_with("ns1.prod.coreha.example. hostmaster.prod.coreha.example. "),
+        "{soa:?}"
+    );
+    assert!(soa.has_flag("aa") && !soa.has_flag("ra"));
+    let ns = s.dig(&["prod.coreha.example", "NS"]);
+    assert_eq!(ns.answer_data(), ["ns1.prod.coreha.example."]);
+    let mut glue: Vec<String> = ns.additional.iter().map(|r| r.data.clone()).collect();
+    glue.sort();
+    assert_eq!(glue, ["198.18.0.53", "2001:db8::53"]);
+}
+
+#[test]
+fn the_soa_serial_is_the_same_for_the_same_data() {
+    let a = server("serial-a");
+    let b = server("serial-b");
+    let serial = |s: &Server| {
+        s.dig(&["prod.coreha.example", "SOA"]).answer[0]
+            .data
+            .split_whitespace()
+            .nth(2)
+            .map(str::to_owned)
+    };
+    assert_eq!(serial(&a), serial(&b));
+}
+
+#[test]
+fn other_types_at_an_existing_name_are_nodata() {
+    let s = server("nodata");
+    for qtype in ["MX", "TXT", "CAA", "PTR"] {
+        let reply = s.dig(&["default-nginx.ingress.prod.coreha.example", qtype]);
+        assert_eq!(reply.status, "NOERROR", "{qtype}");
+        assert!(reply.answer.is_empty(), "{qtype}");
+        assert_eq!(reply.authority.len(), 1, "{qtype}");
+        assert_eq!(reply.authority[0].rtype, "SOA");
+    }
+}
+
+#[test]
+fn unknown_names_are_nxdomain_with_the_soa() {
+    let s = server("nxdomain");
+    let reply = kdig(
+        &s.ns,
+        "127.0.0.1",
+        PORT,
+        &["nope.prod.coreha.example", "MX"],
+    );
+    assert_eq!(reply.status, "NXDOMAIN");
+    assert!(reply.has_flag("aa"));
+    assert_eq!(reply.authority[0].rtype, "SOA");
+}
+
+#[test]
+fn names_outside_the_zones_are_refused_without_recursion() {
+    let s = server("refused");
+    let reply = s.dig(&["www.example.com", "A", "+recurse"]);
+    assert_eq!(reply.status, "REFUSED");
+    assert!(!reply.has_flag("ra") && !reply.has_flag("aa"));
+}
+
+#[test]
+fn any_gets_one_rrset() {
+    let s = server("any");
+    let reply = s.dig(&["default-nginx.ingress.prod.coreha.example", "ANY"]);
+    assert_eq!(reply.status, "NOERROR");
+    let types: std::collections::BTreeSet<&str> =
+        reply.answer.iter().map(|r| r.rtype.as_str()).collect();
+    assert_eq!(types.len(), 1, "RFC 8482: one RRset, got {reply:?}");
+}
+
+#[test]
+fn srv_answers_carry_their_targets_addresses() {
+    let s = server("srv");
+    let reply = s.dig(&[
+        "_https._tcp.default-nginx.ingress.prod.coreha.example",
+        "SRV",
+    ]);
+    assert_eq!(
+        reply.answer_data(),
+        [
+            "0 1 443 node-1.nodes.prod.coreha.example.",
+            "0 1 8443 node-2.nodes.prod.coreha.example."
+        ]
+    );
+    let mut additional: Vec<(String, String)> = reply
+        .additional
+        .iter()
+        .map(|r| (r.name.clone(), r.data.clone()))
+        .collect();
+    additional.sort();
+    assert_eq!(
+        additional,
+        [
+            (
+                "node-1.nodes.prod.coreha.example.".into(),
+                "198.18.200.1".into()
+            ),
+            (
+                "node-2.nodes.prod.coreha.example.".into(),
+                "198.18.200.2".into()
+            )
+        ]
+    );
+}
+
+#[test]
+fn served_addresses_have_ptr_records() {
+    let s = server("ptr");
+    let reply = s.dig(&["-x", "198.18.200.1"]);
+    assert_eq!(reply.status, "NOERROR");
+    assert_eq!(
+        reply.answer_data(),
+        [
+            "default-nginx.ingress.prod.coreha.example.",
+            "node-1.nodes.prod.coreha.example."
+        ]
+    );
+    assert_eq!(s.dig(&["-x", "198.18.99.99"]).status, "REFUSED");
+    assert_eq!(
+        s.dig(&["-x", "2001:db8::c8:1"]).answer_data(),
+        ["default-nginx.ingress.prod.coreha.example."]
+    );
+}
+
+#[test]
+fn an_answer_too_big_for_udp_is_truncated_and_complete_over_tcp() {
+    let s = server("tc");
+    let truncated = s.dig(&["big.prod.coreha.example", "+noedns", "+ignore"]);
+    assert!(truncated.has_flag("tc"), "{truncated:?}");
+    assert!(truncated.answer.is_empty());
+    // dig retries over TCP on TC and gets everything.
+    let full = s.dig(&["big.prod.coreha.example", "+noedns"]);
+    assert_eq!(full.answer.len(), 32);
+    // With EDNS the 32 records fit in 1232 bytes.
+    let edns = s.dig(&["big.prod.coreha.example", "+bufsize=1232", "+ignore"]);
+    assert!(!edns.has_flag("tc"));
+    assert_eq!(edns.answer.len(), 32);
+    // Both UDP attempts without EDNS were truncated.
+    assert_eq!(s.agent.metric("hostport_dns_truncated", &[]), 2.0);
+}
+
+#[test]
+fn tcp_serves_several_queries_per_connection() {
+    let s = server("tcp");
+    let queries: Vec<Vec<u8>> = ["node-1.nodes", "node-2.nodes", "big"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            QueryBuilder {
+                id: i as u16 + 1,
+                ..QueryBuilder::new(&format!("{n}.prod.coreha.example"), 1)
+            }
+            .bytes()
+        })
+        .collect();
+    let answers = tcp_exchange(&s.ns, v4(), queries);
+    assert_eq!(answers.len(), 3);
+    for (i, answer) in answers.iter().enumerate() {
+        assert_eq!(
+            u16::from_be_bytes([answer[0], answer[1]]),
+            i as u16 + 1,
+            "answers in order"
+        );
+        assert_eq!(answer[3] & 0x0f, 0);
+    }
+    assert_eq!(
+        u16::from_be_bytes([answers[2][6], answers[2][7]]),
+        32,
+        "no truncation over TCP"
+    );
+    assert_eq!(
+        s.agent
+            .metric("hostport_dns_responses", &[("proto", "tcp")]),
+        3.0
+    );
+}
+
+#[test]
+fn the_question_comes_back_as_asked_and_cookies_are_ignored() {
+    let s = server("case");
+    // dig sends a cookie by default; a server without cookie support answers without one.
+    let out =
+        s.ns.command("dig")
+            .args([
+                "@127.0.0.1",
+                "-p",
+                "1053",
+                "+norec",
+                "DEFAULT-Nginx.Ingress.prod.coreha.example",
+                "AAAA",
+            ])
+            .output()
+            .expect("dig");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(";DEFAULT-Nginx.Ingress.prod.coreha.example. IN AAAA"),
+        "{text}"
+    );
+    let answer = text
+        .lines()
+        .find(|l| l.contains("2001:db8::c8:1"))
+        .unwrap_or_default();
+    assert!(
+        answer.starts_with("DEFAULT-Nginx.Ingress.prod.coreha.example."),
+        "{text}"
+    );
+    assert!(!text.contains("COOKIE"), "{text}");
+}
+
+#[test]
+fn edns_version_1_gets_badvers() {
+    let s = server("badvers");
+    let reply = s.dig(&["node-1.nodes.prod.coreha.example", "+edns=1", "+noednsneg"]);
+    assert_eq!(reply.status, "BADVERS");
+}
+
+#[test]
+fn other_opcodes_get_notimp() {
+    let s = server("notimp");
+    let reply = s.dig(&["node-1.nodes.prod.coreha.example", "+opcode=status"]);
+    assert_eq!(reply.status, "NOTIMP");
+}
+
+#[test]
+fn malformed_queries_get_formerr_or_nothing_and_service_goes_on() {
+    let s = server("formerr");
+    let good = QueryBuilder::new("node-1.nodes.prod.coreha.example", 1).bytes();
+    let cases: Vec<(&str, Vec<u8>, Option<u8>)> = vec![
+        ("too short for a header", vec![0x12, 0x34, 0x01], None),
+        (
+            "a response",
+            [&good[..2], &[0x81, 0x00], &good[4..]].concat(),
+            None,
+        ),
+        (
+            "truncated question",
+            good[..good.len() - 3].to_vec(),
+            Some(1),
+        ),
+        (
+            "trailing bytes",
+            [&good[..], &[0xff, 0xff]].concat(),
+            Some(1),
+        ),
+        (
+            "two questions",
+            [&good[..4], &[0, 2], &good[6..], &good[12..]].concat(),
+            Some(1),
+        ),
+        (
+            "label over 63",
+            [&good[..12], &[64], &[b'a'; 64], &[0, 0, 1, 0, 1]].concat(),
+            Some(1),
+        ),
+        (
+            "pointer loop",
+            [&good[..12], &[0xc0, 0x0c], &[0, 1, 0, 1]].concat(),
+            Some(1),
+        ),
+        (
+            "an answer record in a query",
+            [&good[..6], &[0, 1], &good[8..]].concat(),
+            Some(1),
+        ),
+    ];
+    for (what, query, rcode) in cases {
+        let answer = udp_exchange(&s.ns, v4(), query);
+        match rcode {
+            None => assert!(answer.is_none(), "{what}: no answer expected"),
+            Some(rcode) => {
+                let answer = answer.unwrap_or_else(|| panic!("{what}: no answer"));
+                assert_eq!(answer[3] & 0x0f, rcode, "{what}");
+                assert_eq!(&answer[..2], &[0x42, 0x42], "{what}: the ID is kept");
+            }
+        }
+    }
+    let answer = udp_exchange(&s.ns, v4(), good).expect("still serving");
+    assert_eq!(answer[3] & 0x0f, 0);
+}
+
+#[test]
+fn ipv6_clients_are_served_from_the_address_they_asked() {
+    let s = server("v6");
+    let reply = dig(
+        &s.ns,
+        "::1",
+        PORT,
+        &["default-nginx.ingress.prod.coreha.example", "AAAA"],
+    );
+    assert_eq!(reply.answer_data(), ["2001:db8::c8:1"]);
+}
