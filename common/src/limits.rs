@@ -90,8 +90,12 @@ pub const NAMES_CAPACITY: u32 = 262_144;
 /// Capacity of the zone table.
 pub const ZONES_CAPACITY: u32 = 256;
 
-/// Capacity of each local-address set (the node's own addresses, VIPs included).
-pub const LOCAL_ADDRS_CAPACITY: u32 = 4096;
+/// IPv4 addresses of the node the kernel recognises as its own (VIPs included), scanned in order
+/// (verifier: bounds the scan; a node with more has the rest answered by userspace).
+pub const MAX_LOCAL_V4: usize = 16;
+
+/// IPv6 addresses of the node the kernel recognises as its own.
+pub const MAX_LOCAL_V6: usize = 16;
 
 /// The DNS port hostport-dns serves by default (not 53: it runs beside the node's resolver).
 pub const DEFAULT_DNS_PORT: u16 = 1053;

@@ -5,10 +5,8 @@
 pub const NAMES: &str = "HPD_NAMES";
 /// Zone id → [`crate::record::ZoneEntry`].
 pub const ZONES: &str = "HPD_ZONES";
-/// The node's IPv4 addresses (keys; the value is unused).
-pub const LOCAL_V4: &str = "HPD_LOCAL_V4";
-/// The node's IPv6 addresses.
-pub const LOCAL_V6: &str = "HPD_LOCAL_V6";
+/// The node's own addresses: one [`crate::record::LocalAddrs`].
+pub const LOCAL: &str = "HPD_LOCAL";
 /// Per-CPU counters indexed by [`crate::counters::Counter`].
 pub const COUNTERS: &str = "HPD_COUNTERS";
 /// Per-CPU scratch space of the program.

@@ -4,8 +4,8 @@
 //! sides agree on their bytes.
 
 use crate::limits::{
-    A_RRS_CAPACITY, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, MAX_SOA_PATCHES, MAX_SOA_RR_LEN,
-    NAME_BUF_LEN,
+    A_RRS_CAPACITY, AAAA_RRS_CAPACITY, MAX_LOCAL_V4, MAX_LOCAL_V6, MAX_SOA_GUARDS, MAX_SOA_PATCHES,
+    MAX_SOA_RR_LEN, NAME_BUF_LEN,
 };
 
 /// Key of the name table: [`crate::hash`] of the lower-case wire name.
@@ -134,8 +134,26 @@ impl ZoneEntry {
     };
 }
 
-/// Value of the local-address sets (only the keys matter).
-pub type LocalAddrValue = u8;
+/// The node's own addresses, VIPs included, which the kernel answers for. A short array scanned
+/// in order costs less than a hash lookup per packet; the agent rewrites it whole when the node's
+/// addresses change (a reader racing the write sees old or new addresses, never others).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalAddrs {
+    pub v4_count: u32,
+    pub v6_count: u32,
+    pub v4: [[u8; 4]; MAX_LOCAL_V4],
+    pub v6: [[u8; 16]; MAX_LOCAL_V6],
+}
+
+impl LocalAddrs {
+    pub const EMPTY: Self = Self {
+        v4_count: 0,
+        v6_count: 0,
+        v4: [[0; 4]; MAX_LOCAL_V4],
+        v6: [[0; 16]; MAX_LOCAL_V6],
+    };
+}
 
 // No implicit padding: the sizes equal the sums of the fields.
 const _: () = assert!(
@@ -147,9 +165,13 @@ const _: () = assert!(
         == 10 * MAX_SOA_GUARDS + 2 * 7 + 4 * MAX_SOA_PATCHES + MAX_SOA_RR_LEN + 2
 );
 
+const _: () =
+    assert!(core::mem::size_of::<LocalAddrs>() == 8 + 4 * MAX_LOCAL_V4 + 16 * MAX_LOCAL_V6);
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain-old-data, repr(C), no padding (asserted above).
     unsafe impl aya::Pod for super::NameEntry {}
     unsafe impl aya::Pod for super::ZoneEntry {}
+    unsafe impl aya::Pod for super::LocalAddrs {}
 }

@@ -4,8 +4,10 @@ use aya_ebpf::programs::XdpContext;
 use hostport_dns_common::counters::Counter;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
+use hostport_dns_common::limits::{MAX_LOCAL_V4, MAX_LOCAL_V6};
+
 use crate::{
-    HPD_LOCAL_V4, HPD_LOCAL_V6,
+    HPD_LOCAL,
     eth::{Family, L2},
     packet::{be16, len, ptr_at},
 };
@@ -96,23 +98,48 @@ fn parse_v6(ctx: &XdpContext, l3_offset: usize) -> Result<L3, Counter> {
 /// a query to a pod behind the node, or to a broadcast or multicast address, goes up the stack.
 #[inline(always)]
 pub fn ensure_addressed_to_this_host(ctx: &XdpContext, l3: &L3) -> Result<(), Counter> {
-    let local = match l3.family {
+    let local = HPD_LOCAL.get(0).ok_or(Counter::PassNotForThisHost)?;
+    let found = match l3.family {
         Family::V4 => {
             let ip: *mut Ipv4Hdr = ptr_at(ctx, l3.l3_offset)?;
             // SAFETY: bounds checked by ptr_at.
-            let dst = unsafe { (*ip).dst_addr };
-            // SAFETY: lookup result only tested for presence.
-            unsafe { HPD_LOCAL_V4.get(dst) }.is_some()
+            let dst = u32::from_ne_bytes(unsafe { (*ip).dst_addr });
+            let count = local.v4_count as usize;
+            let mut found = false;
+            let mut i = 0;
+            while i < MAX_LOCAL_V4 {
+                if i >= count {
+                    break;
+                }
+                if u32::from_ne_bytes(local.v4[i]) == dst {
+                    found = true;
+                    break;
+                }
+                i += 1;
+            }
+            found
         }
         Family::V6 => {
             let ip: *mut Ipv6Hdr = ptr_at(ctx, l3.l3_offset)?;
             // SAFETY: bounds checked by ptr_at.
-            let dst = unsafe { (*ip).dst_addr };
-            // SAFETY: lookup result only tested for presence.
-            unsafe { HPD_LOCAL_V6.get(dst) }.is_some()
+            let dst = u128::from_ne_bytes(unsafe { (*ip).dst_addr });
+            let count = local.v6_count as usize;
+            let mut found = false;
+            let mut i = 0;
+            while i < MAX_LOCAL_V6 {
+                if i >= count {
+                    break;
+                }
+                if u128::from_ne_bytes(local.v6[i]) == dst {
+                    found = true;
+                    break;
+                }
+                i += 1;
+            }
+            found
         }
     };
-    if local {
+    if found {
         Ok(())
     } else {
         Err(Counter::PassNotForThisHost)

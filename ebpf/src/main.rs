@@ -24,13 +24,13 @@ mod udp;
 use aya_ebpf::{
     bindings::xdp_action,
     macros::{map, xdp},
-    maps::{HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::XdpContext,
 };
 use hostport_dns_common::{
     counters::{COUNTER_SLOTS, Counter},
-    limits::{LOCAL_ADDRS_CAPACITY, NAMES_CAPACITY, ZONES_CAPACITY},
-    record::{LocalAddrValue, NameEntry, NameKey, ZoneEntry, ZoneId},
+    limits::{NAMES_CAPACITY, ZONES_CAPACITY},
+    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry, ZoneId},
 };
 
 /// `BPF_F_NO_PREALLOC`: entries are allocated per update and freed after an RCU grace period, so
@@ -47,12 +47,7 @@ static HPD_ZONES: HashMap<ZoneId, ZoneEntry> =
     HashMap::with_max_entries(ZONES_CAPACITY, NO_PREALLOC);
 
 #[map]
-static HPD_LOCAL_V4: HashMap<[u8; 4], LocalAddrValue> =
-    HashMap::with_max_entries(LOCAL_ADDRS_CAPACITY, 0);
-
-#[map]
-static HPD_LOCAL_V6: HashMap<[u8; 16], LocalAddrValue> =
-    HashMap::with_max_entries(LOCAL_ADDRS_CAPACITY, 0);
+static HPD_LOCAL: Array<LocalAddrs> = Array::with_max_entries(1, 0);
 
 #[map]
 static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);

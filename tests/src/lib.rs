@@ -4,11 +4,13 @@
 //! Everything a test creates is removed when its guard drops, also when the test panics.
 
 pub mod agent;
+pub mod bench;
 pub mod clients;
 pub mod knot;
 pub mod netns;
 pub mod packet;
 pub mod vectors;
+pub mod xdp;
 
 use std::path::PathBuf;
 

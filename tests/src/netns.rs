@@ -194,7 +194,9 @@ impl Link {
             client_ns,
             server_ns,
         };
-        link.pass_program = Some(attach_pass_program(&link.client_ns, &link.client.ifname));
+        if pass_program {
+            link.pass_program = Some(attach_pass_program(&link.client_ns, &link.client.ifname));
+        }
         link
     }
 }

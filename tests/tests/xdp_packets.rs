@@ -7,26 +7,14 @@
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use aya::{
-    Ebpf,
-    maps::{HashMap as BpfHashMap, MapData},
-    programs::{TestRun, TestRunOptions, Xdp},
-};
-use hostport_dns::{
-    server::answer::{Transport, respond},
-    sources::file,
-    table::RecordTable,
-    xdp::{counters::Counters, image, loader, writer::MapWriter},
-};
-use hostport_dns_common::{counters::Counter, maps};
+use hostport_dns::server::answer::{Transport, respond};
+use hostport_dns_common::counters::Counter;
 use hostport_dns_tests::{
     packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},
     require_root,
     vectors::{CAPTURE_ZONE, client_queries},
+    xdp::{Program, XDP_PASS, XDP_TX},
 };
-
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
 const SERVER_V4: &str = "198.18.0.1";
 const SERVER_V6: &str = "2001:db8::1";
 const TYPE_A: u16 = 1;
@@ -74,67 +62,32 @@ fn zone_file() -> String {
     )
 }
 
-struct Fixture {
-    ebpf: Ebpf,
-    table: RecordTable,
-    counters: Counters,
-    _writer: MapWriter,
-}
-
-fn fixture() -> MutexGuard<'static, Fixture> {
-    static FIXTURE: OnceLock<Mutex<Fixture>> = OnceLock::new();
+fn fixture() -> MutexGuard<'static, Program> {
+    static FIXTURE: OnceLock<Mutex<Program>> = OnceLock::new();
     FIXTURE
         .get_or_init(|| {
             require_root();
-            let snapshot = file::parse(&zone_file(), "test zones".as_ref()).expect("valid zones");
-            let (table, warnings) = RecordTable::compile(&snapshot.zones, &snapshot.records);
-            assert!(warnings.is_empty(), "{warnings:?}");
-            let mut ebpf = loader::load(1053).expect("load the XDP program");
-            let mut writer = MapWriter::new(&mut ebpf).expect("the name maps");
-            writer.apply(image::build(&table)).expect("write the table");
-            let mut v4: BpfHashMap<MapData, [u8; 4], u8> =
-                BpfHashMap::try_from(ebpf.take_map(maps::LOCAL_V4).expect("v4 set"))
-                    .expect("a hash map");
-            v4.insert([198, 18, 0, 1], 1, 0)
-                .expect("add the server address");
-            let mut v6: BpfHashMap<MapData, [u8; 16], u8> =
-                BpfHashMap::try_from(ebpf.take_map(maps::LOCAL_V6).expect("v6 set"))
-                    .expect("a hash map");
-            let server_v6: std::net::Ipv6Addr = SERVER_V6.parse().expect("an address");
-            v6.insert(server_v6.octets(), 1, 0)
-                .expect("add the server address");
-            let counters = Counters::new(&mut ebpf).expect("the counters");
-            Mutex::new(Fixture {
-                ebpf,
-                table,
-                counters,
-                _writer: writer,
-            })
+            let local = [
+                SERVER_V4.parse().expect("an address"),
+                SERVER_V6.parse().expect("an address"),
+            ];
+            Mutex::new(Program::load(&zone_file(), &local))
         })
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl Fixture {
-    /// Runs one frame; returns the verdict and the frame as the program left it.
-    fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
-        let program: &Xdp = self
-            .ebpf
-            .program(maps::PROGRAM)
-            .expect("the program")
-            .try_into()
-            .expect("XDP");
-        let mut out = vec![0u8; 4096];
-        let result = program
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                repeat: 1,
-                ..Default::default()
-            })
-            .expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        (result.return_value, out)
+/// Checks on what the program did with a frame.
+trait Expect {
+    fn run_once(&self, frame: &[u8]) -> (u32, Vec<u8>);
+    fn answered(&self, frame_spec: &Frame, dns: &[u8], counter: Counter) -> Vec<u8>;
+    fn passed(&self, frame: &[u8], reason: Counter);
+}
+
+impl Expect for Program {
+    fn run_once(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        let (verdict, out, _) = self.run(frame);
+        (verdict, out)
     }
 
     /// The frame must be answered; checks the headers were turned around and returns the DNS
@@ -142,7 +95,7 @@ impl Fixture {
     fn answered(&self, frame_spec: &Frame, dns: &[u8], counter: Counter) -> Vec<u8> {
         let before = self.counters.get(counter);
         let frame = frame_spec.build(dns);
-        let (verdict, out) = self.run(&frame);
+        let (verdict, out) = self.run_once(&frame);
         assert_eq!(verdict, XDP_TX, "expected an answer from XDP");
         let parsed = parse_checked(&out);
         assert_eq!(parsed.dst_mac, CLIENT_MAC);
@@ -172,7 +125,7 @@ impl Fixture {
     /// The frame must be passed up untouched, counted under `reason`.
     fn passed(&self, frame: &[u8], reason: Counter) {
         let before = self.counters.get(reason);
-        let (verdict, out) = self.run(frame);
+        let (verdict, out) = self.run_once(frame);
         assert_eq!(verdict, XDP_PASS, "expected the packet to be passed");
         assert_eq!(hex(&out), hex(frame), "a passed packet must be untouched");
         assert_eq!(
@@ -501,7 +454,7 @@ fn a_frame_truncated_anywhere_is_passed_untouched() {
     let frame = Frame::v4(SERVER_V4).build(&query);
     // BPF_PROG_TEST_RUN itself refuses frames shorter than an Ethernet header.
     for len in 14..frame.len() {
-        let (verdict, out) = fx.run(&frame[..len]);
+        let (verdict, out) = fx.run_once(&frame[..len]);
         assert_eq!(verdict, XDP_PASS, "truncated to {len} bytes");
         assert_eq!(out, &frame[..len]);
     }
@@ -543,7 +496,7 @@ fn malformed_questions_are_passed_untouched() {
     ];
     for (what, dns) in mutations {
         let frame = Frame::v4(SERVER_V4).build(&dns);
-        let (verdict, out) = fx.run(&frame);
+        let (verdict, out) = fx.run_once(&frame);
         assert_eq!(verdict, XDP_PASS, "{what}");
         assert_eq!(out, frame, "{what}");
     }

@@ -11,9 +11,13 @@ fn ticks_per_second() -> f64 {
 
 /// CPU seconds (user + system) a thread or process has used.
 pub fn cpu_seconds(path: &str) -> f64 {
-    let Ok(stat) = fs::read_to_string(path) else { return 0.0 };
+    let Ok(stat) = fs::read_to_string(path) else {
+        return 0.0;
+    };
     // Fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else { return 0.0 };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let utime: f64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0.0);
     let stime: f64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0.0);
@@ -29,20 +33,60 @@ pub fn process_cpu_seconds(pid: u32) -> f64 {
 /// "napi/<ifname>-<id>", cut to 15 characters.
 pub fn napi_threads(ifname: &str) -> Vec<u32> {
     let prefix: String = format!("napi/{ifname}-").chars().take(15).collect();
-    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     entries
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end().starts_with(&prefix)))
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end().starts_with(&prefix))
+        })
         .collect()
 }
 
 /// Pins every thread of `pid` to `cpu`.
 pub fn pin(pid: u32, cpu: usize) {
-    let _ = Command::new("taskset").args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()]).output();
+    let _ = Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .output();
 }
 
 /// Sums CPU seconds over a set of pids.
 pub fn total_cpu(pids: &[u32]) -> f64 {
     pids.iter().map(|p| process_cpu_seconds(*p)).sum()
+}
+
+/// Busy (non-idle) seconds of one CPU since boot, from /proc/stat: everything that ran there,
+/// softirq work included.
+pub fn cpu_busy_seconds(cpu: usize) -> f64 {
+    let Ok(stat) = fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let prefix = format!("cpu{cpu} ");
+    let Some(line) = stat.lines().find(|l| l.starts_with(&prefix)) else {
+        return 0.0;
+    };
+    let fields: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: f64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0.0) + fields.get(4).copied().unwrap_or(0.0);
+    (total - idle) / ticks_per_second()
+}
+
+/// Turns on GRO and threaded NAPI for an interface inside a namespace, so that its receive
+/// work runs in a kernel thread that can be pinned (and measured).
+pub fn threaded_napi(ns: &crate::netns::NetNs, ifname: &str) {
+    let _ = ns
+        .command("ethtool")
+        .args(["-K", ifname, "gro", "on"])
+        .output();
+    let _ = ns
+        .command("sh")
+        .args(["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")])
+        .output();
 }

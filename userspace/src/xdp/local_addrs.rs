@@ -1,9 +1,9 @@
-//! Keeps the XDP program's local-address sets equal to the node's addresses, VIPs included:
-//! only packets for these addresses are answered in the kernel. The sets are re-read whenever
-//! the kernel announces an address change (netlink) and every few seconds regardless.
+//! Keeps the XDP program's local-address array equal to the node's addresses, VIPs included:
+//! only packets for these addresses are answered in the kernel. It is rewritten whenever the
+//! kernel announces an address change (netlink) and checked every few seconds regardless.
 
 use std::{
-    collections::HashSet,
+    collections::BTreeSet,
     net::IpAddr,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     time::Duration,
@@ -11,54 +11,50 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData},
+    maps::{Array, MapData},
 };
-use hostport_dns_common::{maps, record::LocalAddrValue};
+use hostport_dns_common::{
+    limits::{MAX_LOCAL_V4, MAX_LOCAL_V6},
+    maps,
+    record::LocalAddrs as LocalAddrsValue,
+};
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, warn};
 
-use crate::xdp::writer::{WriteError, take};
+use crate::xdp::writer::WriteError;
 
 /// Re-read the addresses at least this often, in case a netlink message was lost.
 const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
 
 pub struct LocalAddrs {
-    v4: BpfHashMap<MapData, [u8; 4], LocalAddrValue>,
-    v6: BpfHashMap<MapData, [u8; 16], LocalAddrValue>,
-    written: HashSet<IpAddr>,
+    array: Array<MapData, LocalAddrsValue>,
+    written: Option<LocalAddrsValue>,
 }
 
 impl LocalAddrs {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
-        let v4 = take(ebpf, maps::LOCAL_V4)?;
-        let v6 = take(ebpf, maps::LOCAL_V6)?;
-        let mut written = HashSet::new();
-        written.extend(v4.keys().flatten().map(|k: [u8; 4]| IpAddr::from(k)));
-        written.extend(v6.keys().flatten().map(|k: [u8; 16]| IpAddr::from(k)));
-        Ok(Self { v4, v6, written })
+        let map = ebpf
+            .take_map(maps::LOCAL)
+            .ok_or(WriteError::MissingMap(maps::LOCAL))?;
+        let array = Array::try_from(map).map_err(|source| WriteError::Map {
+            map: maps::LOCAL,
+            source,
+        })?;
+        Ok(Self {
+            array,
+            written: None,
+        })
     }
 
     /// Writes the node's current addresses; returns how many there are.
     pub fn sync(&mut self) -> std::io::Result<usize> {
         let current = node_addresses()?;
-        for addr in current.difference(&self.written) {
-            let result = match addr {
-                IpAddr::V4(a) => self.v4.insert(a.octets(), 1, 0),
-                IpAddr::V6(a) => self.v6.insert(a.octets(), 1, 0),
-            };
-            if let Err(err) = result {
-                warn!(%addr, %err, "cannot add a local address to the XDP set");
-            }
+        let value = compile(&current);
+        if self.written != Some(value) {
+            self.array.set(0, value, 0).map_err(std::io::Error::other)?;
+            self.written = Some(value);
         }
-        for addr in self.written.difference(&current) {
-            let _ = match addr {
-                IpAddr::V4(a) => self.v4.remove(&a.octets()),
-                IpAddr::V6(a) => self.v6.remove(&a.octets()),
-            };
-        }
-        let count = current.len();
-        self.written = current;
-        Ok(count)
+        Ok(current.len())
     }
 
     /// Follows address changes until the task is dropped.
@@ -81,9 +77,34 @@ impl LocalAddrs {
     }
 }
 
+/// The kernel's view of a set of addresses. Beyond the array's capacity, addresses are left to
+/// userspace (which answers on every address).
+pub fn compile(addresses: &BTreeSet<IpAddr>) -> LocalAddrsValue {
+    let mut value = LocalAddrsValue::EMPTY;
+    let (mut v4, mut v6) = (0usize, 0usize);
+    for address in addresses {
+        match address {
+            IpAddr::V4(a) if v4 < MAX_LOCAL_V4 => {
+                value.v4[v4] = a.octets();
+                v4 += 1;
+            }
+            IpAddr::V6(a) if v6 < MAX_LOCAL_V6 => {
+                value.v6[v6] = a.octets();
+                v6 += 1;
+            }
+            other => {
+                warn!(address = %other, "more local addresses than the kernel checks; this one is answered by userspace")
+            }
+        }
+    }
+    value.v4_count = v4 as u32;
+    value.v6_count = v6 as u32;
+    value
+}
+
 /// Every unicast address of every interface.
-pub fn node_addresses() -> std::io::Result<HashSet<IpAddr>> {
-    let mut addresses = HashSet::new();
+pub fn node_addresses() -> std::io::Result<BTreeSet<IpAddr>> {
+    let mut addresses = BTreeSet::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills head with a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {

@@ -1,0 +1,112 @@
+//! Load generators: kxdpgun (AF_XDP, one core) and dnsperf, run from the client namespace.
+
+use std::path::Path;
+
+use crate::netns::{NetNs, sh};
+
+/// What a generator reported.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Load {
+    pub sent: u64,
+    pub answered: u64,
+    pub seconds: f64,
+}
+
+impl Load {
+    pub fn answered_per_second(&self) -> f64 {
+        self.answered as f64 / self.seconds.max(1e-9)
+    }
+
+    pub fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            1.0 - self.answered as f64 / self.sent as f64
+        }
+    }
+}
+
+/// kxdpgun at `qps` for `seconds`, pinned to `cpu`, through `ifname` to `server:port`.
+#[allow(clippy::too_many_arguments)]
+pub fn kxdpgun(
+    ns: &NetNs,
+    ifname: &str,
+    server: &str,
+    port: u16,
+    queries: &Path,
+    qps: u64,
+    seconds: u64,
+    cpu: usize,
+) -> Load {
+    let out = sh(ns.command("kxdpgun").args([
+        "-t",
+        &seconds.to_string(),
+        "-Q",
+        &qps.to_string(),
+        "-F",
+        &cpu.to_string(),
+        "-I",
+        ifname,
+        "-p",
+        &port.to_string(),
+        "-i",
+        queries.to_str().expect("UTF-8"),
+        server,
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let number_after = |label: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(label))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    Load {
+        sent: number_after("total queries:"),
+        answered: number_after("total replies:"),
+        seconds: seconds as f64,
+    }
+}
+
+/// dnsperf over `mode` ("udp" or "tcp") with `clients` concurrent clients, for `seconds`.
+pub fn dnsperf(
+    ns: &NetNs,
+    server: &str,
+    port: u16,
+    queries: &Path,
+    mode: &str,
+    clients: u32,
+    seconds: u64,
+) -> Load {
+    let out = sh(ns.command("dnsperf").args([
+        "-s",
+        server,
+        "-p",
+        &port.to_string(),
+        "-d",
+        queries.to_str().expect("UTF-8"),
+        "-m",
+        mode,
+        "-c",
+        &clients.to_string(),
+        "-T",
+        "1",
+        "-l",
+        &seconds.to_string(),
+        "-q",
+        "1000",
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let number_after = |label: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(label))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Load {
+        sent: number_after("Queries sent:") as u64,
+        answered: number_after("Queries completed:") as u64,
+        seconds: number_after("Run time (s):").max(1e-9),
+    }
+}

@@ -1,0 +1,265 @@
+//! `cargo xtask bench <xdp|userspace>`: figures and ratios, peers side by side in one run.
+//! Never assertions: these machines are noisy; read the figures.
+
+use std::time::Duration;
+
+use hostport_dns::{sources::file, table::RecordTable};
+use hostport_dns_tests::{
+    TempDir,
+    bench::{
+        self, kernel,
+        load::{self, Load},
+        print_table,
+        responders::{self, Kind, PORT},
+        system,
+    },
+    netns::Link,
+    require_root,
+};
+
+/// CPU the responder (its processes and receive thread) is pinned to.
+const RESPONDER_CPU: usize = 0;
+/// CPU the load generator is pinned to.
+const GENERATOR_CPU: usize = 1;
+
+fn main() {
+    require_root();
+    let what = std::env::args().nth(1).unwrap_or_default();
+    match what.as_str() {
+        "xdp" => xdp(),
+        "userspace" => userspace(),
+        "kernel" => {
+            let runs = std::env::var("HPD_BENCH_RUNS")
+                .ok()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(20_000);
+            kernel::run(runs);
+        }
+        other => {
+            eprintln!("usage: hostport-dns-bench <xdp|userspace|kernel> (got {other:?})");
+            std::process::exit(2);
+        }
+    }
+}
+
+struct Measured {
+    kind: Kind,
+    load: Load,
+    responder_cpu: f64,
+}
+
+impl Measured {
+    fn cpu_ns_per_answer(&self) -> f64 {
+        if self.load.answered == 0 {
+            f64::NAN
+        } else {
+            self.responder_cpu * 1e9 / self.load.answered as f64
+        }
+    }
+}
+
+/// Starts `kind` on a fresh link, pins it, runs `generate`, and measures the responder CPU.
+fn measure(
+    kind: Kind,
+    records_yaml: &str,
+    table: &RecordTable,
+    generate: impl FnOnce(&Link) -> Load,
+) -> Measured {
+    let link = Link::bare("bench");
+    system::threaded_napi(&link.server_ns, &link.server.ifname);
+    system::threaded_napi(&link.client_ns, &link.client.ifname);
+    let dir = TempDir::new("bench");
+    let running = responders::start(kind, &link, &dir, records_yaml, table);
+    for pid in running
+        .pids
+        .iter()
+        .chain(&system::napi_threads(&link.server.ifname))
+    {
+        system::pin(*pid, RESPONDER_CPU);
+    }
+    // Give the generator's own receive thread (created when it attaches) its CPU too.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = system::cpu_busy_seconds(RESPONDER_CPU);
+    let load = generate(&link);
+    let responder_cpu = system::cpu_busy_seconds(RESPONDER_CPU) - before;
+    drop(running);
+    Measured {
+        kind,
+        load,
+        responder_cpu,
+    }
+}
+
+fn pin_client_napi_soon(link: &Link) {
+    let ifname = link.client.ifname.clone();
+    std::thread::spawn(move || {
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(100));
+            for pid in system::napi_threads(&ifname) {
+                system::pin(pid, GENERATOR_CPU);
+            }
+        }
+    });
+}
+
+fn xdp() {
+    let runs = 20_000;
+    let kernel_a_hit = kernel::run(runs);
+
+    let (records, names) = bench::zone(1000);
+    let snapshot = file::parse(&records, "bench zone".as_ref()).expect("a valid zone");
+    let (table, _) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+    let dir = TempDir::new("bench-queries");
+    let queries = dir.write("queries.txt", &bench::query_file(&names, "A"));
+    let seconds = 5;
+    let offered = 1_000_000;
+    let kinds = [
+        Kind::Reflector,
+        Kind::HostportXdp,
+        Kind::HostportUserspace,
+        Kind::KnotXdp,
+        Kind::KnotUdp,
+        Kind::Nsd,
+    ];
+    let mut results = Vec::new();
+    for kind in kinds {
+        let measured = measure(kind, &records, &table, |link| {
+            pin_client_napi_soon(link);
+            load::kxdpgun(
+                &link.client_ns,
+                &link.client.ifname,
+                link.server.ipv4,
+                PORT,
+                &queries,
+                offered,
+                seconds,
+                GENERATOR_CPU,
+            )
+        });
+        results.push(measured);
+    }
+    let knot_xdp = results
+        .iter()
+        .find(|m| m.kind == Kind::KnotXdp)
+        .map(Measured::cpu_ns_per_answer);
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|m| {
+            vec![
+                m.kind.label().to_owned(),
+                format!("{:.0}", m.load.sent as f64 / seconds as f64),
+                format!("{:.0}", m.load.answered_per_second()),
+                format!("{:.1} %", m.load.loss() * 100.0),
+                format!("{:.2}", m.responder_cpu),
+                format!("{:.0}", m.cpu_ns_per_answer()),
+                knot_xdp.map_or("-".into(), |k| format!("{:.2}", m.cpu_ns_per_answer() / k)),
+            ]
+        })
+        .collect();
+    print_table(
+        &format!(
+            "kxdpgun on CPU {GENERATOR_CPU}, {offered} q/s offered for {seconds} s, 1000 names x 3 A; responder and its \
+             receive thread on CPU {RESPONDER_CPU}"
+        ),
+        &[
+            "responder",
+            "sent/s",
+            "answered/s",
+            "loss",
+            "CPU s",
+            "CPU ns/answer",
+            "vs knotd XDP",
+        ],
+        &rows,
+    );
+    if let (Some(ours), Some(knot)) = (
+        results.iter().find(|m| m.kind == Kind::HostportXdp),
+        knot_xdp,
+    ) {
+        println!(
+            "\nSummary: in-kernel A hit median {kernel_a_hit} ns (target <= 100); hostport-dns XDP answered {:.1} % of \
+             what was sent (target 100 %); CPU per answer {:.2} x knotd XDP mode's (target <= 0.20)",
+            (1.0 - ours.load.loss()) * 100.0,
+            ours.cpu_ns_per_answer() / knot
+        );
+    }
+}
+
+fn userspace() {
+    let (records, names) = bench::zone(1000);
+    let snapshot = file::parse(&records, "bench zone".as_ref()).expect("a valid zone");
+    let (table, _) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+    let dir = TempDir::new("bench-queries");
+    let queries = dir.write("queries.txt", &bench::query_file(&names, "A"));
+    let seconds = 5;
+    let kinds = [Kind::HostportUserspace, Kind::KnotUdp, Kind::Nsd];
+    let mut rows = Vec::new();
+    let mut knot_udp: Option<(f64, f64)> = None;
+    let mut measured_all = Vec::new();
+    for (generator, mode, clients) in [
+        ("dnsperf UDP", "udp", 1u32),
+        ("dnsperf TCP, 100 connections", "tcp", 100),
+        ("kxdpgun UDP", "xdp", 0),
+    ] {
+        for kind in kinds {
+            let m = measure(kind, &records, &table, |link| {
+                if mode == "xdp" {
+                    pin_client_napi_soon(link);
+                    load::kxdpgun(
+                        &link.client_ns,
+                        &link.client.ifname,
+                        link.server.ipv4,
+                        PORT,
+                        &queries,
+                        1_000_000,
+                        seconds,
+                        GENERATOR_CPU,
+                    )
+                } else {
+                    let pin = link.client_ns.name.clone();
+                    let _ = pin;
+                    load::dnsperf(
+                        &link.client_ns,
+                        link.server.ipv4,
+                        PORT,
+                        &queries,
+                        mode,
+                        clients,
+                        seconds,
+                    )
+                }
+            });
+            if kind == Kind::KnotUdp {
+                knot_udp = Some((m.load.answered_per_second(), m.cpu_ns_per_answer()));
+            }
+            measured_all.push((generator, m));
+        }
+        for (gen_name, m) in measured_all.drain(..) {
+            let (knot_rate, knot_cpu) = knot_udp.unwrap_or((f64::NAN, f64::NAN));
+            rows.push(vec![
+                gen_name.to_owned(),
+                m.kind.label().to_owned(),
+                format!("{:.0}", m.load.answered_per_second()),
+                format!("{:.1} %", m.load.loss() * 100.0),
+                format!("{:.0}", m.cpu_ns_per_answer()),
+                format!("{:.2}", m.load.answered_per_second() / knot_rate),
+                format!("{:.2}", m.cpu_ns_per_answer() / knot_cpu),
+            ]);
+        }
+    }
+    print_table(
+        &format!(
+            "Userspace servers, {seconds} s per run, 1000 names x 3 A; responder on CPU {RESPONDER_CPU}"
+        ),
+        &[
+            "load",
+            "responder",
+            "answered/s",
+            "loss",
+            "CPU ns/answer",
+            "rate vs knotd",
+            "CPU vs knotd",
+        ],
+        &rows,
+    );
+}

@@ -1,0 +1,103 @@
+//! The XDP program loaded in this process with a table written into its maps, driven through
+//! BPF_PROG_TEST_RUN.
+
+use std::{net::IpAddr, time::Duration};
+
+use aya::{
+    Ebpf,
+    maps::{Array, MapData},
+    programs::{TestRun, TestRunOptions, Xdp},
+};
+use hostport_dns::{
+    sources::file,
+    table::RecordTable,
+    xdp::{counters::Counters, image, loader, local_addrs::compile, writer::MapWriter},
+};
+use hostport_dns_common::{maps, record::LocalAddrs};
+
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+
+pub struct Program {
+    pub ebpf: Ebpf,
+    pub table: RecordTable,
+    pub counters: Counters,
+    _writer: MapWriter,
+}
+
+impl Program {
+    /// Loads the program for port 1053, writes the zones of `records_yaml` into its maps and
+    /// `local` into its local-address sets.
+    pub fn load(records_yaml: &str, local: &[IpAddr]) -> Self {
+        let snapshot = file::parse(records_yaml, "test zones".as_ref()).expect("valid zones");
+        let (table, warnings) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let mut ebpf = loader::load(1053).expect("load the XDP program");
+        let mut writer = MapWriter::new(&mut ebpf).expect("the name maps");
+        writer.apply(image::build(&table)).expect("write the table");
+        let mut array: Array<MapData, LocalAddrs> =
+            Array::try_from(ebpf.take_map(maps::LOCAL).expect("the local addresses"))
+                .expect("an array");
+        array
+            .set(0, compile(&local.iter().copied().collect()), 0)
+            .expect("write the local addresses");
+        let counters = Counters::new(&mut ebpf).expect("the counters");
+        Self {
+            ebpf,
+            table,
+            counters,
+            _writer: writer,
+        }
+    }
+
+    /// The time BPF_PROG_TEST_RUN reports for a program that only returns XDP_PASS: the
+    /// measurement's own floor.
+    pub fn floor(&mut self, frame: &[u8], runs: usize) -> u128 {
+        let program: &mut Xdp = self
+            .ebpf
+            .program_mut(maps::PASS_PROGRAM)
+            .expect("the pass program")
+            .try_into()
+            .expect("XDP");
+        if program.fd().is_err() {
+            program.load().expect("load the pass program");
+        }
+        let mut times: Vec<u128> = (0..runs)
+            .map(|_| {
+                program
+                    .test_run(TestRunOptions {
+                        data_in: Some(frame),
+                        repeat: 1,
+                        ..Default::default()
+                    })
+                    .expect("BPF_PROG_TEST_RUN")
+                    .duration
+                    .as_nanos()
+            })
+            .collect();
+        times.sort();
+        times[runs / 2]
+    }
+
+    /// Runs one frame once: the verdict, the frame as the program left it, and the time the
+    /// kernel measured.
+    pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>, Duration) {
+        let program: &Xdp = self
+            .ebpf
+            .program(maps::PROGRAM)
+            .expect("the program")
+            .try_into()
+            .expect("XDP");
+        let mut out = vec![0u8; 4096];
+        let result = program
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                repeat: 1,
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out, result.duration)
+    }
+}
