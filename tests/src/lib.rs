@@ -6,6 +6,8 @@
 pub mod agent;
 pub mod bench;
 pub mod clients;
+pub mod fake_api;
+pub mod k8s;
 pub mod knot;
 pub mod netns;
 pub mod packet;
@@ -23,6 +25,18 @@ pub fn require_root() {
             "this test needs root (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON): run `cargo xtask test` as root"
         );
     }
+}
+
+/// Polls `check` until it holds, panicking with `what` after `seconds`.
+pub fn eventually(what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("timed out after {seconds} s waiting for {what}");
 }
 
 /// The workspace root.

@@ -23,12 +23,13 @@ use tokio::{
 use tracing::{error, info, warn};
 
 use crate::{
+    agent_config::{self, AgentConfig},
     config::RunArgs,
     health::Health,
     http,
     metrics::{Metrics, ReasonLabel, SourceLabel},
     server::{Shared, tcp, udp},
-    sources::{Snapshot, file},
+    sources::{Snapshot, file, kube as kube_source},
     table::{CompileWarning, RecordTable},
     xdp::{
         Dataplane, XdpMode, counters::Counters, image, local_addrs::LocalAddrs, writer::MapWriter,
@@ -39,6 +40,8 @@ use crate::{
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How the embedded example is named in logs.
 const EMBEDDED_SOURCE: &str = "<embedded example>";
+/// Name of the configuration file's zones and static records as a source.
+pub const CONFIG_SOURCE: &str = "config";
 /// Name of the record-file source in metrics and logs.
 pub const FILE_SOURCE: &str = "file";
 
@@ -57,6 +60,8 @@ pub struct Publisher {
     writer: Option<MapWriter>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    /// Sources that must all deliver once before anything is served.
+    expected: Vec<&'static str>,
     snapshots: BTreeMap<&'static str, Snapshot>,
 }
 
@@ -66,12 +71,17 @@ impl Publisher {
         writer: Option<MapWriter>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
+        expected: Vec<&'static str>,
     ) -> Self {
+        for source in &expected {
+            health.expect_source(source);
+        }
         Self {
             shared,
             writer,
             metrics,
             health,
+            expected,
             snapshots: BTreeMap::new(),
         }
     }
@@ -89,8 +99,23 @@ impl Publisher {
             .source_last_sync
             .get_or_create(&label)
             .set(unix_now());
-        self.health.source_synced(update.source);
+        let live = update.source != CONFIG_SOURCE && update.source != FILE_SOURCE;
+        self.health.source_synced(update.source, live);
         self.snapshots.insert(update.source, update.snapshot);
+        if let Some(missing) = self
+            .expected
+            .iter()
+            .find(|s| !self.snapshots.contains_key(*s))
+        {
+            // Until every source has listed everything: SERVFAIL, never a partial table that
+            // would make a load balancer drop backends.
+            info!(
+                source = update.source,
+                waiting_for = missing,
+                "source synced; waiting for the others"
+            );
+            return;
+        }
 
         let zones: Vec<_> = self
             .snapshots
@@ -162,7 +187,14 @@ fn unix_now() -> f64 {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let (snapshot, source) = initial_records(args.records.as_deref())?;
+    // Everything that can be wrong with the input is found before anything is bound or attached.
+    let sources = Sources::load(&args)?;
+    let kube_client = match &sources.config {
+        Some(config) if config.uses_kubernetes() => {
+            Some(kube_source::client::connect(&config.kubernetes).await?)
+        }
+        _ => None,
+    };
     let shared = Shared::new();
     let workers = if args.udp_workers == 0 {
         std::thread::available_parallelism()
@@ -216,19 +248,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
     ));
-    health.expect_source(FILE_SOURCE);
-    let (metrics, registry) = Metrics::register(shared.clone(), counters);
-    let mut publisher = Publisher::new(shared.clone(), writer, metrics, health.clone());
-    publisher.publish(Update {
-        source: FILE_SOURCE,
-        snapshot,
-        observed: Instant::now(),
-    });
+    let (metrics, registry) = Metrics::register(shared.clone(), counters, health.clone());
+    let mut publisher = Publisher::new(
+        shared.clone(),
+        writer,
+        metrics.clone(),
+        health.clone(),
+        sources.expected(),
+    );
+    if let Some(config) = &sources.config {
+        publisher.publish(Update {
+            source: CONFIG_SOURCE,
+            snapshot: config.zones.clone(),
+            observed: Instant::now(),
+        });
+    }
+    if let Some((snapshot, _)) = &sources.records {
+        publisher.publish(Update {
+            source: FILE_SOURCE,
+            snapshot: snapshot.clone(),
+            observed: Instant::now(),
+        });
+    }
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     tokio::spawn(publisher.run(updates_rx));
-    if let Some(path) = source {
-        tokio::spawn(follow_record_file(path, updates_tx.clone()));
+    if let Some((_, Some(path))) = &sources.records {
+        tokio::spawn(follow_record_file(path.clone(), updates_tx.clone()));
+    }
+    if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
+        tokio::spawn(kube_source::run(
+            Arc::new(config),
+            client,
+            updates_tx.clone(),
+            metrics,
+            health.clone(),
+        ));
     }
     udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
     for listener in tcp_listeners {
@@ -239,13 +294,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             error!(%err, "the metrics endpoint stopped");
         }
     });
-    let records = match &args.records {
-        Some(path) => path.display().to_string(),
-        None => EMBEDDED_SOURCE.to_owned(),
-    };
     info!(
         port = args.port,
-        %records,
+        sources = ?sources.expected(),
         metrics = %args.metrics_listen,
         xdp = ?dataplane.as_ref().map(|d| &d.attachments),
         "hostport-dns is serving"
@@ -257,14 +308,55 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The record file's snapshot (or the embedded example's) and the path to follow.
-fn initial_records(path: Option<&Path>) -> anyhow::Result<(Snapshot, Option<PathBuf>)> {
-    match path {
-        Some(path) => Ok((file::load(path)?, Some(path.to_owned()))),
-        None => Ok((
-            file::parse(file::EMBEDDED_DEFAULT, Path::new(EMBEDDED_SOURCE))?,
-            None,
-        )),
+/// What the agent serves from: the configuration file (zones, static records, Kubernetes
+/// sources) and a record file; the embedded example when neither is given.
+struct Sources {
+    config: Option<AgentConfig>,
+    /// The record file's (or embedded example's) snapshot, and the path to follow.
+    records: Option<(Snapshot, Option<PathBuf>)>,
+}
+
+impl Sources {
+    fn load(args: &RunArgs) -> anyhow::Result<Self> {
+        let mut config = args.config.as_deref().map(agent_config::load).transpose()?;
+        if let (Some(config), Some(url)) = (config.as_mut(), &args.api_server) {
+            config.kubernetes.api_server = Some(url.clone());
+        }
+        let records = match (&args.records, &config) {
+            (Some(path), _) => Some((file::load(path)?, Some(path.clone()))),
+            (None, Some(_)) => None,
+            (None, None) => Some((
+                file::parse(file::EMBEDDED_DEFAULT, Path::new(EMBEDDED_SOURCE))?,
+                None,
+            )),
+        };
+        if let (Some(config), Some((snapshot, _))) = (&config, &records) {
+            let all: Vec<_> = config
+                .zones
+                .zones
+                .iter()
+                .chain(&snapshot.zones)
+                .cloned()
+                .collect();
+            file::check_zones_do_not_overlap(&all)
+                .map_err(|e| anyhow::anyhow!("--config and --records: {e}"))?;
+        }
+        Ok(Self { config, records })
+    }
+
+    /// The sources that must deliver before anything is served.
+    fn expected(&self) -> Vec<&'static str> {
+        let mut expected = Vec::new();
+        if let Some(config) = &self.config {
+            expected.push(CONFIG_SOURCE);
+            if config.uses_kubernetes() {
+                expected.push(kube_source::SOURCE);
+            }
+        }
+        if self.records.is_some() {
+            expected.push(FILE_SOURCE);
+        }
+        expected
     }
 }
 

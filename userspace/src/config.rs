@@ -38,9 +38,17 @@ pub enum Command {
 
 #[derive(Clone, Debug, Args)]
 pub struct RunArgs {
-    /// Static record file (YAML). Without any source, the embedded example is served.
+    /// Agent configuration (YAML): zones, API server access, Kubernetes sources.
+    #[arg(long, short = 'c', value_name = "FILE", env = "HOSTPORT_DNS_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Static record file (YAML), reloaded on change. Without it and without --config, the
+    /// embedded example is served.
     #[arg(long, value_name = "FILE")]
     pub records: Option<PathBuf>,
+    /// API server URL, overriding the configuration's kubernetes.apiServer (for example the
+    /// node-local API server, https://$(HOST_IP):6443, which needs no kube-proxy or cluster DNS).
+    #[arg(long, value_name = "URL", env = "HOSTPORT_DNS_API_SERVER")]
+    pub api_server: Option<String>,
     /// Interface to attach the XDP program to (repeat for several). None: userspace only.
     #[arg(long = "interface", short = 'i', value_name = "IFACE")]
     pub interfaces: Vec<String>,

@@ -3,6 +3,7 @@
 //! and the userspace server.
 
 pub mod agent;
+pub mod agent_config;
 pub mod config;
 pub mod health;
 pub mod http;

@@ -13,6 +13,7 @@ use prometheus_client::{
     metrics::{
         counter::{ConstCounter, Counter},
         family::Family,
+        gauge::ConstGauge,
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
         info::Info,
@@ -20,7 +21,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{server::Shared, xdp::counters::Counters};
+use crate::{health::Health, server::Shared, xdp::counters::Counters};
 
 /// Metrics the agent updates as it goes.
 pub struct Metrics {
@@ -33,6 +34,10 @@ pub struct Metrics {
     pub source_last_sync: Family<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub source_records: Family<SourceLabel, Gauge>,
     pub dropped_records: Family<ReasonLabel, Counter>,
+    pub source_errors: Family<SourceLabel, Counter>,
+    pub source_connected: Family<SourceLabel, Gauge>,
+    /// 1 while an EndpointSlice output serves its last non-empty answer (nothing resolves now).
+    pub kept_last_answer: Family<SourceLabel, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -47,7 +52,11 @@ pub struct ReasonLabel {
 
 impl Metrics {
     /// Creates the metrics and registers them, with the live collector, in a new registry.
-    pub fn register(shared: Arc<Shared>, xdp: Option<Counters>) -> (Arc<Self>, Registry) {
+    pub fn register(
+        shared: Arc<Shared>,
+        xdp: Option<Counters>,
+        health: Arc<Health>,
+    ) -> (Arc<Self>, Registry) {
         let mut registry = Registry::with_prefix("hostport_dns");
         let metrics = Self {
             table_names: Gauge::default(),
@@ -58,6 +67,9 @@ impl Metrics {
             source_last_sync: Family::default(),
             source_records: Family::default(),
             dropped_records: Family::default(),
+            source_errors: Family::default(),
+            source_connected: Family::default(),
+            kept_last_answer: Family::default(),
         };
         registry.register(
             "table_names",
@@ -100,6 +112,21 @@ impl Metrics {
             metrics.dropped_records.clone(),
         );
         registry.register(
+            "source_errors",
+            "Source failures (watch errors), retried",
+            metrics.source_errors.clone(),
+        );
+        registry.register(
+            "source_connected",
+            "1 while the source's backend answers",
+            metrics.source_connected.clone(),
+        );
+        registry.register(
+            "kept_last_answer",
+            "1 while an EndpointSlice output serves its last non-empty answer because nothing resolves now",
+            metrics.kept_last_answer.clone(),
+        );
+        registry.register(
             "build",
             "Build information",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
@@ -107,6 +134,7 @@ impl Metrics {
         registry.register_collector(Box::new(LiveCollector {
             shared,
             xdp: Mutex::new(xdp),
+            health,
         }));
         (Arc::new(metrics), registry)
     }
@@ -117,6 +145,13 @@ impl Metrics {
 struct LiveCollector {
     shared: Arc<Shared>,
     xdp: Mutex<Option<Counters>>,
+    health: Arc<Health>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Health")
+    }
 }
 
 impl std::fmt::Debug for Counters {
@@ -186,6 +221,17 @@ impl Collector for LiveCollector {
         )?;
         ConstCounter::new(self.shared.stats.truncated())
             .encode(truncated.encode_family(&[("proto", "udp")])?)?;
+        let mut staleness = encoder.encode_descriptor(
+            "source_staleness_seconds",
+            "Seconds since the source was last known current (a complete state, an event, a probe)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (source, age) in self.health.staleness() {
+            let seconds = age.map_or(f64::INFINITY, |a| a.as_secs_f64());
+            ConstGauge::new(seconds)
+                .encode(staleness.encode_family(&[("source", source.as_str())])?)?;
+        }
         Ok(())
     }
 }

@@ -8,6 +8,8 @@ use hickory_proto::rr::Name;
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourceRecord {
     pub name: Name,
+    /// The record's own TTL; the zone's when None.
+    pub ttl: Option<u32>,
     pub data: RecordData,
 }
 

@@ -40,9 +40,16 @@ pub struct Node {
     pub aaaa: Vec<Ipv6Addr>,
     /// Sorted, no duplicates.
     pub srv: Vec<Srv>,
+    /// The lowest TTL its sources gave its records; the zone's when None.
+    pub ttl: Option<u32>,
 }
 
 impl Node {
+    /// The TTL of the node's records.
+    pub fn ttl_in(&self, zone: &Zone) -> u32 {
+        self.ttl.unwrap_or(zone.spec.ttl)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.a.is_empty() && self.aaaa.is_empty() && self.srv.is_empty()
     }
@@ -91,12 +98,16 @@ impl RecordTable {
 
         // name -> records, per zone index; BTree for a deterministic order.
         let mut by_name: BTreeMap<Name, (u32, Node)> = BTreeMap::new();
-        let mut add = |name: &Name, zone: u32, data: &RecordData| {
+        let mut add = |name: &Name, zone: u32, ttl: Option<u32>, data: &RecordData| {
             let node = &mut by_name
                 .entry(name.to_lowercase())
                 .or_insert_with(|| (zone, Node::default()))
                 .1;
             node.zone = zone;
+            node.ttl = match (node.ttl, ttl) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             match data {
                 RecordData::A(a) => node.a.push(*a),
                 RecordData::Aaaa(a) => node.aaaa.push(*a),
@@ -105,7 +116,7 @@ impl RecordTable {
         };
         for record in records {
             match zone_index(&sorted_zones, &record.name) {
-                Some(zone) => add(&record.name, zone, &record.data),
+                Some(zone) => add(&record.name, zone, record.ttl, &record.data),
                 None => warnings.push(CompileWarning::OutOfZone {
                     name: record.name.clone(),
                 }),
@@ -128,7 +139,7 @@ impl RecordTable {
                         IpAddr::V4(a) => RecordData::A(*a),
                         IpAddr::V6(a) => RecordData::Aaaa(*a),
                     };
-                    add(&ns.name, zone as u32, &data);
+                    add(&ns.name, zone as u32, None, &data);
                 }
             }
         }
@@ -246,7 +257,7 @@ fn zone_index(zones: &[&ZoneSpec], name: &Name) -> Option<u32> {
 /// Appends a canonical text form of a node to a zone's content (for the serial).
 fn describe(out: &mut Vec<u8>, name: &Name, node: &Node) {
     use std::io::Write;
-    let _ = write!(out, "{name}");
+    let _ = write!(out, "{name} {:?}", node.ttl);
     for a in &node.a {
         let _ = write!(out, " A {a}");
     }
@@ -294,6 +305,7 @@ mod tests {
     fn a(n: &str, ip: &str) -> SourceRecord {
         SourceRecord {
             name: name(n),
+            ttl: None,
             data: RecordData::A(ip.parse().unwrap()),
         }
     }

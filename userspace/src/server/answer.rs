@@ -186,7 +186,7 @@ struct AtName<'a> {
 impl AtName<'_> {
     /// The records of one type at the name, and the additional records that go with them.
     fn records(&self, qtype: RecordType) -> (Vec<Record>, Vec<Record>) {
-        let ttl = self.zone.spec.ttl;
+        let ttl = self.node.ttl_in(self.zone);
         match qtype {
             RecordType::A => (addresses_a(self.qname, self.node, ttl), Vec::new()),
             RecordType::AAAA => (addresses_aaaa(self.qname, self.node, ttl), Vec::new()),
@@ -222,8 +222,7 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
     if matches!(question.query_type, RecordType::PTR | RecordType::ANY) {
         let ttl = names
             .iter()
-            .filter_map(|n| table.zone_for(n))
-            .map(|z| z.spec.ttl)
+            .filter_map(|n| Some(table.node(n)?.ttl_in(table.zone_for(n)?)))
             .min()
             .unwrap_or(hostport_dns_common::limits::DEFAULT_TTL);
         response.add_answers(
@@ -264,8 +263,8 @@ fn srv_target_addresses(node: &Node, table: &RecordTable) -> Vec<Record> {
     let mut out = Vec::new();
     for srv in &node.srv {
         if let (Some(target), Some(zone)) = (table.node(&srv.target), table.zone_for(&srv.target)) {
-            out.extend(addresses_a(&srv.target, target, zone.spec.ttl));
-            out.extend(addresses_aaaa(&srv.target, target, zone.spec.ttl));
+            out.extend(addresses_a(&srv.target, target, target.ttl_in(zone)));
+            out.extend(addresses_aaaa(&srv.target, target, target.ttl_in(zone)));
         }
     }
     out
@@ -291,8 +290,8 @@ fn name_server_addresses(zone: &Zone, table: &RecordTable, apex: &Name) -> Vec<R
     for ns in &zone.spec.nameservers {
         if let Some(node) = table.node(&ns.name) {
             let owner = respell(&ns.name, zone, apex);
-            out.extend(addresses_a(&owner, node, zone.spec.ttl));
-            out.extend(addresses_aaaa(&owner, node, zone.spec.ttl));
+            out.extend(addresses_a(&owner, node, node.ttl_in(zone)));
+            out.extend(addresses_aaaa(&owner, node, node.ttl_in(zone)));
         }
     }
     out

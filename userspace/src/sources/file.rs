@@ -121,9 +121,10 @@ struct RecordFile {
     zones: Vec<ZoneEntry>,
 }
 
+/// One zone as written in a record file or in the agent's configuration file.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ZoneEntry {
+pub struct ZoneEntry {
     name: DnsName,
     #[serde(default)]
     ttl: Option<Ttl>,
@@ -206,7 +207,8 @@ fn parse_address<E: de::Error>(text: &str) -> Result<IpAddr, E> {
 }
 
 impl ZoneEntry {
-    fn compile(self) -> Result<(ZoneSpec, Vec<SourceRecord>), String> {
+    /// The zone and its static records.
+    pub fn compile(self) -> Result<(ZoneSpec, Vec<SourceRecord>), String> {
         let apex = self.name.0;
         let mut spec = ZoneSpec::with_defaults(apex.clone());
         if let Some(ttl) = self.ttl {
@@ -251,6 +253,7 @@ impl ZoneEntry {
                 };
                 records.push(SourceRecord {
                     name: name.clone(),
+                    ttl: None,
                     data,
                 });
             }
@@ -266,6 +269,7 @@ impl ZoneEntry {
                 };
                 records.push(SourceRecord {
                     name: name.clone(),
+                    ttl: None,
                     data: RecordData::Srv(srv),
                 });
             }
@@ -274,8 +278,9 @@ impl ZoneEntry {
     }
 }
 
-/// An absolute zone name: valid labels, lower-cased.
-struct DnsName(Name);
+/// An absolute name (a zone): valid labels, lower-cased.
+#[derive(Clone, Debug)]
+pub struct DnsName(pub Name);
 
 impl<'de> Deserialize<'de> for DnsName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -295,8 +300,8 @@ impl<'de> Deserialize<'de> for DnsName {
 
 /// A record name as written: relative to its zone, "@" for the apex, or absolute with a final
 /// dot.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct RelativeName(String);
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RelativeName(String);
 
 impl<'de> Deserialize<'de> for RelativeName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -310,7 +315,7 @@ impl<'de> Deserialize<'de> for RelativeName {
 
 impl RelativeName {
     /// The name inside `apex`; an absolute name outside it is an error.
-    fn resolve(&self, apex: &Name) -> Result<Name, String> {
+    pub fn resolve(&self, apex: &Name) -> Result<Name, String> {
         let name = self.resolve_anywhere(apex)?;
         if apex.zone_of(&name) {
             Ok(name)
@@ -335,7 +340,7 @@ impl RelativeName {
 }
 
 /// A DNS name of letters, digits, hyphens and underscores (service labels), lower-cased.
-fn parse_name(text: &str, absolute: bool) -> Result<Name, String> {
+pub fn parse_name(text: &str, absolute: bool) -> Result<Name, String> {
     if text.is_empty() {
         return Err("empty name".into());
     }
@@ -362,8 +367,8 @@ fn parse_name(text: &str, absolute: bool) -> Result<Name, String> {
 }
 
 /// A TTL: at most 2^31 - 1 seconds (RFC 2181 §8).
-#[derive(Clone, Copy)]
-struct Ttl(u32);
+#[derive(Clone, Copy, Debug)]
+pub struct Ttl(pub u32);
 
 impl<'de> Deserialize<'de> for Ttl {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

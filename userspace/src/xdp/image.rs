@@ -91,7 +91,7 @@ fn name_entry(name: &LowerName, node: &Node, zone: &Zone) -> NameEntry {
     if node.apex {
         entry.flags |= NAME_FLAG_APEX;
     }
-    let ttl = zone.spec.ttl;
+    let ttl = node.ttl_in(zone);
     let a: Vec<u8> = node
         .a
         .iter()
@@ -283,6 +283,7 @@ mod tests {
     fn names_are_stored_end_aligned_in_lower_case() {
         let records = [SourceRecord {
             name: name("web.example."),
+            ttl: None,
             data: RecordData::A("198.18.0.1".parse().unwrap()),
         }];
         let image = build(&table_with(
@@ -335,6 +336,7 @@ mod tests {
         let records: Vec<_> = (0..=hostport_dns_common::limits::MAX_XDP_A_RECORDS)
             .map(|i| SourceRecord {
                 name: name("big.example."),
+                ttl: None,
                 data: RecordData::A(format!("198.18.1.{i}").parse().unwrap()),
             })
             .collect();

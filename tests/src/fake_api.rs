@@ -1,0 +1,486 @@
+//! A protocol-faithful fake Kubernetes API server, for the real `kube` client in the agent: list
+//! and watch over HTTP with resource versions, label selectors, bookmarks, 410 Gone as an ERROR
+//! event inside the watch stream (what a real API server sends), and knobs to drop connections,
+//! refuse service, or answer slowly.
+//!
+//! Serves Pods (`/api/v1/pods`, namespaced too), Nodes (`/api/v1/nodes`), EndpointSlices
+//! (`/apis/discovery.k8s.io/v1/...`) and `/version`.
+
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::Body,
+    extract::{Path, Query, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, oneshot};
+
+use crate::netns::NetNs;
+
+/// The kinds the fake serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Pod,
+    Node,
+    EndpointSlice,
+}
+
+impl Kind {
+    fn list_kind(self) -> &'static str {
+        match self {
+            Kind::Pod => "PodList",
+            Kind::Node => "NodeList",
+            Kind::EndpointSlice => "EndpointSliceList",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::Node => "Node",
+            Kind::EndpointSlice => "EndpointSlice",
+        }
+    }
+
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
+            _ => "v1",
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Event {
+    rv: u64,
+    kind: Kind,
+    namespace: String,
+    kind_of_change: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct ApiState {
+    rv: u64,
+    /// (kind, namespace, name) → object (with its resourceVersion).
+    objects: BTreeMap<(Kind, String, String), Value>,
+    events: Vec<Event>,
+    /// Watches from a resourceVersion below this get 410 Gone.
+    compacted_below: u64,
+    /// Everything answers 503 and open watches close.
+    outage: bool,
+    /// Lists wait this long before answering.
+    list_delay: Duration,
+    /// Every request line, for checking what the agent asked for.
+    requests: Vec<String>,
+}
+
+/// A running fake API server, stopped on drop.
+pub struct FakeApi {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<ApiState>>,
+    changes: broadcast::Sender<()>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeApi {
+    /// Starts the server on 127.0.0.1 (inside `ns` if given) on a free port.
+    pub fn start(ns: Option<&NetNs>) -> Self {
+        let state = Arc::new(Mutex::new(ApiState {
+            rv: 1,
+            ..ApiState::default()
+        }));
+        let (changes, _) = broadcast::channel(1024);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let app_state = (state.clone(), changes.clone());
+        let ns_path = ns.map(|n| format!("/run/netns/{}", n.name));
+        let thread = std::thread::spawn(move || {
+            if let Some(path) = ns_path {
+                let file = std::fs::File::open(&path).expect("open the namespace");
+                // SAFETY: setns on this thread only.
+                let rc = unsafe {
+                    libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET)
+                };
+                assert_eq!(rc, 0, "setns");
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                addr_tx
+                    .send(listener.local_addr().expect("an address"))
+                    .expect("report the address");
+                let app = router(app_state);
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stop_rx.await;
+                    })
+                    .await;
+            });
+            runtime.shutdown_timeout(Duration::from_millis(100));
+        });
+        let addr = addr_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the fake API server started");
+        Self {
+            addr,
+            state,
+            changes,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Creates or replaces an object (a k8s-openapi value serialized to JSON).
+    pub fn apply(&self, kind: Kind, object: Value) {
+        let mut s = self.lock();
+        s.rv += 1;
+        let rv = s.rv;
+        let mut object = object;
+        object["kind"] = json!(kind.kind());
+        object["apiVersion"] = json!(kind.api_version());
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("an object with a name")
+            .to_owned();
+        let existed = s
+            .objects
+            .insert((kind, namespace.clone(), name), object.clone())
+            .is_some();
+        let kind_of_change = if existed { "MODIFIED" } else { "ADDED" };
+        s.events.push(Event {
+            rv,
+            kind,
+            namespace,
+            kind_of_change,
+            object,
+        });
+        drop(s);
+        let _ = self.changes.send(());
+    }
+
+    pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
+        let mut s = self.lock();
+        s.rv += 1;
+        let rv = s.rv;
+        if let Some(mut object) = s
+            .objects
+            .remove(&(kind, namespace.to_owned(), name.to_owned()))
+        {
+            object["metadata"]["resourceVersion"] = json!(rv.to_string());
+            s.events.push(Event {
+                rv,
+                kind,
+                namespace: namespace.to_owned(),
+                kind_of_change: "DELETED",
+                object,
+            });
+        }
+        drop(s);
+        let _ = self.changes.send(());
+    }
+
+    /// Forgets the event history: every watch from an older resource version gets 410 Gone, and
+    /// open watches are closed so that they find out.
+    pub fn compact(&self) {
+        let mut s = self.lock();
+        s.compacted_below = s.rv + 1;
+        s.events.clear();
+        drop(s);
+        let _ = self.changes.send(());
+    }
+
+    /// Starts or ends an outage: 503 for every request, open watches closed.
+    pub fn set_outage(&self, outage: bool) {
+        self.lock().outage = outage;
+        let _ = self.changes.send(());
+    }
+
+    /// Makes lists answer only after `delay`.
+    pub fn set_list_delay(&self, delay: Duration) {
+        self.lock().list_delay = delay;
+    }
+
+    /// The requests seen so far ("GET /api/v1/pods?...").
+    pub fn requests(&self) -> Vec<String> {
+        self.lock().requests.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ApiState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.set_outage(true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+type AppState = (Arc<Mutex<ApiState>>, broadcast::Sender<()>);
+
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/version", get(version))
+        .route(
+            "/api/v1/pods",
+            get(|s, q| list_or_watch(s, q, Kind::Pod, None)),
+        )
+        .route(
+            "/api/v1/namespaces/{ns}/pods",
+            get(|s, q, Path(ns): Path<String>| list_or_watch(s, q, Kind::Pod, Some(ns))),
+        )
+        .route(
+            "/api/v1/nodes",
+            get(|s, q| list_or_watch(s, q, Kind::Node, None)),
+        )
+        .route(
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            get(|s, q| list_or_watch(s, q, Kind::EndpointSlice, None)),
+        )
+        .route(
+            "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+            get(|s, q, Path(ns): Path<String>| list_or_watch(s, q, Kind::EndpointSlice, Some(ns))),
+        )
+        .with_state(state)
+}
+
+async fn version(State((state, _)): State<AppState>) -> Response {
+    let outage = {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.requests.push("GET /version".into());
+        s.outage
+    };
+    if outage {
+        return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
+    }
+    json_response(json!({
+        "major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "gitCommit": "0", "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64",
+    }))
+}
+
+fn json_response(value: Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        value.to_string(),
+    )
+        .into_response()
+}
+
+async fn list_or_watch(
+    State((state, changes)): State<AppState>,
+    Query(query): Query<BTreeMap<String, String>>,
+    kind: Kind,
+    namespace: Option<String>,
+) -> Response {
+    let selector = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""));
+    let (outage, delay) = {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        let query_text: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        s.requests.push(format!(
+            "GET {} {}?{}",
+            kind.kind(),
+            namespace.as_deref().unwrap_or("*"),
+            query_text.join("&")
+        ));
+        (s.outage, s.list_delay)
+    };
+    if outage {
+        return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
+    }
+    if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
+        let from: u64 = query
+            .get("resourceVersion")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let bookmarks = query
+            .get("allowWatchBookmarks")
+            .is_some_and(|b| b == "true");
+        let timeout = query
+            .get("timeoutSeconds")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(290u64);
+        return watch(
+            state,
+            changes,
+            kind,
+            namespace,
+            selector,
+            from,
+            bookmarks,
+            Duration::from_secs(timeout),
+        );
+    }
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    let items: Vec<&Value> = s
+        .objects
+        .iter()
+        .filter(|((k, ns, _), object)| {
+            *k == kind && namespace.as_ref().is_none_or(|n| n == ns) && selector.matches(object)
+        })
+        .map(|(_, object)| object)
+        .collect();
+    json_response(json!({
+        "kind": kind.list_kind(),
+        "apiVersion": kind.api_version(),
+        "metadata": {"resourceVersion": s.rv.to_string()},
+        "items": items,
+    }))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn watch(
+    state: Arc<Mutex<ApiState>>,
+    changes: broadcast::Sender<()>,
+    kind: Kind,
+    namespace: Option<String>,
+    selector: Selector,
+    from: u64,
+    bookmarks: bool,
+    timeout: Duration,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + timeout;
+    // (last resource version sent, stream ended)
+    let stream = futures::stream::unfold((from, false), move |(sent, ended)| {
+        let state = state.clone();
+        let namespace = namespace.clone();
+        let selector = selector.clone();
+        // Subscribed before the state is read: no change can slip between the two.
+        let mut wakeups = changes.subscribe();
+        async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let (out, outage, current) = {
+                    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+                    if sent < s.compacted_below.saturating_sub(1) && s.compacted_below > 0 {
+                        let gone = json!({"type": "ERROR", "object": {
+                            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                            "message": "too old resource version", "reason": "Expired", "code": 410}});
+                        return Some((Ok::<_, Infallible>(format!("{gone}\n")), (sent, true)));
+                    }
+                    let out: Vec<String> = s
+                        .events
+                        .iter()
+                        .filter(|e| {
+                            e.rv > sent
+                                && e.kind == kind
+                                && namespace.as_ref().is_none_or(|n| *n == e.namespace)
+                        })
+                        .filter(|e| selector.matches(&e.object) || e.kind_of_change == "DELETED")
+                        .map(|e| {
+                            json!({"type": e.kind_of_change, "object": e.object}).to_string() + "\n"
+                        })
+                        .collect();
+                    (out, s.outage, s.rv)
+                };
+                if outage || tokio::time::Instant::now() >= deadline {
+                    return None;
+                }
+                if !out.is_empty() {
+                    return Some((Ok(out.concat()), (current, false)));
+                }
+                tokio::select! {
+                    _ = wakeups.recv() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                        if bookmarks && current > sent {
+                            let bookmark = json!({"type": "BOOKMARK", "object": {
+                                "kind": kind.kind(), "apiVersion": kind.api_version(),
+                                "metadata": {"resourceVersion": current.to_string()}}});
+                            return Some((Ok(format!("{bookmark}\n")), (current, false)));
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => return None,
+                }
+            }
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Equality-based label selectors: `key`, `!key`, `key=value`, `key==value`, `key!=value`.
+#[derive(Clone, Debug, Default)]
+struct Selector(Vec<(String, Op)>);
+
+#[derive(Clone, Debug)]
+enum Op {
+    Exists,
+    Absent,
+    Equals(String),
+    NotEquals(String),
+}
+
+impl Selector {
+    fn parse(text: &str) -> Self {
+        Self(
+            text.split(',')
+                .filter(|r| !r.trim().is_empty())
+                .map(|r| {
+                    let r = r.trim();
+                    if let Some((k, v)) = r.split_once("!=") {
+                        (k.to_owned(), Op::NotEquals(v.to_owned()))
+                    } else if let Some((k, v)) = r.split_once("==").or_else(|| r.split_once('=')) {
+                        (k.to_owned(), Op::Equals(v.to_owned()))
+                    } else if let Some(k) = r.strip_prefix('!') {
+                        (k.to_owned(), Op::Absent)
+                    } else {
+                        (r.to_owned(), Op::Exists)
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    fn matches(&self, object: &Value) -> bool {
+        let labels = &object["metadata"]["labels"];
+        self.0.iter().all(|(key, op)| {
+            let value = labels.get(key).and_then(Value::as_str);
+            match op {
+                Op::Exists => value.is_some(),
+                Op::Absent => value.is_none(),
+                Op::Equals(v) => value == Some(v.as_str()),
+                Op::NotEquals(v) => value != Some(v.as_str()),
+            }
+        })
+    }
+}

@@ -1,0 +1,103 @@
+//! Kubernetes objects for tests, as the API server would serve them.
+
+use serde_json::{Value, json};
+
+/// A pod of an ingress controller: labelled, on a node, optionally with a named hostPort.
+#[derive(Clone, Debug)]
+pub struct PodSpec {
+    pub name: String,
+    pub namespace: String,
+    pub labels: Vec<(String, String)>,
+    pub node: String,
+    pub host_ip: String,
+    pub pod_ip: String,
+    pub ready: bool,
+    pub phase: String,
+    pub host_port: Option<(String, u16)>,
+    pub terminating: bool,
+}
+
+impl PodSpec {
+    /// A Running, Ready pod labelled `ingress.cluster/name=<value>` with hostPort https/443.
+    pub fn ingress(name: &str, namespace: &str, value: &str, node: &str, host_ip: &str) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            labels: vec![("ingress.cluster/name".into(), value.into())],
+            node: node.into(),
+            host_ip: host_ip.into(),
+            pod_ip: "198.19.0.1".into(),
+            ready: true,
+            phase: "Running".into(),
+            host_port: Some(("https".into(), 443)),
+            terminating: false,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let labels: serde_json::Map<String, Value> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let ports = match &self.host_port {
+            Some((name, port)) => {
+                json!([{"name": name, "containerPort": port, "hostPort": port, "protocol": "TCP"}])
+            }
+            None => json!([{"containerPort": 8443, "protocol": "TCP"}]),
+        };
+        let mut metadata = json!({"name": self.name, "namespace": self.namespace, "labels": labels, "uid": format!("uid-{}", self.name)});
+        if self.terminating {
+            metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        json!({
+            "metadata": metadata,
+            "spec": {"nodeName": self.node, "containers": [{"name": "controller", "image": "controller:1", "ports": ports}]},
+            "status": {
+                "phase": self.phase,
+                "hostIP": self.host_ip,
+                "hostIPs": [{"ip": self.host_ip}],
+                "podIP": self.pod_ip,
+                "podIPs": [{"ip": self.pod_ip}],
+                "conditions": [{"type": "Ready", "status": if self.ready { "True" } else { "False" }}],
+            },
+        })
+    }
+}
+
+/// An EndpointSlice of `namespace/service` with one endpoint per (address, ready, node).
+pub fn endpoint_slice(
+    namespace: &str,
+    name: &str,
+    service: &str,
+    endpoints: &[(&str, Option<bool>, &str)],
+) -> Value {
+    let endpoints: Vec<Value> = endpoints
+        .iter()
+        .map(|(address, ready, node)| {
+            let mut conditions = json!({});
+            if let Some(ready) = ready {
+                conditions["ready"] = json!(ready);
+            }
+            json!({"addresses": [address], "conditions": conditions, "nodeName": node})
+        })
+        .collect();
+    json!({
+        "metadata": {"name": name, "namespace": namespace, "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    })
+}
+
+/// A node with an internal and an external address.
+pub fn node(name: &str, internal: &str, external: &str) -> Value {
+    json!({
+        "metadata": {"name": name},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": internal},
+            {"type": "ExternalIP", "address": external},
+            {"type": "Hostname", "address": name},
+        ]},
+    })
+}

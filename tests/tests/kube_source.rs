@@ -1,0 +1,406 @@
+//! The Kubernetes source against the fake API server, driven by the real kube client in the
+//! agent: records follow pods and EndpointSlices, nothing is served before the first full list,
+//! and answers survive API outages and relists.
+
+use std::time::Duration;
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    clients::{Reply, dig},
+    eventually,
+    fake_api::{FakeApi, Kind},
+    k8s::{PodSpec, endpoint_slice, node},
+    netns::NetNs,
+    require_root,
+};
+
+const ZONE: &str = "prod.coreha.example";
+
+struct Cluster {
+    agent: Agent,
+    api: FakeApi,
+    ns: NetNs,
+    _dir: TempDir,
+}
+
+fn config(api: &FakeApi, extra: &str) -> String {
+    format!(
+        "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\nendpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    service: default/kubernetes\n{extra}",
+        api.url()
+    )
+}
+
+/// A namespace with the fake API server and an agent (XDP generic on lo) configured against it.
+fn cluster(
+    tag: &str,
+    prepare: impl FnOnce(&FakeApi),
+    extra_config: &str,
+    agent_args: &[&str],
+) -> Cluster {
+    require_root();
+    let ns = NetNs::new(tag);
+    let api = FakeApi::start(Some(&ns));
+    prepare(&api);
+    let dir = TempDir::new(tag);
+    let file = dir.write("agent.yaml", &config(&api, extra_config));
+    let mut args = vec![
+        "--config",
+        file.to_str().expect("UTF-8"),
+        "--interface",
+        "lo",
+        "--xdp-mode",
+        "generic",
+    ];
+    args.extend_from_slice(agent_args);
+    let agent = Agent::start(&ns, &args);
+    Cluster {
+        agent,
+        api,
+        ns,
+        _dir: dir,
+    }
+}
+
+impl Cluster {
+    fn dig(&self, args: &[&str]) -> Reply {
+        dig(&self.ns, "127.0.0.1", 1053, args)
+    }
+
+    fn addresses(&self, name: &str) -> Vec<String> {
+        self.dig(&[&format!("{name}.{ZONE}"), "A"]).answer_data()
+    }
+}
+
+fn ingress_pods(api: &FakeApi) {
+    for (i, ip) in ["198.18.0.11", "198.18.0.12"].iter().enumerate() {
+        let pod = PodSpec::ingress(
+            &format!("nginx-{i}"),
+            "ingress",
+            "default-nginx",
+            &format!("cp-{i}"),
+            ip,
+        );
+        api.apply(Kind::Pod, pod.to_json());
+    }
+    api.apply(
+        Kind::EndpointSlice,
+        endpoint_slice(
+            "default",
+            "kubernetes-a",
+            "kubernetes",
+            &[("198.18.0.11", None, "cp-0")],
+        ),
+    );
+}
+
+#[test]
+fn ready_pods_become_records_and_leave_when_not_ready_or_deleted() {
+    let c = cluster("kpods", ingress_pods, "", &[]);
+    eventually("both pods", 10, || {
+        c.addresses("default-nginx.ingress") == ["198.18.0.11", "198.18.0.12"]
+    });
+    let mut not_ready =
+        PodSpec::ingress("nginx-1", "ingress", "default-nginx", "cp-1", "198.18.0.12");
+    not_ready.ready = false;
+    c.api.apply(Kind::Pod, not_ready.to_json());
+    eventually("the not-ready pod to leave", 10, || {
+        c.addresses("default-nginx.ingress") == ["198.18.0.11"]
+    });
+    c.api.delete(Kind::Pod, "ingress", "nginx-0");
+    eventually("NXDOMAIN once no pod is left", 10, || {
+        c.dig(&[&format!("default-nginx.ingress.{ZONE}")]).status == "NXDOMAIN"
+    });
+    let mut back = PodSpec::ingress("nginx-2", "ingress", "default-nginx", "cp-2", "198.18.0.13");
+    back.terminating = false;
+    c.api.apply(Kind::Pod, back.to_json());
+    eventually("a new pod", 10, || {
+        c.addresses("default-nginx.ingress") == ["198.18.0.13"]
+    });
+    assert!(
+        c.agent.metric("hostport_dns_responses", &[("path", "xdp")]) > 0.0,
+        "answered from XDP too"
+    );
+}
+
+#[test]
+fn named_host_ports_get_srv_records_whose_targets_resolve() {
+    let c = cluster("ksrv", ingress_pods, "", &[]);
+    let srv = format!("_https._tcp.default-nginx.ingress.{ZONE}");
+    eventually("SRV records", 10, || {
+        c.dig(&[&srv, "SRV"]).answer.len() == 2
+    });
+    let reply = c.dig(&[&srv, "SRV"]);
+    assert_eq!(
+        reply.answer_data(),
+        [
+            format!("0 1 443 cp-0.nodes.{ZONE}."),
+            format!("0 1 443 cp-1.nodes.{ZONE}.")
+        ]
+    );
+    assert_eq!(
+        reply.additional.len(),
+        2,
+        "target addresses in the additional section"
+    );
+    assert_eq!(c.addresses("cp-1.nodes"), ["198.18.0.12"]);
+}
+
+#[test]
+fn nothing_but_servfail_before_the_first_full_list() {
+    require_root();
+    let ns = NetNs::new("kslow");
+    let api = FakeApi::start(Some(&ns));
+    ingress_pods(&api);
+    api.set_list_delay(Duration::from_secs(4));
+    let dir = TempDir::new("kslow");
+    let file = dir.write("agent.yaml", &config(&api, ""));
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    let early = dig(
+        &ns,
+        "127.0.0.1",
+        1053,
+        &[&format!("default-nginx.ingress.{ZONE}")],
+    );
+    assert_eq!(
+        early.status, "SERVFAIL",
+        "never NXDOMAIN before the first list"
+    );
+    let (status, body) = agent.http_get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    eventually("the records after the slow list", 15, || {
+        dig(
+            &ns,
+            "127.0.0.1",
+            1053,
+            &[&format!("default-nginx.ingress.{ZONE}")],
+        )
+        .answer
+        .len()
+            == 2
+    });
+    assert_eq!(agent.http_get("/readyz").0, 200);
+}
+
+#[test]
+fn an_api_outage_keeps_the_last_records_and_shows_their_age() {
+    let c = cluster("koutage", ingress_pods, "", &["--max-staleness", "3"]);
+    eventually("both pods", 10, || {
+        c.addresses("default-nginx.ingress").len() == 2
+    });
+    c.api.set_outage(true);
+    eventually("the agent to notice the outage", 15, || {
+        c.agent
+            .metric("hostport_dns_source_connected", &[("source", "kubernetes")])
+            == 0.0
+    });
+    assert_eq!(
+        c.addresses("default-nginx.ingress"),
+        ["198.18.0.11", "198.18.0.12"],
+        "still served"
+    );
+    eventually("not ready once the data is stale", 15, || {
+        c.agent.http_get("/readyz").0 == 503
+    });
+    assert!(
+        c.agent.metric(
+            "hostport_dns_source_staleness_seconds",
+            &[("source", "kubernetes")]
+        ) >= 3.0
+    );
+    // A change made while the agent could not see it...
+    c.api.delete(Kind::Pod, "ingress", "nginx-1");
+    c.api.set_outage(false);
+    // ...is picked up once the API server is back.
+    eventually("the change after the outage", 20, || {
+        c.addresses("default-nginx.ingress") == ["198.18.0.11"]
+    });
+    eventually("ready again", 15, || c.agent.http_get("/readyz").0 == 200);
+}
+
+#[test]
+fn a_410_gone_relists_without_ever_losing_the_records() {
+    let c = cluster("k410", ingress_pods, "", &[]);
+    eventually("both pods", 10, || {
+        c.addresses("default-nginx.ingress").len() == 2
+    });
+    let relists_before = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET Pod") && !r.contains("watch=true"))
+        .count();
+    // While the agent is cut off, a pod arrives and the history is compacted: its watch resumes
+    // from a resource version the server no longer has.
+    c.api.set_outage(true);
+    eventually("the agent to notice", 15, || {
+        c.agent
+            .metric("hostport_dns_source_connected", &[("source", "kubernetes")])
+            == 0.0
+    });
+    let pod = PodSpec::ingress("nginx-9", "ingress", "default-nginx", "cp-9", "198.18.0.19");
+    c.api.apply(Kind::Pod, pod.to_json());
+    c.api.compact();
+    c.api.set_outage(false);
+    eventually("the new pod after the relist", 20, || {
+        let addresses = c.addresses("default-nginx.ingress");
+        assert!(
+            addresses.len() >= 2,
+            "records lost during the relist: {addresses:?}"
+        );
+        addresses.len() == 3
+    });
+    let relists = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET Pod") && !r.contains("watch=true"))
+        .count();
+    assert!(
+        relists > relists_before,
+        "the watcher relisted after 410 Gone"
+    );
+}
+
+#[test]
+fn endpoint_slices_serve_the_api_servers_and_keep_the_last_answer() {
+    let c = cluster("kslices", ingress_pods, "", &[]);
+    eventually("the API server record", 10, || {
+        c.addresses("api") == ["198.18.0.11"]
+    });
+    c.api.apply(
+        Kind::EndpointSlice,
+        endpoint_slice(
+            "default",
+            "kubernetes-b",
+            "kubernetes",
+            &[("198.18.0.12", Some(true), "cp-1")],
+        ),
+    );
+    eventually("both slices merged", 10, || {
+        c.addresses("api") == ["198.18.0.11", "198.18.0.12"]
+    });
+    assert_eq!(
+        c.dig(&[&format!("api.{ZONE}")]).answer[0].ttl,
+        60,
+        "EndpointSlice records carry their own TTL"
+    );
+    // Every endpoint not ready: split-brain protection keeps the last answer.
+    c.api.apply(
+        Kind::EndpointSlice,
+        endpoint_slice(
+            "default",
+            "kubernetes-a",
+            "kubernetes",
+            &[("198.18.0.11", Some(false), "cp-0")],
+        ),
+    );
+    c.api.apply(
+        Kind::EndpointSlice,
+        endpoint_slice(
+            "default",
+            "kubernetes-b",
+            "kubernetes",
+            &[("198.18.0.12", Some(false), "cp-1")],
+        ),
+    );
+    eventually("the kept answer to be flagged", 10, || {
+        c.agent.metric(
+            "hostport_dns_kept_last_answer",
+            &[("source", "default/kubernetes")],
+        ) == 1.0
+    });
+    // The last non-empty answer the agent saw (both, or the one that stayed ready longest).
+    let kept = c.addresses("api");
+    assert!(!kept.is_empty(), "the API server name must not go empty");
+    assert!(
+        kept.iter()
+            .all(|a| a == "198.18.0.11" || a == "198.18.0.12"),
+        "{kept:?}"
+    );
+}
+
+#[test]
+fn node_addresses_can_stand_for_the_endpoints() {
+    let extra = "  - zone: prod.coreha.example\n    hostnames: [api-external]\n    service: default/kubernetes\n    addressSource: node-external\n";
+    let c = cluster(
+        "knodes",
+        |api| {
+            ingress_pods(api);
+            api.apply(Kind::Node, node("cp-0", "198.18.0.11", "198.18.100.11"));
+        },
+        extra,
+        &[],
+    );
+    eventually("the node's external address", 10, || {
+        c.addresses("api-external") == ["198.18.100.11"]
+    });
+    assert!(
+        c.api.requests().iter().any(|r| r.starts_with("GET Node")),
+        "nodes are watched only when needed"
+    );
+}
+
+#[test]
+fn label_values_that_are_not_dns_labels_are_skipped_and_counted() {
+    let c = cluster(
+        "kbad",
+        |api| {
+            ingress_pods(api);
+            api.apply(
+                Kind::Pod,
+                PodSpec::ingress("odd", "ingress", "not_a.label", "cp-5", "198.18.0.15").to_json(),
+            );
+        },
+        "",
+        &[],
+    );
+    eventually("the good pods", 10, || {
+        c.addresses("default-nginx.ingress").len() == 2
+    });
+    assert!(
+        c.agent.metric(
+            "hostport_dns_dropped_records",
+            &[("reason", "invalid_dns_label")]
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn watches_select_by_label_and_ask_for_bookmarks() {
+    let c = cluster("kwatch", ingress_pods, "", &[]);
+    eventually("both pods", 10, || {
+        c.addresses("default-nginx.ingress").len() == 2
+    });
+    let requests = c.api.requests();
+    let pod_watch = requests
+        .iter()
+        .find(|r| r.starts_with("GET Pod") && r.contains("watch=true"))
+        .expect("a pod watch");
+    assert!(
+        pod_watch.contains("labelSelector=ingress.cluster/name"),
+        "{pod_watch}"
+    );
+    assert!(
+        pod_watch.contains("allowWatchBookmarks=true"),
+        "{pod_watch}"
+    );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("labelSelector=kubernetes.io/service-name=kubernetes")),
+        "{requests:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.starts_with("GET Node")),
+        "no node watch without a node address source"
+    );
+}

@@ -1,0 +1,353 @@
+//! The agent's configuration file (YAML): zones (with optional static records, in the record
+//! file's format), how to reach the API server, and the Kubernetes record sources. Validated
+//! with errors naming the file, line and reason.
+//!
+//! ```yaml
+//! zones:
+//!   - name: prod.coreha.example
+//!     ttl: 5
+//! kubernetes:                       # optional; default: in-cluster, else ~/.kube/config
+//!   apiServer: https://127.0.0.1:6443
+//!   tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+//!   caFile: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+//! pods:
+//!   - zone: prod.coreha.example
+//!     labelKey: ingress.cluster/name    # <label value>.<namespace>.<zone>
+//!     strictHostPort: false
+//! endpointSlices:
+//!   - zone: prod.coreha.example
+//!     hostnames: [api]
+//!     service: default/kubernetes
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use hickory_proto::rr::Name;
+use serde::Deserialize;
+
+use crate::{
+    sources::{
+        Snapshot,
+        file::{FileError, ZoneEntry, check_zones_do_not_overlap, parse_name},
+    },
+    zone::ZoneSpec,
+};
+
+/// The label key pods are selected by when none is configured (coreha's).
+pub const DEFAULT_LABEL_KEY: &str = "ingress.cluster/name";
+/// TTL of EndpointSlice records when none is configured (kuberture's default).
+pub const DEFAULT_ENDPOINT_TTL: u32 = 60;
+
+#[derive(Clone, Debug, Default)]
+pub struct AgentConfig {
+    /// Zones and their static records.
+    pub zones: Snapshot,
+    pub kubernetes: KubernetesAccess,
+    pub pods: Vec<PodSource>,
+    pub endpoint_slices: Vec<EndpointSliceSource>,
+}
+
+impl AgentConfig {
+    /// Whether any Kubernetes source is configured.
+    pub fn uses_kubernetes(&self) -> bool {
+        !self.pods.is_empty() || !self.endpoint_slices.is_empty()
+    }
+
+    /// Whether EndpointSlice outputs need Node addresses.
+    pub fn needs_nodes(&self) -> bool {
+        self.endpoint_slices
+            .iter()
+            .any(|e| e.address_source != AddressSource::EndpointSlice)
+    }
+}
+
+/// How to reach the API server; without any field: in-cluster, else the default kubeconfig.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesAccess {
+    /// A kubeconfig file.
+    pub kubeconfig: Option<PathBuf>,
+    /// An explicit API server URL, such as the node-local API server of a control-plane node.
+    pub api_server: Option<String>,
+    /// Bearer token file (service account token) for `apiServer`.
+    pub token_file: Option<PathBuf>,
+    /// CA bundle for `apiServer`.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key for `apiServer`.
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+}
+
+/// Pods selected by a label become `<label value>.<namespace>.<zone>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSource {
+    pub zone: Name,
+    pub label_key: String,
+    /// Only pods whose label has this value.
+    pub label_value: Option<String>,
+    /// Only pods in these namespaces (all when empty).
+    pub namespaces: Vec<String>,
+    /// Only pods that declare a hostPort.
+    pub strict_host_port: bool,
+    pub address: PodAddress,
+    /// SRV records for named hostPorts, targets `<node>.nodes.<zone>`.
+    pub srv: bool,
+}
+
+/// Which address a pod is published under.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum PodAddress {
+    /// The node's for hostPort and hostNetwork pods (where the load balancer connects), the
+    /// pod's otherwise.
+    #[default]
+    Auto,
+    Host,
+    Pod,
+}
+
+/// A Service's EndpointSlices become configured hostnames (the API servers by default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointSliceSource {
+    pub zone: Name,
+    /// Fully qualified.
+    pub hostnames: Vec<Name>,
+    pub namespace: String,
+    pub service: String,
+    pub address_type: AddressType,
+    pub address_source: AddressSource,
+    /// Also use endpoints that are serving but terminating.
+    pub serving_terminating: bool,
+    /// When nothing resolves, keep serving the last non-empty answer (split-brain protection).
+    pub keep_last_non_empty: bool,
+    pub ttl: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum AddressType {
+    #[default]
+    IPv4,
+    IPv6,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AddressSource {
+    #[default]
+    #[serde(rename = "endpointslice")]
+    EndpointSlice,
+    NodeInternal,
+    NodeExternal,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ConfigFile {
+    #[serde(default)]
+    zones: Vec<ZoneEntry>,
+    #[serde(default)]
+    kubernetes: KubernetesAccess,
+    #[serde(default)]
+    pods: Vec<PodEntry>,
+    #[serde(default)]
+    endpoint_slices: Vec<EndpointSliceEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PodEntry {
+    zone: String,
+    #[serde(default = "default_label_key")]
+    label_key: String,
+    label_value: Option<String>,
+    #[serde(default)]
+    namespaces: Vec<String>,
+    #[serde(default)]
+    strict_host_port: bool,
+    #[serde(default)]
+    address: PodAddress,
+    #[serde(default = "yes")]
+    srv: bool,
+}
+
+fn default_label_key() -> String {
+    DEFAULT_LABEL_KEY.to_owned()
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EndpointSliceEntry {
+    zone: String,
+    hostnames: Vec<String>,
+    #[serde(default = "default_service")]
+    service: String,
+    #[serde(default)]
+    address_type: AddressType,
+    #[serde(default)]
+    address_source: AddressSource,
+    #[serde(default)]
+    serving_terminating: bool,
+    #[serde(default = "yes")]
+    keep_last_non_empty: bool,
+    ttl: Option<u32>,
+}
+
+fn default_service() -> String {
+    "default/kubernetes".to_owned()
+}
+
+/// Reads and validates a configuration file.
+pub fn load(path: &Path) -> Result<AgentConfig, FileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(&text, path)
+}
+
+pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
+    let file: ConfigFile = serde_yaml_ng::from_str(text).map_err(|e| {
+        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+        let reason = e.to_string();
+        let reason = reason
+            .split(" at line ")
+            .next()
+            .unwrap_or(&reason)
+            .to_owned();
+        FileError::Syntax {
+            path: path.to_owned(),
+            line,
+            column,
+            reason,
+        }
+    })?;
+    let invalid = |reason: String| FileError::Invalid {
+        path: path.to_owned(),
+        reason,
+    };
+    let mut config = AgentConfig {
+        kubernetes: file.kubernetes,
+        ..AgentConfig::default()
+    };
+    for zone in file.zones {
+        let (spec, records) = zone.compile().map_err(invalid)?;
+        config.zones.zones.push(spec);
+        config.zones.records.extend(records);
+    }
+    check_zones_do_not_overlap(&config.zones.zones).map_err(invalid)?;
+    let zone_named = |name: &str, what: &str| -> Result<Name, FileError> {
+        let zone = parse_name(name, true).map_err(|e| invalid(format!("{what}: zone {e}")))?;
+        if config.zones.zones.iter().any(|z: &ZoneSpec| z.apex == zone) {
+            Ok(zone)
+        } else {
+            Err(invalid(format!("{what}: zone {zone} is not in `zones`")))
+        }
+    };
+    for (i, pods) in file.pods.into_iter().enumerate() {
+        let what = format!("pods[{i}]");
+        if pods.label_key.is_empty() {
+            return Err(invalid(format!("{what}: labelKey is empty")));
+        }
+        config.pods.push(PodSource {
+            zone: zone_named(&pods.zone, &what)?,
+            label_key: pods.label_key,
+            label_value: pods.label_value,
+            namespaces: pods.namespaces,
+            strict_host_port: pods.strict_host_port,
+            address: pods.address,
+            srv: pods.srv,
+        });
+    }
+    for (i, slices) in file.endpoint_slices.into_iter().enumerate() {
+        let what = format!("endpointSlices[{i}]");
+        let zone = zone_named(&slices.zone, &what)?;
+        let Some((namespace, service)) = slices.service.split_once('/') else {
+            return Err(invalid(format!(
+                "{what}: service must be <namespace>/<name>, got {:?}",
+                slices.service
+            )));
+        };
+        if slices.hostnames.is_empty() {
+            return Err(invalid(format!("{what}: hostnames is empty")));
+        }
+        let hostnames = slices
+            .hostnames
+            .iter()
+            .map(|h| {
+                let name =
+                    parse_name(h, false).map_err(|e| invalid(format!("{what}: hostname {e}")))?;
+                name.append_domain(&zone)
+                    .map_err(|e| invalid(format!("{what}: hostname {h}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        config.endpoint_slices.push(EndpointSliceSource {
+            zone,
+            hostnames,
+            namespace: namespace.to_owned(),
+            service: service.to_owned(),
+            address_type: slices.address_type,
+            address_source: slices.address_source,
+            serving_terminating: slices.serving_terminating,
+            keep_last_non_empty: slices.keep_last_non_empty,
+            ttl: slices.ttl.unwrap_or(DEFAULT_ENDPOINT_TTL),
+        });
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<AgentConfig, FileError> {
+        parse(text, Path::new("agent.yaml"))
+    }
+
+    #[test]
+    fn a_full_configuration_parses() {
+        let config = parse_str(
+            "zones:\n  - name: prod.example\nkubernetes:\n  apiServer: https://127.0.0.1:6443\npods:\n  - zone: prod.example\n    strictHostPort: true\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api]\n    addressSource: node-internal\n",
+        )
+        .unwrap();
+        assert_eq!(config.pods[0].label_key, DEFAULT_LABEL_KEY);
+        assert!(config.pods[0].strict_host_port && config.pods[0].srv);
+        let e = &config.endpoint_slices[0];
+        assert_eq!(
+            (e.namespace.as_str(), e.service.as_str()),
+            ("default", "kubernetes")
+        );
+        assert_eq!(e.hostnames[0].to_string(), "api.prod.example.");
+        assert_eq!(e.address_source, AddressSource::NodeInternal);
+        assert_eq!(e.ttl, DEFAULT_ENDPOINT_TTL);
+        assert!(config.needs_nodes());
+    }
+
+    #[test]
+    fn a_source_must_name_a_configured_zone() {
+        let err = parse_str("zones:\n  - name: prod.example\npods:\n  - zone: other.example\n")
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("pods[0]: zone other.example. is not in `zones`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_address_source_is_reported_with_its_line() {
+        let err = parse_str("zones:\n  - name: p.example\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n    addressSource: node-public\n")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("agent.yaml:6:"), "{err}");
+    }
+
+    #[test]
+    fn a_service_needs_its_namespace() {
+        let err = parse_str("zones:\n  - name: p.example\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n    service: kubernetes\n")
+            .unwrap_err();
+        assert!(err.to_string().contains("<namespace>/<name>"), "{err}");
+    }
+}

@@ -1,0 +1,426 @@
+//! Kubernetes objects to records: a pure function of what the watchers hold, tested without a
+//! cluster.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use hickory_proto::rr::Name;
+
+use crate::{
+    agent_config::{AddressSource, AddressType, EndpointSliceSource, PodAddress, PodSource},
+    records::{RecordData, SourceRecord, Srv},
+    sources::kube::model::{NodeInfo, PodInfo, SliceInfo},
+};
+
+/// The label under `nodes.<zone>` SRV targets live.
+pub const NODES_LABEL: &str = "nodes";
+
+/// Objects left out, by reason (for logs and metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Label values (or node names) that are not valid DNS labels.
+    pub invalid_names: Vec<String>,
+}
+
+/// Records of one pod source.
+pub fn pod_records<'a>(
+    source: &PodSource,
+    pods: impl IntoIterator<Item = &'a PodInfo>,
+    out: &mut Vec<SourceRecord>,
+    skipped: &mut Skipped,
+) {
+    for pod in pods {
+        if !pod.serving
+            || source
+                .label_value
+                .as_ref()
+                .is_some_and(|v| *v != pod.label_value)
+            || (!source.namespaces.is_empty() && !source.namespaces.contains(&pod.namespace))
+            || (source.strict_host_port && pod.host_ports.is_empty())
+        {
+            continue;
+        }
+        let Some(name) = dns_label(&pod.label_value)
+            .zip(dns_label(&pod.namespace))
+            .and_then(|(value, ns)| Name::from_labels([value.as_bytes(), ns.as_bytes()]).ok())
+            .and_then(|n| n.append_domain(&source.zone).ok())
+        else {
+            skipped
+                .invalid_names
+                .push(format!("{}/{}", pod.namespace, pod.label_value));
+            continue;
+        };
+        let use_host = match source.address {
+            PodAddress::Host => true,
+            PodAddress::Pod => false,
+            PodAddress::Auto => pod.host_network || !pod.host_ports.is_empty(),
+        };
+        let addresses = if use_host {
+            &pod.host_ips
+        } else {
+            &pod.pod_ips
+        };
+        for address in addresses {
+            out.push(address_record(name.clone(), None, *address));
+        }
+        if source.srv {
+            srv_records(source, pod, &name, out, skipped);
+        }
+    }
+}
+
+/// `_<port>._<proto>.<value>.<namespace>.<zone>` SRV for each named hostPort, its target
+/// `<node>.nodes.<zone>` with the node's addresses.
+fn srv_records(
+    source: &PodSource,
+    pod: &PodInfo,
+    name: &Name,
+    out: &mut Vec<SourceRecord>,
+    skipped: &mut Skipped,
+) {
+    let Some(node) = pod.node_name.as_deref() else {
+        return;
+    };
+    if pod.host_ports.iter().all(|p| p.name.is_none()) {
+        return;
+    }
+    let Some(target) = node_target(node, &source.zone) else {
+        skipped.invalid_names.push(format!("node {node}"));
+        return;
+    };
+    for port in &pod.host_ports {
+        let Some(port_name) = port.name.as_deref() else {
+            continue;
+        };
+        let owner = Name::from_labels([
+            format!("_{port_name}").as_bytes(),
+            format!("_{}", port.protocol).as_bytes(),
+        ])
+        .ok()
+        .and_then(|prefix| prefix.append_name(name).ok());
+        let Some(owner) = owner else { continue };
+        let srv = Srv {
+            priority: 0,
+            weight: 1,
+            port: port.port,
+            target: target.clone(),
+        };
+        out.push(SourceRecord {
+            name: owner,
+            ttl: None,
+            data: RecordData::Srv(srv),
+        });
+    }
+    for address in &pod.host_ips {
+        out.push(address_record(target.clone(), None, *address));
+    }
+}
+
+/// `<node>.nodes.<zone>` (node names are DNS subdomains).
+fn node_target(node: &str, zone: &Name) -> Option<Name> {
+    let labels: Vec<String> = node.split('.').map(dns_label).collect::<Option<_>>()?;
+    let mut labels: Vec<&[u8]> = labels.iter().map(String::as_bytes).collect();
+    labels.push(NODES_LABEL.as_bytes());
+    Name::from_labels(labels).ok()?.append_domain(zone).ok()
+}
+
+/// A label value as a DNS label (RFC 1123, lower-cased), or None if it cannot be one.
+pub fn dns_label(value: &str) -> Option<String> {
+    let value = value.to_ascii_lowercase();
+    let bytes = value.as_bytes();
+    let valid = !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-';
+    valid.then_some(value)
+}
+
+fn address_record(name: Name, ttl: Option<u32>, address: IpAddr) -> SourceRecord {
+    let data = match address {
+        IpAddr::V4(a) => RecordData::A(a),
+        IpAddr::V6(a) => RecordData::Aaaa(a),
+    };
+    SourceRecord { name, ttl, data }
+}
+
+/// The addresses an EndpointSlice source resolves to now (sorted, no duplicates).
+pub fn endpoint_addresses<'a>(
+    source: &EndpointSliceSource,
+    slices: impl IntoIterator<Item = &'a SliceInfo>,
+    nodes: &BTreeMap<String, NodeInfo>,
+) -> Vec<IpAddr> {
+    let family = match source.address_type {
+        AddressType::IPv4 => "IPv4",
+        AddressType::IPv6 => "IPv6",
+    };
+    let mut out = Vec::new();
+    for slice in slices {
+        if slice.namespace != source.namespace || slice.service != source.service {
+            continue;
+        }
+        for endpoint in &slice.endpoints {
+            let usable = endpoint.ready.unwrap_or(true)
+                || (source.serving_terminating
+                    && endpoint.serving.unwrap_or(false)
+                    && endpoint.terminating.unwrap_or(false));
+            if !usable {
+                continue;
+            }
+            match source.address_source {
+                AddressSource::EndpointSlice => {
+                    if slice.address_type == family {
+                        out.extend(endpoint.addresses.iter().copied());
+                    }
+                }
+                AddressSource::NodeInternal | AddressSource::NodeExternal => {
+                    let Some(node) = endpoint.node_name.as_ref().and_then(|n| nodes.get(n)) else {
+                        continue;
+                    };
+                    let addresses = if source.address_source == AddressSource::NodeInternal {
+                        &node.internal
+                    } else {
+                        &node.external
+                    };
+                    out.extend(addresses.iter().copied());
+                }
+            }
+        }
+    }
+    out.retain(|a| a.is_ipv4() == (source.address_type == AddressType::IPv4));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Records of one EndpointSlice source for the resolved addresses.
+pub fn endpoint_records(
+    source: &EndpointSliceSource,
+    addresses: &[IpAddr],
+    out: &mut Vec<SourceRecord>,
+) {
+    for hostname in &source.hostnames {
+        for address in addresses {
+            out.push(address_record(hostname.clone(), Some(source.ttl), *address));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::kube::model::{EndpointInfo, HostPort};
+
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).unwrap()
+    }
+
+    fn source() -> PodSource {
+        PodSource {
+            zone: name("prod.example."),
+            label_key: "ingress.cluster/name".into(),
+            label_value: None,
+            namespaces: vec![],
+            strict_host_port: false,
+            address: PodAddress::Auto,
+            srv: true,
+        }
+    }
+
+    fn pod(value: &str, host_port: bool) -> PodInfo {
+        PodInfo {
+            namespace: "ingress".into(),
+            label_value: value.into(),
+            node_name: Some("cp-1".into()),
+            serving: true,
+            host_network: false,
+            host_ips: vec!["198.18.0.11".parse().unwrap()],
+            pod_ips: vec!["198.19.1.5".parse().unwrap()],
+            host_ports: if host_port {
+                vec![HostPort {
+                    name: Some("https".into()),
+                    protocol: "tcp".into(),
+                    port: 443,
+                }]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    fn render(records: &[SourceRecord]) -> Vec<String> {
+        let mut out: Vec<String> = records
+            .iter()
+            .map(|r| format!("{} {:?}", r.name, r.data))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_host_port_pod_is_published_under_its_node_address_with_srv() {
+        let mut out = Vec::new();
+        pod_records(
+            &source(),
+            [&pod("default-nginx", true)],
+            &mut out,
+            &mut Skipped::default(),
+        );
+        assert_eq!(
+            render(&out),
+            [
+                "_https._tcp.default-nginx.ingress.prod.example. Srv(Srv { priority: 0, weight: 1, port: 443, target: Name(\"cp-1.nodes.prod.example.\") })",
+                "cp-1.nodes.prod.example. A(198.18.0.11)",
+                "default-nginx.ingress.prod.example. A(198.18.0.11)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pod_without_host_port_is_published_under_its_own_address() {
+        let mut out = Vec::new();
+        pod_records(
+            &source(),
+            [&pod("web", false)],
+            &mut out,
+            &mut Skipped::default(),
+        );
+        assert_eq!(render(&out), ["web.ingress.prod.example. A(198.19.1.5)"]);
+    }
+
+    #[test]
+    fn strict_host_port_drops_pods_without_one() {
+        let mut out = Vec::new();
+        let strict = PodSource {
+            strict_host_port: true,
+            ..source()
+        };
+        pod_records(
+            &strict,
+            [&pod("web", false)],
+            &mut out,
+            &mut Skipped::default(),
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn pods_not_serving_are_left_out() {
+        let mut out = Vec::new();
+        let not_ready = PodInfo {
+            serving: false,
+            ..pod("web", true)
+        };
+        pod_records(&source(), [&not_ready], &mut out, &mut Skipped::default());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_label_value_that_is_not_a_dns_label_is_skipped() {
+        let mut out = Vec::new();
+        let mut skipped = Skipped::default();
+        pod_records(
+            &source(),
+            [&pod("bad_value.x", true), &pod("Good", false)],
+            &mut out,
+            &mut skipped,
+        );
+        assert_eq!(skipped.invalid_names, ["ingress/bad_value.x"]);
+        assert_eq!(render(&out), ["good.ingress.prod.example. A(198.19.1.5)"]);
+    }
+
+    fn slice_source(address_source: AddressSource) -> EndpointSliceSource {
+        EndpointSliceSource {
+            zone: name("prod.example."),
+            hostnames: vec![name("api.prod.example.")],
+            namespace: "default".into(),
+            service: "kubernetes".into(),
+            address_type: AddressType::IPv4,
+            address_source,
+            serving_terminating: false,
+            keep_last_non_empty: true,
+            ttl: 60,
+        }
+    }
+
+    fn endpoint(address: &str, ready: Option<bool>, node: &str) -> EndpointInfo {
+        EndpointInfo {
+            addresses: vec![address.parse().unwrap()],
+            ready,
+            serving: Some(true),
+            terminating: Some(ready == Some(false)),
+            node_name: Some(node.into()),
+        }
+    }
+
+    #[test]
+    fn all_slices_of_the_service_merge_and_not_ready_endpoints_drop() {
+        let slices = [
+            SliceInfo {
+                namespace: "default".into(),
+                service: "kubernetes".into(),
+                address_type: "IPv4".into(),
+                endpoints: vec![
+                    endpoint("198.18.0.10", None, "a"),
+                    endpoint("198.18.0.11", Some(false), "b"),
+                ],
+            },
+            SliceInfo {
+                namespace: "default".into(),
+                service: "kubernetes".into(),
+                address_type: "IPv4".into(),
+                endpoints: vec![endpoint("198.18.0.12", Some(true), "c")],
+            },
+            SliceInfo {
+                namespace: "default".into(),
+                service: "other".into(),
+                address_type: "IPv4".into(),
+                endpoints: vec![endpoint("198.18.0.13", Some(true), "d")],
+            },
+        ];
+        let got = endpoint_addresses(
+            &slice_source(AddressSource::EndpointSlice),
+            &slices,
+            &BTreeMap::new(),
+        );
+        assert_eq!(
+            got,
+            [
+                "198.18.0.10".parse::<IpAddr>().unwrap(),
+                "198.18.0.12".parse().unwrap()
+            ]
+        );
+        let terminating = EndpointSliceSource {
+            serving_terminating: true,
+            ..slice_source(AddressSource::EndpointSlice)
+        };
+        assert_eq!(
+            endpoint_addresses(&terminating, &slices, &BTreeMap::new()).len(),
+            3
+        );
+    }
+
+    #[test]
+    fn node_addresses_come_from_the_endpoints_nodes() {
+        let slices = [SliceInfo {
+            namespace: "default".into(),
+            service: "kubernetes".into(),
+            address_type: "IPv4".into(),
+            endpoints: vec![endpoint("198.19.0.10", Some(true), "cp-1")],
+        }];
+        let nodes = BTreeMap::from([(
+            "cp-1".to_owned(),
+            NodeInfo {
+                internal: vec!["198.18.0.21".parse().unwrap()],
+                external: vec!["198.18.1.21".parse().unwrap()],
+            },
+        )]);
+        let internal =
+            endpoint_addresses(&slice_source(AddressSource::NodeInternal), &slices, &nodes);
+        assert_eq!(internal, ["198.18.0.21".parse::<IpAddr>().unwrap()]);
+        let external =
+            endpoint_addresses(&slice_source(AddressSource::NodeExternal), &slices, &nodes);
+        assert_eq!(external, ["198.18.1.21".parse::<IpAddr>().unwrap()]);
+    }
+}
