@@ -7,6 +7,7 @@ pub mod agent;
 pub mod bench;
 pub mod clients;
 pub mod fake_api;
+pub mod haproxy;
 pub mod k8s;
 pub mod knot;
 pub mod netns;

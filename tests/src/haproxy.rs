@@ -1,0 +1,95 @@
+//! HAProxy as the load balancer: `resolvers` + `server-template` against the agent, run in the
+//! client namespace, its state read over the stats socket.
+
+use std::{
+    io::{Read, Write},
+    os::unix::net::UnixStream,
+    path::PathBuf,
+    process::{Child, Stdio},
+};
+
+use crate::{TempDir, netns::NetNs};
+
+/// A running HAProxy, killed on drop.
+pub struct Haproxy {
+    child: Child,
+    socket: PathBuf,
+    _dir: TempDir,
+}
+
+impl Haproxy {
+    /// HAProxy resolving `name` with `slots` server slots through the DNS server at
+    /// `nameserver` ("ip:port"); `resolve_prefer` is None for HAProxy's default (AAAA, then A).
+    pub fn start(
+        ns: &NetNs,
+        nameserver: &str,
+        name: &str,
+        slots: u32,
+        resolve_prefer: Option<&str>,
+    ) -> Self {
+        let dir = TempDir::new("haproxy");
+        let socket = dir.path.join("stats.sock");
+        let prefer = resolve_prefer
+            .map(|p| format!(" resolve-prefer {p}"))
+            .unwrap_or_default();
+        let config = format!(
+            "global\n  stats socket {} mode 600 level admin\n\
+             defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 5s\n  timeout server 5s\n\
+             resolvers agent\n  nameserver hpd {nameserver}\n  accepted_payload_size 8192\n  resolve_retries 3\n  \
+             timeout resolve 1s\n  timeout retry 1s\n  hold valid 10s\n\
+             backend ingress\n  server-template srv {slots} {name}:443 resolvers agent init-addr none{prefer}\n",
+            socket.display()
+        );
+        let config_path = dir.write("haproxy.cfg", &config);
+        let child = ns
+            .command("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start haproxy");
+        let haproxy = Self {
+            child,
+            socket,
+            _dir: dir,
+        };
+        crate::eventually("the HAProxy stats socket", 10, || haproxy.socket.exists());
+        haproxy
+    }
+
+    /// Runs a command on the stats socket and returns its output.
+    pub fn command(&self, command: &str) -> String {
+        let Ok(mut stream) = UnixStream::connect(&self.socket) else {
+            return String::new();
+        };
+        let _ = stream.write_all(format!("{command}\n").as_bytes());
+        let mut out = String::new();
+        let _ = stream.read_to_string(&mut out);
+        out
+    }
+
+    /// The addresses the backend's server slots hold now, sorted.
+    pub fn backend_addresses(&self) -> Vec<String> {
+        let state = self.command("show servers state ingress");
+        let mut addresses: Vec<String> = state
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.split_whitespace().count() > 5)
+            .filter_map(|l| {
+                let address = l.split_whitespace().nth(4)?;
+                (address.parse::<std::net::IpAddr>().is_ok() && address != "0.0.0.0")
+                    .then(|| address.to_owned())
+            })
+            .collect();
+        addresses.sort();
+        addresses
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

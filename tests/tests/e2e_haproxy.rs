@@ -1,0 +1,165 @@
+//! The whole path, as in production: a (fake) API server, the agent with XDP on its interface,
+//! and a real HAProxy (`resolvers` + `server-template`, default resolve-prefer: AAAA then A)
+//! in another namespace learning the ingress pods' nodes through DNS, following pods becoming
+//! Ready, NotReady and deleted, and keeping its backends through an API outage.
+
+use std::time::Duration;
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    eventually,
+    fake_api::{FakeApi, Kind},
+    haproxy::Haproxy,
+    k8s::PodSpec,
+    netns::Link,
+    require_root,
+};
+
+const ZONE: &str = "prod.coreha.example";
+const NAME: &str = "default-nginx.ingress.prod.coreha.example";
+
+fn pod(i: u32, ready: bool) -> serde_json::Value {
+    let mut pod = PodSpec::ingress(
+        &format!("nginx-{i}"),
+        "ingress",
+        "default-nginx",
+        &format!("cp-{i}"),
+        &format!("198.18.0.{}", 10 + i),
+    );
+    pod.ready = ready;
+    pod.to_json()
+}
+
+#[test]
+fn haproxy_follows_the_ingress_pods_through_xdp_and_survives_an_api_outage() {
+    require_root();
+    let link = Link::new("e2e");
+    let api = FakeApi::start(Some(&link.server_ns));
+    api.apply(Kind::Pod, pod(1, true));
+    api.apply(Kind::Pod, pod(2, true));
+    let dir = TempDir::new("e2e");
+    let config = dir.write(
+        "agent.yaml",
+        &format!("zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n    strictHostPort: true\n", api.url()),
+    );
+    let agent = Agent::start(
+        &link.server_ns,
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--interface",
+            &link.server.ifname,
+            "--xdp-mode",
+            "native",
+        ],
+    );
+    let haproxy = Haproxy::start(
+        &link.client_ns,
+        &format!("{}:1053", link.server.ipv4),
+        NAME,
+        4,
+        None,
+    );
+
+    eventually("HAProxy to learn both pods", 15, || {
+        haproxy.backend_addresses() == ["198.18.0.11", "198.18.0.12"]
+    });
+
+    api.apply(Kind::Pod, pod(2, false));
+    eventually("HAProxy to drop the NotReady pod", 15, || {
+        haproxy.backend_addresses() == ["198.18.0.11"]
+    });
+
+    api.apply(Kind::Pod, pod(3, true));
+    api.delete(Kind::Pod, "ingress", "nginx-1");
+    eventually(
+        "HAProxy to swap the deleted pod for the new one",
+        15,
+        || haproxy.backend_addresses() == ["198.18.0.13"],
+    );
+
+    api.apply(Kind::Pod, pod(2, true));
+    eventually("HAProxy to take the pod back", 15, || {
+        haproxy.backend_addresses() == ["198.18.0.12", "198.18.0.13"]
+    });
+
+    api.set_outage(true);
+    eventually("the agent to lose the API server", 15, || {
+        agent.metric("hostport_dns_source_connected", &[("source", "kubernetes")]) == 0.0
+    });
+    // HAProxy polls every second; through ten seconds of outage it keeps both backends.
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(
+            haproxy.backend_addresses(),
+            ["198.18.0.12", "198.18.0.13"],
+            "backends lost during the API outage"
+        );
+    }
+    api.set_outage(false);
+    api.delete(Kind::Pod, "ingress", "nginx-3");
+    eventually("HAProxy to follow changes after the outage", 20, || {
+        haproxy.backend_addresses() == ["198.18.0.12"]
+    });
+
+    // HAProxy asked AAAA then A for every poll; the kernel answered them.
+    let xdp_a = agent.metric("hostport_dns_responses", &[("path", "xdp"), ("type", "A")]);
+    let xdp_aaaa = agent.metric(
+        "hostport_dns_responses",
+        &[("path", "xdp"), ("type", "AAAA")],
+    );
+    assert!(
+        xdp_a > 10.0 && xdp_aaaa > 10.0,
+        "A {xdp_a}, AAAA {xdp_aaaa} answered by XDP"
+    );
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_responses",
+            &[("path", "userspace"), ("type", "A")]
+        ),
+        0.0
+    );
+}
+
+#[test]
+fn haproxy_with_ipv4_preference_asks_only_for_a() {
+    require_root();
+    let link = Link::new("e2e4");
+    let api = FakeApi::start(Some(&link.server_ns));
+    api.apply(Kind::Pod, pod(1, true));
+    let dir = TempDir::new("e2e4");
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n",
+            api.url()
+        ),
+    );
+    let agent = Agent::start(
+        &link.server_ns,
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--interface",
+            &link.server.ifname,
+            "--xdp-mode",
+            "native",
+        ],
+    );
+    let haproxy = Haproxy::start(
+        &link.client_ns,
+        &format!("{}:1053", link.server.ipv4),
+        NAME,
+        2,
+        Some("ipv4"),
+    );
+    eventually("HAProxy to learn the pod", 15, || {
+        haproxy.backend_addresses() == ["198.18.0.11"]
+    });
+    assert!(agent.metric("hostport_dns_responses", &[("path", "xdp"), ("type", "A")]) > 0.0);
+    assert_eq!(
+        agent.metric("hostport_dns_responses", &[("type", "AAAA")]),
+        0.0
+    );
+}
