@@ -69,3 +69,34 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// A private bpffs mount for pinning (the host's /sys/fs/bpf is hidden inside `ip netns exec`,
+/// which remounts /sys). Unmounted on drop, which also drops whatever is still pinned there.
+pub struct BpfFs {
+    dir: TempDir,
+}
+
+impl BpfFs {
+    pub fn mount() -> Self {
+        let dir = TempDir::new("bpffs");
+        netns::sh(
+            std::process::Command::new("mount")
+                .args(["-t", "bpf", "bpf"])
+                .arg(&dir.path),
+        );
+        Self { dir }
+    }
+
+    /// A pin directory inside the mount.
+    pub fn pin_dir(&self) -> PathBuf {
+        self.dir.path.join("hostport-dns")
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(&self.dir.path)
+            .status();
+    }
+}

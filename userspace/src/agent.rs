@@ -228,6 +228,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.port,
             &args.interfaces,
             args.xdp_mode,
+            args.pin_dir.as_deref(),
         )?),
     };
     let (writer, local_addrs, counters) = match dataplane.as_mut() {
@@ -303,7 +304,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
 
     wait_for_stop().await?;
-    info!("stopping: detaching XDP");
+    match dataplane.as_ref().and_then(|d| d.pin_dir.as_ref()) {
+        Some(dir) => info!(
+            pin_dir = %dir.display(),
+            "stopping; the XDP program stays attached and keeps answering (pinned): `hostport-dns uninstall` removes it"
+        ),
+        None => info!("stopping: detaching XDP"),
+    }
     drop(dataplane);
     Ok(())
 }

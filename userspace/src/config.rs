@@ -34,6 +34,44 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the responder: load the records, attach XDP, serve DNS.
     Run(RunArgs),
+    /// What the kernel's record table holds now, decoded.
+    Records(InspectArgs),
+    /// The XDP program's counters: answers by kind, passes by reason.
+    Stats(InspectArgs),
+    /// Ask the local responder and say which path (XDP or userspace) answered.
+    Query(QueryArgs),
+    /// Detach the pinned XDP program and remove its pinned maps.
+    Uninstall(PinArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct PinArgs {
+    /// Where the agent pinned its maps and links (its --pin-dir).
+    #[arg(long, value_name = "DIR", env = "HOSTPORT_DNS_PIN_DIR", default_value = crate::ops::DEFAULT_PIN_DIR)]
+    pub pin_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub pin: PinArgs,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct QueryArgs {
+    /// The name to ask for.
+    pub name: String,
+    /// The record type.
+    #[arg(default_value = "A")]
+    pub qtype: String,
+    /// The responder to ask.
+    #[arg(long, default_value = "127.0.0.1:1053")]
+    pub server: std::net::SocketAddr,
+    #[command(flatten)]
+    pub inspect: InspectArgs,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -67,6 +105,11 @@ pub struct RunArgs {
     /// Address of the metrics and health endpoint (/metrics, /healthz, /readyz).
     #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:9253")]
     pub metrics_listen: std::net::SocketAddr,
+    /// Pin the XDP program's maps and links in this bpffs directory: a restarted or upgraded
+    /// agent adopts them without a gap, and while no agent runs the kernel keeps answering from
+    /// the last table. Without it, stopping the agent detaches the program.
+    #[arg(long, value_name = "DIR", env = "HOSTPORT_DNS_PIN_DIR")]
+    pub pin_dir: Option<PathBuf>,
     /// Not ready when a source's data is older than this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub max_staleness: u64,

@@ -14,8 +14,18 @@ struct AppState {
     health: Arc<Health>,
 }
 
+/// Binds the endpoint. SO_REUSEPORT, like the DNS sockets, so that a new agent can start beside
+/// the one it replaces (a zero-downtime upgrade runs both for a moment).
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(128)
 }
 
 pub async fn serve(

@@ -8,6 +8,7 @@ pub mod config;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod ops;
 pub mod records;
 pub mod server;
 pub mod sources;

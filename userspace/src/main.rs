@@ -1,7 +1,10 @@
 //! The `hostport-dns` binary: parses the command line and runs the chosen command.
 
 use clap::Parser;
-use hostport_dns::config::{Cli, Command, LogFormat};
+use hostport_dns::{
+    config::{Cli, Command, LogFormat},
+    ops,
+};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
@@ -14,11 +17,19 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => hostport_dns::agent::run(args).await,
-        }
-    });
+    let result = match cli.command {
+        Command::Run(args) => runtime.block_on(hostport_dns::agent::run(args)),
+        Command::Records(a) => ops::records(&a.pin.pin_dir, a.json),
+        Command::Stats(a) => ops::stats(&a.pin.pin_dir, a.json),
+        Command::Query(q) => ops::query(
+            q.server,
+            &q.name,
+            &q.qtype,
+            &q.inspect.pin.pin_dir,
+            q.inspect.json,
+        ),
+        Command::Uninstall(a) => ops::uninstall(&a.pin_dir),
+    };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

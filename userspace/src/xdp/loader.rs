@@ -1,10 +1,20 @@
 //! Loads the XDP program and attaches it to the configured interfaces.
 
+use std::path::{Path, PathBuf};
+
 use aya::{
     Ebpf, EbpfLoader,
-    programs::{ProgramError, Xdp, XdpMode as AyaXdpMode},
+    maps::MapInfo,
+    programs::{
+        ProgramError, Xdp, XdpMode as AyaXdpMode,
+        links::{FdLink, PinnedLink},
+        xdp::{XdpLink, XdpLinkId},
+    },
 };
-use hostport_dns_common::maps;
+use hostport_dns_common::{
+    maps,
+    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry, ZoneId},
+};
 use tracing::{info, warn};
 
 use crate::EBPF_OBJECT;
@@ -42,40 +52,176 @@ pub enum XdpError {
     },
 }
 
-/// The loaded program and where it is attached. Dropping it detaches the program.
+/// The loaded program and where it is attached. Dropping it detaches the program, unless its
+/// links are pinned: then the kernel keeps answering from the pinned maps until the next agent
+/// takes over (or `hostport-dns uninstall` removes the pins).
 pub struct Dataplane {
     pub ebpf: Ebpf,
     /// (interface, mode actually used)
     pub attachments: Vec<(String, &'static str)>,
+    /// Where the maps and links are pinned, if they are.
+    pub pin_dir: Option<PathBuf>,
+}
+
+/// Maps kept across agent restarts, with the key and value sizes this build expects.
+fn pinned_maps() -> [(&'static str, usize, usize); 4] {
+    [
+        (maps::NAMES, size_of::<NameKey>(), size_of::<NameEntry>()),
+        (maps::ZONES, size_of::<ZoneId>(), size_of::<ZoneEntry>()),
+        (maps::LOCAL, size_of::<u32>(), size_of::<LocalAddrs>()),
+        (maps::COUNTERS, size_of::<u32>(), size_of::<u64>()),
+    ]
 }
 
 impl Dataplane {
-    /// Loads the program for `port` and attaches it to every interface in `interfaces`.
-    pub fn start(port: u16, interfaces: &[String], mode: XdpMode) -> Result<Self, XdpError> {
+    /// Loads the program for `port` and attaches it to every interface in `interfaces`. With
+    /// `pin_dir`, the maps and links are pinned there, and whatever a previous agent pinned is
+    /// adopted: its maps keep their table, its links get the new program atomically.
+    pub fn start(
+        port: u16,
+        interfaces: &[String],
+        mode: XdpMode,
+        pin_dir: Option<&Path>,
+    ) -> Result<Self, XdpError> {
         for interface in interfaces {
             if_index(interface)?;
         }
-        let mut ebpf = load(port)?;
+        if let Some(dir) = pin_dir {
+            prepare_pin_dir(dir)?;
+        }
+        let mut ebpf = load_pinned(port, pin_dir)?;
         let program = xdp_program(&mut ebpf)?;
         let mut attachments = Vec::new();
         for interface in interfaces {
-            let used = attach(program, interface, mode)?;
-            info!(interface, mode = used, "XDP program attached");
+            let used = match pin_dir {
+                Some(dir) => attach_pinned(program, interface, mode, &link_pin(dir, interface))?,
+                None => attach(program, interface, mode)?.0,
+            };
+            info!(
+                interface,
+                mode = used,
+                pinned = pin_dir.is_some(),
+                "XDP program attached"
+            );
             attachments.push((interface.clone(), used));
         }
-        Ok(Self { ebpf, attachments })
+        Ok(Self {
+            ebpf,
+            attachments,
+            pin_dir: pin_dir.map(Path::to_path_buf),
+        })
     }
 }
 
-/// Loads the embedded object with the DNS port set, without attaching it.
+/// Where the link of `interface` is pinned.
+pub fn link_pin(dir: &Path, interface: &str) -> PathBuf {
+    dir.join(format!("link-{interface}"))
+}
+
+/// Creates the pin directory and drops pinned maps whose layout this build does not share (an
+/// upgrade that changed them starts with fresh maps; the old program keeps its own until its
+/// link is handed over).
+fn prepare_pin_dir(dir: &Path) -> Result<(), XdpError> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        XdpError::Load(format!(
+            "cannot create the pin directory {}: {e}",
+            dir.display()
+        ))
+    })?;
+    for (name, key, value) in pinned_maps() {
+        let path = dir.join(name);
+        if !path.exists() {
+            continue;
+        }
+        match MapInfo::from_pin(&path) {
+            Ok(info) if info.key_size() as usize == key && info.value_size() as usize == value => {}
+            Ok(info) => {
+                warn!(
+                    map = name,
+                    key = info.key_size(),
+                    value = info.value_size(),
+                    "pinned map has another layout: starting it fresh"
+                );
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(err) => {
+                warn!(map = name, %err, "unreadable pinned map: starting it fresh");
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Loads the embedded object with the DNS port set, without attaching it or pinning anything.
 pub fn load(port: u16) -> Result<Ebpf, XdpError> {
-    let mut ebpf = EbpfLoader::new()
-        .override_global(maps::GLOBAL_DNS_PORT, &port, true)
-        .load(EBPF_OBJECT)
-        .map_err(|e| classify(chain(&e)))?;
+    load_pinned(port, None)
+}
+
+/// Loads the embedded object, its maps pinned in (or adopted from) `pin_dir` if given.
+fn load_pinned(port: u16, pin_dir: Option<&Path>) -> Result<Ebpf, XdpError> {
+    let mut loader = EbpfLoader::new();
+    loader.override_global(maps::GLOBAL_DNS_PORT, &port, true);
+    let paths: Vec<(&str, PathBuf)> = match pin_dir {
+        Some(dir) => pinned_maps()
+            .iter()
+            .map(|(name, _, _)| (*name, dir.join(name)))
+            .collect(),
+        None => Vec::new(),
+    };
+    for (name, path) in &paths {
+        loader.map_pin_path(name, path.as_path());
+    }
+    let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| classify(chain(&e)))?;
     let program = xdp_program(&mut ebpf)?;
     program.load().map_err(|e| classify(describe(&e)))?;
     Ok(ebpf)
+}
+
+/// Attaches through the link pinned at `path` (handing it the new program atomically), or
+/// attaches anew and pins the link there.
+fn attach_pinned(
+    program: &mut Xdp,
+    interface: &str,
+    mode: XdpMode,
+    path: &Path,
+) -> Result<&'static str, XdpError> {
+    let fail = |reason: String| XdpError::Attach {
+        interface: interface.to_owned(),
+        mode: "pinned",
+        reason,
+    };
+    if path.exists() {
+        let adopted = PinnedLink::from_pin(path)
+            .map_err(|e| {
+                fail(format!(
+                    "cannot open the pinned link {}: {e}",
+                    path.display()
+                ))
+            })
+            .and_then(|pinned| XdpLink::try_from(FdLink::from(pinned)).map_err(|e| fail(chain(&e))))
+            .and_then(|link| program.attach_to_link(link).map_err(|e| fail(describe(&e))));
+        match adopted {
+            Ok(_) => return Ok("adopted"),
+            Err(err) => {
+                warn!(interface, %err, "the pinned link cannot be reused: attaching anew");
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    let (used, id) = attach(program, interface, mode)?;
+    let link = program.take_link(id).map_err(|e| fail(describe(&e)))?;
+    let fd_link = FdLink::try_from(link).map_err(|e| {
+        fail(format!(
+            "the kernel attached without a link ({e}); cannot pin"
+        ))
+    })?;
+    let pinned = fd_link
+        .pin(path)
+        .map_err(|e| fail(format!("cannot pin the link at {}: {e}", path.display())))?;
+    // The pin holds the link; this handle can go.
+    drop(pinned);
+    Ok(used)
 }
 
 /// The XDP program in a loaded object.
@@ -86,11 +232,15 @@ pub fn xdp_program(ebpf: &mut Ebpf) -> Result<&mut Xdp, XdpError> {
         .map_err(|e: ProgramError| XdpError::Load(e.to_string()))
 }
 
-fn attach(program: &mut Xdp, interface: &str, mode: XdpMode) -> Result<&'static str, XdpError> {
+fn attach(
+    program: &mut Xdp,
+    interface: &str,
+    mode: XdpMode,
+) -> Result<(&'static str, XdpLinkId), XdpError> {
     let try_mode = |program: &mut Xdp, aya_mode, name: &'static str| {
         program
             .attach(interface, aya_mode)
-            .map(|_| name)
+            .map(|id| (name, id))
             .map_err(|e| XdpError::Attach {
                 interface: interface.to_owned(),
                 mode: name,
@@ -99,7 +249,7 @@ fn attach(program: &mut Xdp, interface: &str, mode: XdpMode) -> Result<&'static 
     };
     match mode {
         XdpMode::Native => try_mode(program, AyaXdpMode::Driver, "native"),
-        XdpMode::Generic => try_mode(program, AyaXdpMode::Skb, "generic"),
+        XdpMode::Generic | XdpMode::Off => try_mode(program, AyaXdpMode::Skb, "generic"),
         XdpMode::Auto => match try_mode(program, AyaXdpMode::Driver, "native") {
             Ok(used) => Ok(used),
             Err(err) => {
@@ -107,7 +257,6 @@ fn attach(program: &mut Xdp, interface: &str, mode: XdpMode) -> Result<&'static 
                 try_mode(program, AyaXdpMode::Skb, "generic")
             }
         },
-        XdpMode::Off => Ok("off"),
     }
 }
 

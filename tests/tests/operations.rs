@@ -1,0 +1,199 @@
+//! What operators see: metrics and health over HTTP, checked against the traffic the test sent,
+//! and the `records`, `stats` and `query` subcommands.
+
+use hostport_dns_tests::{
+    BpfFs, TempDir,
+    agent::{Agent, binary},
+    clients::dig,
+    netns::{Link, sh},
+    require_root,
+};
+
+const RECORDS: &str = "zones:\n  - name: prod.coreha.example\n    records:\n      web: [198.18.7.1, 198.18.7.2, \"2001:db8::7\"]\n    srv:\n      _https._tcp.web: [{ port: 443, target: web }]\n";
+
+#[test]
+fn metrics_and_health_match_the_traffic_sent() {
+    require_root();
+    let link = Link::new("metrics");
+    let dir = TempDir::new("metrics");
+    let records = dir.write("records.yaml", RECORDS);
+    let agent = Agent::start(
+        &link.server_ns,
+        &[
+            "--records",
+            records.to_str().expect("UTF-8"),
+            "--interface",
+            &link.server.ifname,
+            "--xdp-mode",
+            "native",
+        ],
+    );
+    for _ in 0..5 {
+        dig(
+            &link.client_ns,
+            link.server.ipv4,
+            1053,
+            &["web.prod.coreha.example", "A"],
+        );
+    }
+    for _ in 0..2 {
+        dig(
+            &link.client_ns,
+            link.server.ipv4,
+            1053,
+            &["nope.prod.coreha.example", "AAAA"],
+        );
+    }
+    for _ in 0..3 {
+        dig(
+            &link.client_ns,
+            link.server.ipv4,
+            1053,
+            &["_https._tcp.web.prod.coreha.example", "SRV"],
+        );
+    }
+    let m = |name: &str, labels: &[(&str, &str)]| agent.metric(name, labels);
+    assert_eq!(
+        m(
+            "hostport_dns_responses",
+            &[("path", "xdp"), ("type", "A"), ("rcode", "NOERROR")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        m(
+            "hostport_dns_responses",
+            &[("path", "xdp"), ("type", "AAAA"), ("rcode", "NXDOMAIN")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        m(
+            "hostport_dns_responses",
+            &[("path", "userspace"), ("type", "SRV"), ("rcode", "NOERROR")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        m("hostport_dns_xdp_passed", &[("reason", "unsupported_type")]),
+        3.0
+    );
+    // web, _tcp.web (empty non-terminal), _https._tcp.web, the apex.
+    assert_eq!(m("hostport_dns_table_names", &[]), 4.0);
+    assert_eq!(m("hostport_dns_table_records", &[]), 4.0);
+    assert_eq!(m("hostport_dns_source_synced", &[("source", "file")]), 1.0);
+    assert!(m("hostport_dns_propagation_seconds_count", &[]) >= 1.0);
+    assert!(
+        agent
+            .metrics()
+            .contains("hostport_dns_build_info{version=\"")
+    );
+    assert_eq!(agent.http_get("/healthz").0, 200);
+    assert_eq!(agent.http_get("/readyz"), (200, "ready\n".to_owned()));
+}
+
+fn subcommand(link: &Link, client_side: bool, args: &[&str]) -> String {
+    let ns = if client_side {
+        &link.client_ns
+    } else {
+        &link.server_ns
+    };
+    let out = sh(ns.command(binary().to_str().expect("UTF-8")).args(args));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn records_stats_and_query_show_the_kernel_side() {
+    require_root();
+    let link = Link::new("ops");
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir();
+    let pin = pin_dir.to_str().expect("UTF-8");
+    let dir = TempDir::new("ops");
+    let records = dir.write("records.yaml", RECORDS);
+    let _agent = Agent::start(
+        &link.server_ns,
+        &[
+            "--records",
+            records.to_str().expect("UTF-8"),
+            "--interface",
+            &link.server.ifname,
+            "--xdp-mode",
+            "native",
+            "--pin-dir",
+            pin,
+        ],
+    );
+    let table: serde_json::Value = serde_json::from_str(&subcommand(
+        &link,
+        false,
+        &["records", "--pin-dir", pin, "--json"],
+    ))
+    .expect("JSON");
+    let web = table
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|r| r["name"] == "web.prod.coreha.example.")
+        .expect("web");
+    assert_eq!(web["a"], serde_json::json!(["198.18.7.1", "198.18.7.2"]));
+    assert_eq!(web["aaaa"], serde_json::json!(["2001:db8::7"]));
+    assert_eq!(web["ttl"], 5);
+    let human = subcommand(&link, false, &["records", "--pin-dir", pin]);
+    assert!(
+        human.contains("web.prod.coreha.example.") && human.contains("4 names in 1 zones"),
+        "{human}"
+    );
+
+    let server = format!("{}:1053", link.server.ipv4);
+    let answer: serde_json::Value = serde_json::from_str(&subcommand(
+        &link,
+        true,
+        &[
+            "query",
+            "web.prod.coreha.example",
+            "A",
+            "--server",
+            &server,
+            "--pin-dir",
+            pin,
+            "--json",
+        ],
+    ))
+    .expect("JSON");
+    assert_eq!(
+        (answer["rcode"].as_str(), answer["path"].as_str()),
+        (Some("No Error"), Some("xdp")),
+        "{answer}"
+    );
+    assert_eq!(answer["answers"].as_array().map(Vec::len), Some(2));
+    let srv: serde_json::Value = serde_json::from_str(&subcommand(
+        &link,
+        true,
+        &[
+            "query",
+            "_https._tcp.web.prod.coreha.example",
+            "SRV",
+            "--server",
+            &server,
+            "--pin-dir",
+            pin,
+            "--json",
+        ],
+    ))
+    .expect("JSON");
+    assert_eq!(srv["path"], "userspace");
+
+    let stats: serde_json::Value = serde_json::from_str(&subcommand(
+        &link,
+        false,
+        &["stats", "--pin-dir", pin, "--json"],
+    ))
+    .expect("JSON");
+    assert_eq!(stats["a"], 1, "{stats}");
+    assert_eq!(stats["unsupported_type"], 1, "{stats}");
+    sh(link
+        .server_ns
+        .command(binary().to_str().expect("UTF-8"))
+        .args(["uninstall", "--pin-dir", pin]));
+}
