@@ -87,7 +87,8 @@ pub struct RunArgs {
     /// node-local API server, https://$(HOST_IP):6443, which needs no kube-proxy or cluster DNS).
     #[arg(long, value_name = "URL", env = "HOSTPORT_DNS_API_SERVER")]
     pub api_server: Option<String>,
-    /// Interface to attach the XDP program to (repeat for several). None: userspace only.
+    /// Interface to attach the XDP program to (repeat for several); `auto`: the interface of
+    /// the default route. None: userspace only.
     #[arg(long = "interface", short = 'i', value_name = "IFACE")]
     pub interfaces: Vec<String>,
     /// How to attach the XDP program.

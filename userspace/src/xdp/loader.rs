@@ -83,7 +83,8 @@ impl Dataplane {
         mode: XdpMode,
         pin_dir: Option<&Path>,
     ) -> Result<Self, XdpError> {
-        for interface in interfaces {
+        let interfaces = resolve_interfaces(interfaces)?;
+        for interface in &interfaces {
             if_index(interface)?;
         }
         if let Some(dir) = pin_dir {
@@ -92,7 +93,7 @@ impl Dataplane {
         let mut ebpf = load_pinned(port, pin_dir)?;
         let program = xdp_program(&mut ebpf)?;
         let mut attachments = Vec::new();
-        for interface in interfaces {
+        for interface in &interfaces {
             let used = match pin_dir {
                 Some(dir) => attach_pinned(program, interface, mode, &link_pin(dir, interface))?,
                 None => attach(program, interface, mode)?.0,
@@ -258,6 +259,35 @@ fn attach(
             }
         },
     }
+}
+
+/// The interfaces to attach to, `auto` standing for the interface of the default route (where
+/// the node's address, and the load balancers' queries, are).
+pub fn resolve_interfaces(interfaces: &[String]) -> Result<Vec<String>, XdpError> {
+    interfaces
+        .iter()
+        .map(|i| {
+            if i == "auto" {
+                default_route_interface()
+            } else {
+                Ok(i.clone())
+            }
+        })
+        .collect()
+}
+
+fn default_route_interface() -> Result<String, XdpError> {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    // Columns: Iface Destination Gateway Flags ...; the default route has destination 0.
+    routes
+        .lines()
+        .skip(1)
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            let iface = fields.next()?;
+            (fields.next()? == "00000000").then(|| iface.to_owned())
+        })
+        .ok_or_else(|| XdpError::UnknownInterface("auto (no IPv4 default route)".into()))
 }
 
 /// The interface's index, or a clear error if it does not exist.

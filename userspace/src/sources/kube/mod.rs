@@ -145,7 +145,10 @@ enum Change {
 
 /// Everything the watchers hold, and what the EndpointSlice outputs last resolved to.
 struct State {
+    /// One store per pod watcher.
     pods: Vec<Store<PodInfo>>,
+    /// The pod source each pod watcher serves.
+    pod_sources: Vec<usize>,
     slices: Vec<Store<SliceInfo>>,
     nodes: Option<Store<NodeInfo>>,
     last_non_empty: Vec<Vec<IpAddr>>,
@@ -169,16 +172,36 @@ pub async fn run(
 ) {
     let mut streams: Vec<BoxStream<'static, (Result<Change, watcher::Error>, Instant)>> =
         Vec::new();
+    // One pod watcher per source and namespace: cluster-wide only when no namespace is named, so
+    // that RBAC can be namespaced.
+    let mut pod_watchers = Vec::new();
     for (i, source) in config.pods.iter().enumerate() {
         let selector = match &source.label_value {
             Some(value) => format!("{}={value}", source.label_key),
             None => source.label_key.clone(),
         };
-        let api: Api<Pod> = Api::all(client.clone());
-        let stream = watcher(api, watcher::Config::default().labels(&selector))
-            .backoff(backoff())
-            .map(move |r| (r.map(|e| Change::Pod(i, Box::new(e))), Instant::now()));
-        streams.push(stream.boxed());
+        let apis: Vec<Api<Pod>> = if source.namespaces.is_empty() {
+            vec![Api::all(client.clone())]
+        } else {
+            source
+                .namespaces
+                .iter()
+                .map(|ns| Api::namespaced(client.clone(), ns))
+                .collect()
+        };
+        for api in apis {
+            let watcher_index = pod_watchers.len();
+            pod_watchers.push(i);
+            let stream = watcher(api, watcher::Config::default().labels(&selector))
+                .backoff(backoff())
+                .map(move |r| {
+                    (
+                        r.map(|e| Change::Pod(watcher_index, Box::new(e))),
+                        Instant::now(),
+                    )
+                });
+            streams.push(stream.boxed());
+        }
     }
     for (i, source) in config.endpoint_slices.iter().enumerate() {
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &source.namespace);
@@ -197,7 +220,8 @@ pub async fn run(
     }
     let mut changes = futures::stream::select_all(streams);
     let mut state = State {
-        pods: config.pods.iter().map(|_| Store::default()).collect(),
+        pods: pod_watchers.iter().map(|_| Store::default()).collect(),
+        pod_sources: pod_watchers,
         slices: config
             .endpoint_slices
             .iter()
@@ -265,7 +289,7 @@ fn apply(
     health.source_contact(SOURCE);
     match change {
         Change::Pod(i, event) => {
-            let key = &config.pods[i].label_key;
+            let key = &config.pods[state.pod_sources[i]].label_key;
             state.pods[i].apply(*event, |pod| PodInfo::from_pod(pod, key))
         }
         Change::Slice(i, event) => state.slices[i].apply(*event, SliceInfo::from_slice),
@@ -279,8 +303,13 @@ fn apply(
 fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) -> Snapshot {
     let mut records = Vec::new();
     let mut skipped = Skipped::default();
-    for (source, store) in config.pods.iter().zip(&state.pods) {
-        pod_records(source, store.objects.values(), &mut records, &mut skipped);
+    for (store, source) in state.pods.iter().zip(&state.pod_sources) {
+        pod_records(
+            &config.pods[*source],
+            store.objects.values(),
+            &mut records,
+            &mut skipped,
+        );
     }
     let no_nodes = BTreeMap::new();
     let nodes = state.nodes.as_ref().map_or(&no_nodes, |n| &n.objects);

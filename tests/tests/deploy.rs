@@ -1,0 +1,446 @@
+//! The chart and the plain manifests: they parse as typed Kubernetes objects, the manifests are
+//! the chart's defaults, the chart's values reach the agent's configuration exactly, and the RBAC
+//! rules cover exactly the API calls the agent makes.
+
+use std::{collections::BTreeSet, path::PathBuf, process::Command};
+
+use clap::Parser;
+use hostport_dns::{
+    agent_config::{AddressSource, PodAddress},
+    config::{Cli, Command as AgentCommand},
+    xdp::XdpMode,
+};
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    eventually,
+    fake_api::{FakeApi, Kind},
+    k8s::{PodSpec, endpoint_slice, node},
+    netns::{NetNs, sh},
+    require_root, workspace_root,
+};
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{ConfigMap, Service, ServiceAccount},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
+};
+use serde_yaml_ng::Value;
+
+fn helm() -> PathBuf {
+    let path = std::env::var_os("HOSTPORT_DNS_HELM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/hostport-dns/bin/helm")
+        });
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo xtask setup`",
+        path.display()
+    );
+    path
+}
+
+fn chart() -> PathBuf {
+    workspace_root().join("deploy/chart/hostport-dns")
+}
+
+/// `helm template` of the chart with extra values (YAML), as documents.
+fn render(values: &str) -> Vec<Value> {
+    let dir = TempDir::new("values");
+    let file = dir.write("values.yaml", values);
+    let out = sh(Command::new(helm())
+        .args(["template", "hostport-dns"])
+        .arg(chart())
+        .args(["--namespace", "kube-system", "-f"])
+        .arg(file));
+    documents(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .filter_map(|d| Value::deserialize(d).ok())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+use serde::Deserialize;
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+fn typed<T: serde::de::DeserializeOwned>(doc: &Value) -> T {
+    serde_yaml_ng::from_value(doc.clone())
+        .unwrap_or_else(|e| panic!("not a valid {}: {e}", std::any::type_name::<T>()))
+}
+
+fn manifests() -> Vec<Value> {
+    let text = std::fs::read_to_string(workspace_root().join("deploy/manifests/hostport-dns.yaml"))
+        .expect("the manifests");
+    documents(&text)
+}
+
+#[test]
+fn the_plain_manifests_parse_as_typed_kubernetes_objects() {
+    let docs = manifests();
+    for doc in &docs {
+        match doc["kind"].as_str().unwrap_or("") {
+            "ServiceAccount" => drop(typed::<ServiceAccount>(doc)),
+            "ConfigMap" => drop(typed::<ConfigMap>(doc)),
+            "ClusterRole" => drop(typed::<ClusterRole>(doc)),
+            "ClusterRoleBinding" => drop(typed::<ClusterRoleBinding>(doc)),
+            "Role" => drop(typed::<Role>(doc)),
+            "RoleBinding" => drop(typed::<RoleBinding>(doc)),
+            "DaemonSet" => drop(typed::<DaemonSet>(doc)),
+            "Service" => drop(typed::<Service>(doc)),
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+    let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
+    let pod = ds.spec.expect("a spec").template.spec.expect("a pod spec");
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(
+        pod.dns_policy.as_deref(),
+        Some("Default"),
+        "no dependency on cluster DNS"
+    );
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+    let container = &pod.containers[0];
+    let security = container
+        .security_context
+        .as_ref()
+        .expect("a security context");
+    assert_eq!(security.privileged, Some(false));
+    let caps = security.capabilities.as_ref().expect("capabilities");
+    assert_eq!(
+        caps.add.as_deref(),
+        Some(
+            &[
+                "BPF".to_owned(),
+                "NET_ADMIN".to_owned(),
+                "PERFMON".to_owned()
+            ][..]
+        )
+    );
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.clone())
+    };
+    assert_eq!(
+        probe_path(&container.liveness_probe).as_deref(),
+        Some("/healthz")
+    );
+    assert_eq!(
+        probe_path(&container.readiness_probe).as_deref(),
+        Some("/readyz")
+    );
+    let volumes = pod.volumes.expect("volumes");
+    assert!(
+        volumes.iter().any(|v| v
+            .host_path
+            .as_ref()
+            .is_some_and(|h| h.path == "/sys/fs/bpf")),
+        "bpffs for the pins"
+    );
+    let tolerations = pod.tolerations.expect("tolerations");
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("node-role.kubernetes.io/control-plane"))
+    );
+}
+
+#[test]
+fn the_plain_manifests_are_the_charts_defaults() {
+    assert_eq!(
+        render(""),
+        manifests(),
+        "run `cargo xtask manifests` after changing the chart"
+    );
+}
+
+#[test]
+fn helm_lint_accepts_the_chart_and_the_schema_rejects_bad_values() {
+    sh(Command::new(helm()).arg("lint").arg(chart()));
+    let dir = TempDir::new("badvalues");
+    let bad = dir.write("values.yaml", "dns:\n  xdpMode: sideways\n");
+    let out = Command::new(helm())
+        .args(["template", "x"])
+        .arg(chart())
+        .arg("-f")
+        .arg(bad)
+        .output()
+        .expect("helm");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("dns.xdpMode"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const CUSTOM_VALUES: &str = "
+dns:
+  port: 5353
+  interfaces: [eth1, eth2]
+  xdpMode: native
+  pinDir: /sys/fs/bpf/hpd-custom
+zones:
+  - name: lb.corp.example
+    ttl: 7
+apiServer:
+  url: https://198.18.0.1:6443
+maxStalenessSeconds: 60
+metrics:
+  port: 9999
+pods:
+  - zone: lb.corp.example
+    labelKey: gateway.example/name
+    labelValue: edge
+    namespaces: [gateways, ingress]
+    strictHostPort: true
+    address: host
+    srv: false
+endpointSlices:
+  - zone: lb.corp.example
+    hostnames: [kube-api, api]
+    service: kube-system/apiserver
+    addressType: IPv6
+    addressSource: node-internal
+    servingTerminating: true
+    keepLastNonEmpty: false
+    ttl: 30
+";
+
+#[test]
+fn chart_values_reach_the_agent_configuration_exactly() {
+    let docs = render(CUSTOM_VALUES);
+    let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
+    let text = cm
+        .data
+        .expect("data")
+        .remove("config.yaml")
+        .expect("config.yaml");
+    let config = hostport_dns::agent_config::parse(&text, "configmap".as_ref())
+        .expect("the agent accepts the chart's config");
+    assert_eq!(config.zones.zones[0].apex.to_string(), "lb.corp.example.");
+    assert_eq!(config.zones.zones[0].ttl, 7);
+    let pods = &config.pods[0];
+    assert_eq!(pods.label_key, "gateway.example/name");
+    assert_eq!(pods.label_value.as_deref(), Some("edge"));
+    assert_eq!(pods.namespaces, ["gateways", "ingress"]);
+    assert!(pods.strict_host_port && !pods.srv);
+    assert_eq!(pods.address, PodAddress::Host);
+    let slices = &config.endpoint_slices[0];
+    assert_eq!(
+        slices
+            .hostnames
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["kube-api.lb.corp.example.", "api.lb.corp.example."]
+    );
+    assert_eq!(
+        (slices.namespace.as_str(), slices.service.as_str()),
+        ("kube-system", "apiserver")
+    );
+    assert_eq!(slices.address_source, AddressSource::NodeInternal);
+    assert!(slices.serving_terminating && !slices.keep_last_non_empty);
+    assert_eq!(slices.ttl, 30);
+    assert!(config.kubernetes.token_file.is_some() && config.kubernetes.ca_file.is_some());
+
+    let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
+    let args = ds
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod")
+        .containers[0]
+        .args
+        .clone()
+        .expect("args");
+    let cli = Cli::try_parse_from(std::iter::once("hostport-dns".to_owned()).chain(args))
+        .expect("the agent accepts the chart's arguments");
+    let AgentCommand::Run(run) = cli.command else {
+        panic!("the chart runs `hostport-dns run`")
+    };
+    assert_eq!(run.port, 5353);
+    assert_eq!(run.interfaces, ["eth1", "eth2"]);
+    assert_eq!(run.xdp_mode, XdpMode::Native);
+    assert_eq!(
+        run.pin_dir.as_deref(),
+        Some("/sys/fs/bpf/hpd-custom".as_ref())
+    );
+    assert_eq!(run.api_server.as_deref(), Some("https://198.18.0.1:6443"));
+    assert_eq!(run.metrics_listen.port(), 9999);
+    assert_eq!(run.max_staleness, 60);
+    assert_eq!(
+        run.config.as_deref(),
+        Some("/etc/hostport-dns/config.yaml".as_ref())
+    );
+}
+
+/// (resource, verb, namespace or "*")
+type Permission = (String, String, String);
+
+fn granted(docs: &[Value]) -> BTreeSet<Permission> {
+    let mut out = BTreeSet::new();
+    let mut add = |rules: &[PolicyRule], namespace: &str| {
+        for rule in rules {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    out.insert((resource.clone(), verb.clone(), namespace.to_owned()));
+                }
+            }
+        }
+    };
+    for doc in of_kind(docs, "ClusterRole") {
+        let role: ClusterRole = typed(doc);
+        add(role.rules.as_deref().unwrap_or_default(), "*");
+    }
+    for doc in of_kind(docs, "Role") {
+        let role: Role = typed(doc);
+        add(
+            role.rules.as_deref().unwrap_or_default(),
+            role.metadata.namespace.as_deref().unwrap_or(""),
+        );
+    }
+    out
+}
+
+/// What the agent asked the (fake) API server for, as permissions.
+fn used(api: &FakeApi) -> BTreeSet<Permission> {
+    api.requests()
+        .iter()
+        .filter_map(|r| {
+            let mut words = r.split_whitespace();
+            let (_, kind, rest) = (words.next()?, words.next()?, words.next()?);
+            let resource = match kind {
+                "Pod" => "pods",
+                "Node" => "nodes",
+                "EndpointSlice" => "endpointslices",
+                _ => return None, // GET /version: allowed to every authenticated client by default
+            };
+            let (namespace, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let verb = if query.contains("watch=true") {
+                "watch"
+            } else {
+                "list"
+            };
+            Some((resource.to_owned(), verb.to_owned(), namespace.to_owned()))
+        })
+        .collect()
+}
+
+fn assert_rbac_is_exact(tag: &str, values: &str) {
+    require_root();
+    let docs = render(values);
+    let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
+    let config = cm
+        .data
+        .expect("data")
+        .remove("config.yaml")
+        .expect("config.yaml");
+    let ns = NetNs::new(tag);
+    let api = FakeApi::start(Some(&ns));
+    api.apply(
+        Kind::Pod,
+        PodSpec::ingress("p", "ingress", "x", "cp-0", "198.18.0.11").to_json(),
+    );
+    api.apply(
+        Kind::EndpointSlice,
+        endpoint_slice(
+            "default",
+            "k",
+            "kubernetes",
+            &[("198.18.0.11", None, "cp-0")],
+        ),
+    );
+    api.apply(Kind::Node, node("cp-0", "198.18.0.11", "198.18.1.11"));
+    let dir = TempDir::new(tag);
+    // The pod's service account files, as the kubelet would mount them (the fake API server
+    // speaks plain HTTP, so there is no CA to trust).
+    let token = dir.write("token", "test-token");
+    let config = config
+        .replace(
+            "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            token.to_str().expect("UTF-8"),
+        )
+        .lines()
+        .filter(|l| !l.contains("caFile"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let file = dir.write("config.yaml", &config);
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--config",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+            "--api-server",
+            &api.url(),
+        ],
+    );
+    eventually("the agent to list everything", 10, || {
+        agent.http_get("/readyz").0 == 200
+    });
+    let lists = used(&api)
+        .iter()
+        .filter(|(_, verb, _)| verb == "list")
+        .count();
+    eventually("a watch for every list", 10, || {
+        used(&api)
+            .iter()
+            .filter(|(_, verb, _)| verb == "watch")
+            .count()
+            == lists
+    });
+    let granted = granted(&docs);
+    let used = used(&api);
+    let allowed = |(resource, verb, namespace): &Permission| {
+        granted.contains(&(resource.clone(), verb.clone(), "*".to_owned()))
+            || (namespace != "*"
+                && granted.contains(&(resource.clone(), verb.clone(), namespace.clone())))
+    };
+    let denied: Vec<_> = used.iter().filter(|p| !allowed(p)).collect();
+    assert!(
+        denied.is_empty(),
+        "calls the RBAC rules do not allow: {denied:?} (granted {granted:?})"
+    );
+    let unused: Vec<_> = granted
+        .iter()
+        .filter(|g| {
+            !used
+                .iter()
+                .any(|u| u.0 == g.0 && u.1 == g.1 && (g.2 == "*" || g.2 == u.2))
+        })
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "permissions the agent never uses: {unused:?} (used {used:?})"
+    );
+    drop(agent);
+}
+
+#[test]
+fn rbac_covers_exactly_what_the_agent_calls_with_the_defaults() {
+    assert_rbac_is_exact("rbacdef", "");
+}
+
+#[test]
+fn rbac_covers_exactly_what_the_agent_calls_with_namespaced_pods_and_node_addresses() {
+    assert_rbac_is_exact(
+        "rbacns",
+        "pods:\n  - zone: ingress.example.com\n    namespaces: [ingress]\nendpointSlices:\n  - zone: ingress.example.com\n    hostnames: [api]\n    addressSource: node-internal\n",
+    );
+}

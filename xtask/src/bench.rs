@@ -1,0 +1,35 @@
+//! `cargo xtask bench <xdp|userspace|propagation|kernel>`: builds the agent and the benchmark
+//! driver, then runs the driver (figures and ratios; nothing is asserted).
+
+use anyhow::bail;
+use clap::Args;
+
+use crate::{cmd, setup};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// What to measure: xdp, userspace, propagation or kernel.
+    what: String,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if !cmd::is_root() {
+        bail!("the benchmarks create network namespaces and load XDP programs: run them as root");
+    }
+    setup::run()?;
+    let agent = cmd::build_agent()?;
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "hostport-dns-tests",
+        "--bin",
+        "hostport-dns-bench",
+    ]))?;
+    let driver = cmd::workspace_root().join("target/release/hostport-dns-bench");
+    cmd::run(
+        std::process::Command::new(driver)
+            .arg(&args.what)
+            .env("HOSTPORT_DNS_BIN", agent),
+    )
+}
