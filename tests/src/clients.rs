@@ -10,6 +10,9 @@ use serde_yaml_ng::Value;
 
 use crate::netns::{NetNs, sh};
 
+/// Pause between two polls of `udp_exchange_many`: the resolution of its measurements.
+const POLL_PAUSE: Duration = Duration::from_micros(250);
+
 /// How long a client waits for an answer.
 const TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -220,5 +223,42 @@ pub fn tcp_exchange(ns: &NetNs, server: SocketAddr, queries: Vec<Vec<u8>>) -> Ve
             answers.push(answer);
         }
         answers
+    })
+}
+
+/// Sends `query` over UDP from inside the namespace again and again until an answer satisfies
+/// `done` or `within` passes; returns that answer.
+pub fn udp_exchange_many(
+    ns: &NetNs,
+    server: SocketAddr,
+    query: Vec<u8>,
+    within: Duration,
+    done: impl Fn(&[u8]) -> bool + Send + 'static,
+) -> Option<Vec<u8>> {
+    ns.run(move || {
+        let bind: SocketAddr = if server.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        }
+        .parse()
+        .ok()?;
+        let socket = UdpSocket::bind(bind).ok()?;
+        socket
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .ok()?;
+        let deadline = std::time::Instant::now() + within;
+        let mut buf = vec![0u8; 65535];
+        while std::time::Instant::now() < deadline {
+            socket.send_to(&query, server).ok()?;
+            if let Ok((n, _)) = socket.recv_from(&mut buf)
+                && done(&buf[..n])
+            {
+                return Some(buf[..n].to_vec());
+            }
+            // Poll, but leave the CPUs to the server under test (two cores here).
+            std::thread::sleep(POLL_PAUSE);
+        }
+        None
     })
 }

@@ -356,11 +356,26 @@ async fn list_or_watch(
         })
         .map(|(_, object)| object)
         .collect();
+    // Pagination as the API server does it: `limit` items, and a `continue` token for the rest.
+    let offset: usize = query
+        .get("continue")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let page: Vec<&Value> = items.iter().skip(offset).take(limit).copied().collect();
+    let mut metadata = json!({"resourceVersion": s.rv.to_string()});
+    if offset.saturating_add(limit) < items.len() {
+        metadata["continue"] = json!((offset + limit).to_string());
+    }
     json_response(json!({
         "kind": kind.list_kind(),
         "apiVersion": kind.api_version(),
-        "metadata": {"resourceVersion": s.rv.to_string()},
-        "items": items,
+        "metadata": metadata,
+        "items": page,
     }))
 }
 

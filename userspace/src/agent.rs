@@ -123,7 +123,9 @@ impl Publisher {
             .flat_map(|s| s.zones.iter().cloned())
             .collect();
         let records = self.snapshots.values().flat_map(|s| s.records.iter());
+        let started = Instant::now();
         let (table, warnings) = RecordTable::compile(&zones, records);
+        let compiled = started.elapsed();
         for warning in &warnings {
             warn!(%warning, "record dropped");
             let reason = match warning {
@@ -138,6 +140,7 @@ impl Publisher {
                 .inc();
         }
         let image = self.writer.as_ref().map(|_| image::build(&table));
+        let imaged = started.elapsed();
         let names = table.nodes().count();
         let records = table.record_count();
         self.shared.table.store(Some(Arc::new(table)));
@@ -154,6 +157,9 @@ impl Publisher {
                     records,
                     ?stats,
                     source = update.source,
+                    compile_ms = compiled.as_secs_f64() * 1e3,
+                    image_ms = (imaged - compiled).as_secs_f64() * 1e3,
+                    write_ms = (started.elapsed() - imaged).as_secs_f64() * 1e3,
                     "table published"
                 ),
                 Err(err) => {

@@ -7,12 +7,12 @@
 //! derives each zone's SOA serial from its content (it changes only when the data does, and
 //! agents given the same data agree on it).
 
-use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
-};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::{LowerName, Name};
+// Fx: these maps are rebuilt on every change and keyed by data the agent controls.
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::hash_map::Entry;
 
 use crate::{
     records::{RecordData, SourceRecord, Srv},
@@ -82,7 +82,8 @@ impl std::fmt::Display for CompileWarning {
 pub struct RecordTable {
     zones: Vec<Zone>,
     nodes: HashMap<LowerName, Node>,
-    reverse: HashMap<IpAddr, BTreeSet<Name>>,
+    /// Address → the names holding it, sorted.
+    reverse: HashMap<IpAddr, Vec<Name>>,
 }
 
 impl RecordTable {
@@ -96,14 +97,26 @@ impl RecordTable {
         let mut sorted_zones: Vec<&ZoneSpec> = zones.iter().collect();
         sorted_zones.sort_by(|a, b| a.apex.cmp(&b.apex));
 
-        // name -> records, per zone index; BTree for a deterministic order.
-        let mut by_name: BTreeMap<Name, (u32, Node)> = BTreeMap::new();
-        let mut add = |name: &Name, zone: u32, ttl: Option<u32>, data: &RecordData| {
-            let node = &mut by_name
-                .entry(name.to_lowercase())
-                .or_insert_with(|| (zone, Node::default()))
-                .1;
-            node.zone = zone;
+        // Lower-case name → (zone, records, the name). A hash map: a compile is on the path of
+        // every change, and ordered maps of names compare case-insensitively label by label.
+        let mut by_name: HashMap<LowerName, (u32, Node, Name)> = HashMap::default();
+        let mut add = |name: &Name,
+                       zone: Option<u32>,
+                       ttl: Option<u32>,
+                       data: &RecordData|
+         -> Result<(), Name> {
+            // The zone is looked up once per name, not once per record.
+            let entry = match by_name.entry(LowerName::new(name)) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => {
+                    let zone = zone
+                        .or_else(|| zone_index(&sorted_zones, name))
+                        .ok_or_else(|| name.clone())?;
+                    let name = entry.key().into();
+                    entry.insert((zone, Node::default(), name))
+                }
+            };
+            let node = &mut entry.1;
             node.ttl = match (node.ttl, ttl) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -113,13 +126,11 @@ impl RecordTable {
                 RecordData::Aaaa(a) => node.aaaa.push(*a),
                 RecordData::Srv(s) => node.srv.push(s.clone()),
             }
+            Ok(())
         };
         for record in records {
-            match zone_index(&sorted_zones, &record.name) {
-                Some(zone) => add(&record.name, zone, record.ttl, &record.data),
-                None => warnings.push(CompileWarning::OutOfZone {
-                    name: record.name.clone(),
-                }),
+            if let Err(name) = add(&record.name, None, record.ttl, &record.data) {
+                warnings.push(CompileWarning::OutOfZone { name });
             }
         }
         for (zone, spec) in sorted_zones.iter().enumerate() {
@@ -139,15 +150,21 @@ impl RecordTable {
                         IpAddr::V4(a) => RecordData::A(*a),
                         IpAddr::V6(a) => RecordData::Aaaa(*a),
                     };
-                    add(&ns.name, zone as u32, None, &data);
+                    // In the zone: checked just above.
+                    let _ = add(&ns.name, Some(zone as u32), None, &data);
                 }
             }
         }
 
-        let mut nodes: HashMap<LowerName, Node> = HashMap::with_capacity(by_name.len() * 2);
-        let mut reverse: HashMap<IpAddr, BTreeSet<Name>> = HashMap::new();
-        let mut zone_content: Vec<Vec<u8>> = vec![Vec::new(); sorted_zones.len()];
-        for (name, (zone, mut node)) in by_name {
+        // Parents before children (canonical order): the walk up to the apex below stops at the
+        // first ancestor already there. The same order makes the serial deterministic.
+        let mut named: Vec<(LowerName, (u32, Node, Name))> = by_name.into_iter().collect();
+        named.sort_unstable_by(|a, b| a.1.2.cmp(&b.1.2));
+        let mut nodes: HashMap<LowerName, Node> =
+            HashMap::with_capacity_and_hasher(named.len() * 2, Default::default());
+        let mut reverse: HashMap<IpAddr, Vec<Name>> = HashMap::default();
+        let mut serials: Vec<Fnv1a32> = vec![Fnv1a32::default(); sorted_zones.len()];
+        for (key, (zone, mut node, name)) in named {
             node.a.sort_unstable();
             node.a.dedup();
             node.aaaa.sort_unstable();
@@ -155,33 +172,37 @@ impl RecordTable {
             node.srv.sort_unstable();
             node.srv.dedup();
             let spec = sorted_zones[zone as usize];
-            for a in &node.a {
-                reverse
-                    .entry(IpAddr::V4(*a))
-                    .or_default()
-                    .insert(name.clone());
+            for address in node
+                .a
+                .iter()
+                .map(|a| IpAddr::V4(*a))
+                .chain(node.aaaa.iter().map(|a| IpAddr::V6(*a)))
+            {
+                reverse.entry(address).or_default().push(name.clone());
             }
-            for a in &node.aaaa {
-                reverse
-                    .entry(IpAddr::V6(*a))
-                    .or_default()
-                    .insert(name.clone());
-            }
-            describe(&mut zone_content[zone as usize], &name, &node);
-            // Every ancestor up to the apex exists, as an empty non-terminal at least.
+            describe(&mut serials[zone as usize], &name, &node);
             let mut ancestor = name.base_name();
             while spec.apex.zone_of(&ancestor) && ancestor != spec.apex {
-                nodes
-                    .entry(LowerName::new(&ancestor))
-                    .or_insert_with(|| Node {
+                let key = LowerName::new(&ancestor);
+                if nodes.contains_key(&key) {
+                    break;
+                }
+                nodes.insert(
+                    key,
+                    Node {
                         zone,
                         ..Node::default()
-                    });
+                    },
+                );
                 ancestor = ancestor.base_name();
             }
             node.zone = zone;
             node.apex = name == spec.apex;
-            nodes.insert(LowerName::new(&name), node);
+            nodes.insert(key, node);
+        }
+        for names in reverse.values_mut() {
+            names.sort_unstable();
+            names.dedup();
         }
         let zones = sorted_zones
             .iter()
@@ -194,12 +215,12 @@ impl RecordTable {
                         ..Node::default()
                     })
                     .apex = true;
-                let mut content = zone_content[id].clone();
-                describe_spec(&mut content, spec);
+                let mut serial = serials[id].clone();
+                describe_spec(&mut serial, spec);
                 Zone {
                     id: id as u32,
                     spec: (*spec).clone(),
-                    serial: fnv1a32(&content),
+                    serial: serial.finish(),
                 }
             })
             .collect();
@@ -228,13 +249,13 @@ impl RecordTable {
     }
 
     /// Every name of every zone, empty non-terminals and apexes included.
-    pub fn nodes(&self) -> impl Iterator<Item = (&LowerName, &Node)> {
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&LowerName, &Node)> {
         self.nodes.iter()
     }
 
     /// Names that have `address` among their A or AAAA records, sorted.
-    pub fn names_with_address(&self, address: &IpAddr) -> Option<&BTreeSet<Name>> {
-        self.reverse.get(address)
+    pub fn names_with_address(&self, address: &IpAddr) -> Option<&[Name]> {
+        self.reverse.get(address).map(Vec::as_slice)
     }
 
     /// Number of A, AAAA and SRV records.
@@ -254,44 +275,65 @@ fn zone_index(zones: &[&ZoneSpec], name: &Name) -> Option<u32> {
         .map(|i| i as u32)
 }
 
-/// Appends a canonical text form of a node to a zone's content (for the serial).
-fn describe(out: &mut Vec<u8>, name: &Name, node: &Node) {
-    use std::io::Write;
-    let _ = write!(out, "{name} {:?}", node.ttl);
-    for a in &node.a {
-        let _ = write!(out, " A {a}");
+/// FNV-1a, 32 bits: a stable content hash (the same on every agent and every Rust version).
+#[derive(Clone)]
+struct Fnv1a32(u32);
+
+impl Default for Fnv1a32 {
+    fn default() -> Self {
+        Self(0x811c_9dc5)
     }
-    for a in &node.aaaa {
-        let _ = write!(out, " AAAA {a}");
-    }
-    for s in &node.srv {
-        let _ = write!(
-            out,
-            " SRV {} {} {} {}",
-            s.priority, s.weight, s.port, s.target
-        );
-    }
-    out.push(b'\n');
 }
 
-fn describe_spec(out: &mut Vec<u8>, spec: &ZoneSpec) {
-    use std::io::Write;
+impl Fnv1a32 {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u32::from(*b)).wrapping_mul(0x0100_0193);
+        }
+    }
+
+    fn finish(&self) -> u32 {
+        self.0
+    }
+}
+
+/// Feeds a node's content to its zone's serial: name, TTL, and records in order.
+fn describe(serial: &mut Fnv1a32, name: &Name, node: &Node) {
+    serial.write(name.to_ascii().as_bytes());
+    serial.write(&node.ttl.unwrap_or(u32::MAX).to_be_bytes());
+    for a in &node.a {
+        serial.write(b"A");
+        serial.write(&a.octets());
+    }
+    for a in &node.aaaa {
+        serial.write(b"AAAA");
+        serial.write(&a.octets());
+    }
+    for s in &node.srv {
+        serial.write(b"SRV");
+        serial.write(
+            &[
+                s.priority.to_be_bytes(),
+                s.weight.to_be_bytes(),
+                s.port.to_be_bytes(),
+            ]
+            .concat(),
+        );
+        serial.write(s.target.to_ascii().as_bytes());
+    }
+    serial.write(b"\n");
+}
+
+fn describe_spec(serial: &mut Fnv1a32, spec: &ZoneSpec) {
     let soa = &spec.soa;
-    let _ = write!(
-        out,
+    let text = format!(
         "SOA {} {} {} {} {} {} {} {}",
         spec.ttl, soa.mname, soa.rname, soa.refresh, soa.retry, soa.expire, soa.minimum, spec.apex
     );
+    serial.write(text.as_bytes());
     for ns in &spec.nameservers {
-        let _ = write!(out, " NS {}", ns.name);
+        serial.write(format!(" NS {}", ns.name).as_bytes());
     }
-}
-
-/// FNV-1a, 32 bits: a stable content hash (the same on every agent and every Rust version).
-fn fnv1a32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ *b as u32).wrapping_mul(0x0100_0193)
-    })
 }
 
 #[cfg(test)]

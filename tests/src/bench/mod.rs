@@ -3,6 +3,7 @@
 
 pub mod kernel;
 pub mod load;
+pub mod propagation;
 pub mod responders;
 pub mod system;
 

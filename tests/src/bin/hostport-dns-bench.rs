@@ -28,6 +28,7 @@ fn main() {
     match what.as_str() {
         "xdp" => xdp(),
         "userspace" => userspace(),
+        "propagation" => bench::propagation::run(),
         "kernel" => {
             let runs = std::env::var("HPD_BENCH_RUNS")
                 .ok()
@@ -36,7 +37,9 @@ fn main() {
             kernel::run(runs);
         }
         other => {
-            eprintln!("usage: hostport-dns-bench <xdp|userspace|kernel> (got {other:?})");
+            eprintln!(
+                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel> (got {other:?})"
+            );
             std::process::exit(2);
         }
     }

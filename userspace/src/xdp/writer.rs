@@ -3,7 +3,7 @@
 //! to a zone the kernel lacks), removals last. Each value is replaced whole, atomically for the
 //! kernel's readers.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use aya::{
     Ebpf, Pod,

@@ -33,9 +33,10 @@ use tracing::{info, warn};
 
 use crate::{
     agent::Update,
-    agent_config::AgentConfig,
+    agent_config::{AgentConfig, PodSource},
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
+    records::SourceRecord,
     sources::{
         Snapshot,
         kube::{
@@ -137,6 +138,33 @@ impl<T: PartialEq> Store<T> {
     }
 }
 
+/// A pod's fields and the records they give, compiled once when the pod changes: a change
+/// then costs one pod's work, not every pod's.
+struct PodRecords {
+    info: PodInfo,
+    records: Vec<SourceRecord>,
+    skipped: Skipped,
+}
+
+impl PodRecords {
+    fn new(source: &PodSource, info: PodInfo) -> Self {
+        let mut records = Vec::new();
+        let mut skipped = Skipped::default();
+        pod_records(source, [&info], &mut records, &mut skipped);
+        Self {
+            info,
+            records,
+            skipped,
+        }
+    }
+}
+
+impl PartialEq for PodRecords {
+    fn eq(&self, other: &Self) -> bool {
+        self.info == other.info
+    }
+}
+
 enum Change {
     Pod(usize, Box<watcher::Event<Pod>>),
     Slice(usize, Box<watcher::Event<EndpointSlice>>),
@@ -146,7 +174,7 @@ enum Change {
 /// Everything the watchers hold, and what the EndpointSlice outputs last resolved to.
 struct State {
     /// One store per pod watcher.
-    pods: Vec<Store<PodInfo>>,
+    pods: Vec<Store<PodRecords>>,
     /// The pod source each pod watcher serves.
     pod_sources: Vec<usize>,
     slices: Vec<Store<SliceInfo>>,
@@ -289,8 +317,10 @@ fn apply(
     health.source_contact(SOURCE);
     match change {
         Change::Pod(i, event) => {
-            let key = &config.pods[state.pod_sources[i]].label_key;
-            state.pods[i].apply(*event, |pod| PodInfo::from_pod(pod, key))
+            let source = &config.pods[state.pod_sources[i]];
+            state.pods[i].apply(*event, |pod| {
+                PodInfo::from_pod(pod, &source.label_key).map(|info| PodRecords::new(source, info))
+            })
         }
         Change::Slice(i, event) => state.slices[i].apply(*event, SliceInfo::from_slice),
         Change::Node(event) => match state.nodes.as_mut() {
@@ -301,15 +331,14 @@ fn apply(
 }
 
 fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) -> Snapshot {
+    let started = Instant::now();
     let mut records = Vec::new();
     let mut skipped = Skipped::default();
-    for (store, source) in state.pods.iter().zip(&state.pod_sources) {
-        pod_records(
-            &config.pods[*source],
-            store.objects.values(),
-            &mut records,
-            &mut skipped,
-        );
+    for pod in state.pods.iter().flat_map(|store| store.objects.values()) {
+        records.extend(pod.records.iter().cloned());
+        skipped
+            .invalid_names
+            .extend(pod.skipped.invalid_names.iter().cloned());
     }
     let no_nodes = BTreeMap::new();
     let nodes = state.nodes.as_ref().map_or(&no_nodes, |n| &n.objects);
@@ -342,7 +371,11 @@ fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) 
             })
             .inc();
     }
-    info!(records = records.len(), "Kubernetes records compiled");
+    info!(
+        records = records.len(),
+        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+        "Kubernetes records compiled"
+    );
     Snapshot {
         zones: Vec::new(),
         records,
