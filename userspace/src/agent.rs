@@ -143,7 +143,7 @@ impl Publisher {
         let imaged = started.elapsed();
         let names = table.nodes().count();
         let records = table.record_count();
-        self.shared.table.store(Some(Arc::new(table)));
+        self.shared.publish(table);
         if let (Some(writer), Some(image)) = (self.writer.as_mut(), image) {
             if image.collisions > 0 {
                 warn!(

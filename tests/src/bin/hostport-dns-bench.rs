@@ -219,8 +219,6 @@ fn userspace() {
                         GENERATOR_CPU,
                     )
                 } else {
-                    let pin = link.client_ns.name.clone();
-                    let _ = pin;
                     load::dnsperf(
                         &link.client_ns,
                         link.server.ipv4,

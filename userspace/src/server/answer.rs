@@ -31,7 +31,7 @@ pub enum Transport {
 }
 
 /// An answer and what it was, for metrics.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Answer {
     pub bytes: Vec<u8>,
     pub rcode: ResponseCode,

@@ -6,7 +6,12 @@ pub mod stats;
 pub mod tcp;
 pub mod udp;
 
-use std::sync::Arc;
+pub mod cache;
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
 
 use arc_swap::ArcSwapOption;
 
@@ -16,7 +21,9 @@ use crate::table::RecordTable;
 /// on the query path) and the counters.
 #[derive(Default)]
 pub struct Shared {
-    pub table: ArcSwapOption<RecordTable>,
+    table: ArcSwapOption<RecordTable>,
+    /// Bumped with every table swap: answers cached for an older table are stale.
+    generation: AtomicU64,
     pub stats: stats::ServerStats,
 }
 
@@ -25,10 +32,25 @@ impl Shared {
         Arc::new(Self::default())
     }
 
-    /// Answers one query from the current table and counts it.
+    /// Serves `table` from now on.
+    pub fn publish(&self, table: RecordTable) {
+        self.table.store(Some(Arc::new(table)));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The table being served, if one has been published.
+    pub fn table(&self) -> Option<Arc<RecordTable>> {
+        self.table.load_full()
+    }
+
+    /// Answers one query from the current table and counts it. Answers are cached per thread
+    /// for the current table: load balancers ask the same questions every second.
     pub fn answer(&self, query: &[u8], transport: answer::Transport) -> Option<Vec<u8>> {
-        let table = self.table.load();
-        let answer = answer::respond(query, table.as_deref(), transport)?;
+        let generation = self.generation.load(Ordering::Acquire);
+        let answer = cache::lookup_or_insert(generation, query, transport, || {
+            let table = self.table.load();
+            answer::respond(query, table.as_deref(), transport)
+        })?;
         self.stats.count(transport, &answer);
         Some(answer.bytes)
     }

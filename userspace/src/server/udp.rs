@@ -69,18 +69,25 @@ pub fn serve(sockets: Vec<Socket>, shared: Arc<Shared>) -> io::Result<()> {
     Ok(())
 }
 
+/// Datagrams moved per recvmmsg/sendmmsg call under load (one call still returns as soon as one
+/// datagram is there).
+const BATCH: usize = 32;
+
 fn serve_socket(socket: &Socket, shared: &Shared) {
-    let mut buf = [0u8; MAX_QUERY];
+    let mut batch = Batch::new();
     loop {
-        match receive(socket, &mut buf) {
-            Ok(Some(datagram)) => {
-                if let Some(answer) = shared.answer(&buf[..datagram.len], Transport::Udp)
-                    && let Err(err) = send(socket, &answer, &datagram)
-                {
-                    warn!(%err, peer = %datagram.peer, "cannot send a UDP answer");
+        match batch.receive(socket) {
+            Ok(received) => {
+                let mut answers: Vec<(Vec<u8>, usize)> = Vec::with_capacity(received);
+                for i in 0..received {
+                    if let Some(answer) = shared.answer(batch.query(i), Transport::Udp) {
+                        answers.push((answer, i));
+                    }
+                }
+                if let Err(err) = batch.send(socket, &answers) {
+                    warn!(%err, "cannot send UDP answers");
                 }
             }
-            Ok(None) => {}
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
             Err(err) => {
                 warn!(%err, "UDP receive failed");
@@ -90,45 +97,176 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
     }
 }
 
-/// One received datagram: its length, sender and the local address it was sent to.
-struct Datagram {
-    len: usize,
-    peer: SocketAddr,
-    local: Option<IpAddr>,
+/// Buffers for one recvmmsg/sendmmsg round: queries in, answers out, each with the peer's
+/// address and the local address it was sent to.
+struct Batch {
+    buffers: Vec<[u8; MAX_QUERY]>,
+    peers: Vec<libc::sockaddr_storage>,
+    controls: Vec<[u8; CMSG_SPACE]>,
+    lengths: Vec<usize>,
+    locals: Vec<Option<IpAddr>>,
 }
 
-fn receive(socket: &Socket, buf: &mut [u8]) -> io::Result<Option<Datagram>> {
-    // SAFETY: zeroed sockaddr_storage / msghdr are valid; recvmsg fills them within the sizes
-    // given.
+impl Batch {
+    fn new() -> Self {
+        // SAFETY: an all-zero sockaddr_storage is valid.
+        let zero_peer: libc::sockaddr_storage = unsafe { zeroed() };
+        Self {
+            buffers: vec![[0u8; MAX_QUERY]; BATCH],
+            peers: vec![zero_peer; BATCH],
+            controls: vec![[0u8; CMSG_SPACE]; BATCH],
+            lengths: vec![0; BATCH],
+            locals: vec![None; BATCH],
+        }
+    }
+
+    fn query(&self, i: usize) -> &[u8] {
+        &self.buffers[i][..self.lengths[i]]
+    }
+
+    /// Waits for at least one datagram and takes up to BATCH; returns how many. Truncated
+    /// datagrams (longer than any query we answer) come back empty and are not answered.
+    fn receive(&mut self, socket: &Socket) -> io::Result<usize> {
+        // SAFETY: every pointer handed to recvmmsg points into this batch's buffers, which
+        // outlive the call; the lengths given are the buffers' sizes.
+        unsafe {
+            let mut iovs: Vec<libc::iovec> = self
+                .buffers
+                .iter_mut()
+                .map(|b| libc::iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                })
+                .collect();
+            let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
+                .map(|i| {
+                    let mut hdr: libc::msghdr = zeroed();
+                    hdr.msg_name = (&mut self.peers[i] as *mut libc::sockaddr_storage).cast();
+                    hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+                    hdr.msg_iov = &mut iovs[i];
+                    hdr.msg_iovlen = 1;
+                    hdr.msg_control = self.controls[i].as_mut_ptr().cast();
+                    hdr.msg_controllen = CMSG_SPACE;
+                    libc::mmsghdr {
+                        msg_hdr: hdr,
+                        msg_len: 0,
+                    }
+                })
+                .collect();
+            let n = libc::recvmmsg(
+                socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            );
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for (i, msg) in msgs.iter().take(n as usize).enumerate() {
+                let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+                self.lengths[i] = if truncated { 0 } else { msg.msg_len as usize };
+                self.locals[i] = local_address(&msg.msg_hdr);
+            }
+            Ok(n as usize)
+        }
+    }
+
+    /// Sends each answer to the peer of the query it answers, from the address that query was
+    /// sent to.
+    fn send(&mut self, socket: &Socket, answers: &[(Vec<u8>, usize)]) -> io::Result<()> {
+        if answers.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: as in `receive`; the control buffers are rewritten with one pktinfo each.
+        unsafe {
+            let mut iovs: Vec<libc::iovec> = answers
+                .iter()
+                .map(|(a, _)| libc::iovec {
+                    iov_base: a.as_ptr() as *mut _,
+                    iov_len: a.len(),
+                })
+                .collect();
+            let mut out_controls = vec![[0u8; CMSG_SPACE]; answers.len()];
+            let mut msgs: Vec<libc::mmsghdr> = answers
+                .iter()
+                .enumerate()
+                .map(|(j, (_, i))| {
+                    let mut hdr: libc::msghdr = zeroed();
+                    hdr.msg_name = (&mut self.peers[*i] as *mut libc::sockaddr_storage).cast();
+                    hdr.msg_namelen = match self.peers[*i].ss_family as i32 {
+                        libc::AF_INET => size_of::<libc::sockaddr_in>() as u32,
+                        _ => size_of::<libc::sockaddr_in6>() as u32,
+                    };
+                    hdr.msg_iov = &mut iovs[j];
+                    hdr.msg_iovlen = 1;
+                    if let Some(local) = self.locals[*i] {
+                        hdr.msg_control = out_controls[j].as_mut_ptr().cast();
+                        hdr.msg_controllen = CMSG_SPACE;
+                        hdr.msg_controllen = write_pktinfo(&hdr, local);
+                    }
+                    libc::mmsghdr {
+                        msg_hdr: hdr,
+                        msg_len: 0,
+                    }
+                })
+                .collect();
+            let mut sent = 0;
+            while sent < msgs.len() {
+                let n = libc::sendmmsg(
+                    socket.as_raw_fd(),
+                    msgs[sent..].as_mut_ptr(),
+                    (msgs.len() - sent) as u32,
+                    0,
+                );
+                if n < 0 {
+                    let err = io::Error::last_os_error();
+                    if err.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    // Skip the datagram that failed (an unreachable peer) and go on.
+                    sent += 1;
+                    if sent >= msgs.len() {
+                        return Err(err);
+                    }
+                    continue;
+                }
+                sent += n as usize;
+            }
+            drop(out_controls);
+        }
+        Ok(())
+    }
+}
+
+/// Writes a pktinfo control message selecting `local` as the source address into the control
+/// buffer of `msg`; returns the control length to use.
+///
+/// SAFETY: `msg.msg_control` must point to at least CMSG_SPACE writable bytes.
+unsafe fn write_pktinfo(msg: &libc::msghdr, local: IpAddr) -> usize {
+    // SAFETY: per the contract, the control buffer holds one pktinfo of either family.
     unsafe {
-        let mut peer: libc::sockaddr_storage = zeroed();
-        let mut control = [0u8; CMSG_SPACE];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut msg: libc::msghdr = zeroed();
-        msg.msg_name = (&mut peer as *mut libc::sockaddr_storage).cast();
-        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = control.len();
-        let n = libc::recvmsg(socket.as_raw_fd(), &mut msg, 0);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+        let cmsg = libc::CMSG_FIRSTHDR(msg);
+        match local {
+            IpAddr::V4(a) => {
+                (*cmsg).cmsg_level = libc::IPPROTO_IP;
+                (*cmsg).cmsg_type = libc::IP_PKTINFO;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as usize;
+                let mut info: libc::in_pktinfo = zeroed();
+                info.ipi_spec_dst.s_addr = u32::from(a).to_be();
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut libc::in_pktinfo, info);
+                libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32) as usize
+            }
+            IpAddr::V6(a) => {
+                (*cmsg).cmsg_level = libc::IPPROTO_IPV6;
+                (*cmsg).cmsg_type = libc::IPV6_PKTINFO;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as usize;
+                let mut info: libc::in6_pktinfo = zeroed();
+                info.ipi6_addr.s6_addr = a.octets();
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut libc::in6_pktinfo, info);
+                libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize
+            }
         }
-        if msg.msg_flags & libc::MSG_TRUNC != 0 {
-            return Ok(None);
-        }
-        let Some(peer) = to_socket_addr(&peer) else {
-            return Ok(None);
-        };
-        Ok(Some(Datagram {
-            len: n as usize,
-            peer,
-            local: local_address(&msg),
-        }))
     }
 }
 
@@ -154,81 +292,5 @@ unsafe fn local_address(msg: &libc::msghdr) -> Option<IpAddr> {
             cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }
         None
-    }
-}
-
-fn send(socket: &Socket, answer: &[u8], to: &Datagram) -> io::Result<()> {
-    let peer = socket2::SockAddr::from(to.peer);
-    // SAFETY: buffers outlive the call; the control message is built within its buffer.
-    unsafe {
-        let mut control = [0u8; CMSG_SPACE];
-        let mut iov = libc::iovec {
-            iov_base: answer.as_ptr() as *mut _,
-            iov_len: answer.len(),
-        };
-        let mut msg: libc::msghdr = zeroed();
-        msg.msg_name = peer.as_ptr() as *mut _;
-        msg.msg_namelen = peer.len();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        if let Some(local) = to.local {
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = control.len();
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            match local {
-                IpAddr::V4(a) => {
-                    (*cmsg).cmsg_level = libc::IPPROTO_IP;
-                    (*cmsg).cmsg_type = libc::IP_PKTINFO;
-                    (*cmsg).cmsg_len =
-                        libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as usize;
-                    let mut info: libc::in_pktinfo = zeroed();
-                    info.ipi_spec_dst.s_addr = u32::from(a).to_be();
-                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut libc::in_pktinfo, info);
-                    msg.msg_controllen =
-                        libc::CMSG_SPACE(size_of::<libc::in_pktinfo>() as u32) as usize;
-                }
-                IpAddr::V6(a) => {
-                    (*cmsg).cmsg_level = libc::IPPROTO_IPV6;
-                    (*cmsg).cmsg_type = libc::IPV6_PKTINFO;
-                    (*cmsg).cmsg_len =
-                        libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as usize;
-                    let mut info: libc::in6_pktinfo = zeroed();
-                    info.ipi6_addr.s6_addr = a.octets();
-                    std::ptr::write_unaligned(
-                        libc::CMSG_DATA(cmsg) as *mut libc::in6_pktinfo,
-                        info,
-                    );
-                    msg.msg_controllen =
-                        libc::CMSG_SPACE(size_of::<libc::in6_pktinfo>() as u32) as usize;
-                }
-            }
-        }
-        if libc::sendmsg(socket.as_raw_fd(), &msg, 0) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-fn to_socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    // SAFETY: the family field says which sockaddr the storage holds.
-    unsafe {
-        match storage.ss_family as i32 {
-            libc::AF_INET => {
-                let sin = &*(storage as *const _ as *const libc::sockaddr_in);
-                Some(SocketAddr::new(
-                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
-                    u16::from_be(sin.sin_port),
-                ))
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*(storage as *const _ as *const libc::sockaddr_in6);
-                Some(SocketAddr::new(
-                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
-                    u16::from_be(sin6.sin6_port),
-                ))
-            }
-            _ => None,
-        }
     }
 }
