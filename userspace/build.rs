@@ -24,7 +24,7 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed={SKIP}");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let object = out_dir.join("hostport-dns");
+    let object = out_dir.join("hostport-dns-xdp");
     if env::var_os(SKIP).is_some() {
         if !object.exists() {
             std::fs::write(&object, []).expect("write an empty object");
@@ -73,7 +73,7 @@ fn main() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let built = target_dir.join("bpfel-unknown-none/release/hostport-dns");
+    let built = target_dir.join("bpfel-unknown-none/release/hostport-dns-xdp");
     std::fs::copy(&built, &object).unwrap_or_else(|e| {
         panic!(
             "cannot copy {} to {}: {e}",

@@ -27,6 +27,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray},
     programs::XdpContext,
 };
+use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
     counters::{COUNTER_SLOTS, Counter},
     limits::{NAMES_CAPACITY, ZONES_CAPACITY},
@@ -64,10 +65,13 @@ pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {
     match try_hostport_dns_xdp(&ctx) {
         Ok(answered) => {
             stats::count(answered);
+            trace!(&ctx, "answered: {}", answered.label());
             xdp_action::XDP_TX
         }
         Err(reason) => {
             stats::count(reason);
+            // Off unless the agent is started with --ebpf-log-level: then one load and a branch.
+            debug!(&ctx, "passed: {}", reason.label());
             xdp_action::XDP_PASS
         }
     }

@@ -5,6 +5,7 @@ use hostport_dns_tests::{
     BpfFs, TempDir,
     agent::{Agent, binary},
     clients::dig,
+    eventually,
     netns::{Link, sh},
     require_root,
 };
@@ -196,4 +197,61 @@ fn records_stats_and_query_show_the_kernel_side() {
         .server_ns
         .command(binary().to_str().expect("UTF-8"))
         .args(["uninstall", "--pin-dir", pin]));
+}
+
+/// Starts an agent on `link` with `extra` flags, sends one query XDP answers and one it passes
+/// up, and returns the agent (still running) once both were answered.
+fn agent_after_two_queries(link: &Link, records: &std::path::Path, extra: &[&str]) -> Agent {
+    let mut args = vec![
+        "--records",
+        records.to_str().expect("UTF-8"),
+        "--interface",
+        &link.server.ifname,
+        "--xdp-mode",
+        "native",
+    ];
+    args.extend_from_slice(extra);
+    let agent = Agent::start(&link.server_ns, &args);
+    let a = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        1053,
+        &["web.prod.coreha.example", "A"],
+    );
+    assert_eq!(a.answer_data(), ["198.18.7.1", "198.18.7.2"]);
+    dig(
+        &link.client_ns,
+        link.server.ipv4,
+        1053,
+        &["_https._tcp.web.prod.coreha.example", "SRV"],
+    );
+    agent
+}
+
+#[test]
+fn ebpf_logs_reach_the_agent_log_only_when_asked_for() {
+    require_root();
+    let link = Link::new("ebpflog");
+    let dir = TempDir::new("ebpflog");
+    let records = dir.write("records.yaml", RECORDS);
+
+    let traced = agent_after_two_queries(&link, &records, &["--ebpf-log-level", "trace"]);
+    eventually("the program's records in the agent log", 10, || {
+        let logs = traced.logs();
+        logs.contains("answered: a") && logs.contains("passed: unsupported_type")
+    });
+    let from_program = format!("\"target\":\"{}\"", hostport_dns::EBPF_LOG_TARGET);
+    let logs = traced.logs();
+    assert!(logs.contains(&from_program), "{logs}");
+    drop(traced);
+
+    // Off by default, even with the agent's own log at its most verbose.
+    let quiet = agent_after_two_queries(&link, &records, &["--log-level", "trace"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let logs = quiet.logs();
+    assert!(!logs.contains(&from_program), "{logs}");
+    assert_eq!(
+        quiet.metric("hostport_dns_xdp_passed", &[("reason", "unsupported_type")]),
+        1.0
+    );
 }

@@ -235,6 +235,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             &args.interfaces,
             args.xdp_mode,
             args.pin_dir.as_deref(),
+            args.ebpf_log_level,
         )?),
     };
     let (writer, local_addrs, counters) = match dataplane.as_mut() {

@@ -111,6 +111,9 @@ pub struct RunArgs {
     /// the last table. Without it, stopping the agent detaches the program.
     #[arg(long, value_name = "DIR", env = "HOSTPORT_DNS_PIN_DIR")]
     pub pin_dir: Option<PathBuf>,
+    /// Logs from the XDP program itself (off: every logged packet costs time).
+    #[arg(long, value_enum, default_value = "off")]
+    pub ebpf_log_level: crate::xdp::EbpfLogLevel,
     /// Not ready when a source's data is older than this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub max_staleness: u64,

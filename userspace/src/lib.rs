@@ -18,4 +18,7 @@ pub mod zone;
 
 /// The XDP program's object file, built by the build script.
 pub static EBPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hostport-dns"));
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hostport-dns-xdp"));
+
+/// The log target of the XDP program's own records (`--ebpf-log-level`).
+pub const EBPF_LOG_TARGET: &str = "hostport_dns_xdp";

@@ -9,7 +9,14 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_level, cli.log_format);
+    let mut filter = cli.log_level.clone();
+    if let Command::Run(args) = &cli.command
+        && args.ebpf_log_level != hostport_dns::xdp::EbpfLogLevel::Off
+    {
+        // What the program logs is shown whatever the agent's own level.
+        filter.push_str(&format!(",{}=trace", hostport_dns::EBPF_LOG_TARGET));
+    }
+    init_logging(&filter, cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(err) => {

@@ -33,6 +33,29 @@ pub enum XdpMode {
     Off,
 }
 
+/// How much the XDP program logs (through aya-log): nothing by default, since every logged
+/// packet costs time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum EbpfLogLevel {
+    #[default]
+    Off,
+    /// Every packet passed up, with its reason.
+    Debug,
+    /// Every packet, answered or passed.
+    Trace,
+}
+
+impl EbpfLogLevel {
+    /// The value of aya-log's AYA_LOG_LEVEL global (aya-log levels: debug 4, trace 5).
+    fn global(self) -> u8 {
+        match self {
+            Self::Off => 0,
+            Self::Debug => 4,
+            Self::Trace => 5,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum XdpError {
     #[error(
@@ -82,6 +105,7 @@ impl Dataplane {
         interfaces: &[String],
         mode: XdpMode,
         pin_dir: Option<&Path>,
+        log: EbpfLogLevel,
     ) -> Result<Self, XdpError> {
         let interfaces = resolve_interfaces(interfaces)?;
         for interface in &interfaces {
@@ -90,7 +114,10 @@ impl Dataplane {
         if let Some(dir) = pin_dir {
             prepare_pin_dir(dir)?;
         }
-        let mut ebpf = load_pinned(port, pin_dir)?;
+        let mut ebpf = load_pinned(port, pin_dir, log)?;
+        if log != EbpfLogLevel::Off {
+            forward_logs(&mut ebpf);
+        }
         let program = xdp_program(&mut ebpf)?;
         let mut attachments = Vec::new();
         for interface in &interfaces {
@@ -112,6 +139,32 @@ impl Dataplane {
             pin_dir: pin_dir.map(Path::to_path_buf),
         })
     }
+}
+
+/// Forwards the program's log records to the agent's log (target `hostport_dns_xdp`).
+fn forward_logs(ebpf: &mut Ebpf) {
+    let logger = match aya_log::EbpfLogger::init(ebpf) {
+        Ok(logger) => logger,
+        Err(err) => {
+            warn!(%err, "eBPF logging unavailable");
+            return;
+        }
+    };
+    // SAFETY: the logger owns its ring buffer descriptor, which outlives the AsyncFd.
+    let Ok(mut logger) = (unsafe { tokio::io::unix::AsyncFd::register(logger) }) else {
+        warn!("eBPF logging unavailable: cannot poll its ring buffer");
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = logger.readable_mut().await else {
+                return;
+            };
+            guard.get_inner_mut().flush();
+            guard.clear_ready();
+        }
+    });
+    info!("eBPF logs on: they cost time on every logged packet");
 }
 
 /// Where the link of `interface` is pinned.
@@ -156,13 +209,15 @@ fn prepare_pin_dir(dir: &Path) -> Result<(), XdpError> {
 
 /// Loads the embedded object with the DNS port set, without attaching it or pinning anything.
 pub fn load(port: u16) -> Result<Ebpf, XdpError> {
-    load_pinned(port, None)
+    load_pinned(port, None, EbpfLogLevel::Off)
 }
 
 /// Loads the embedded object, its maps pinned in (or adopted from) `pin_dir` if given.
-fn load_pinned(port: u16, pin_dir: Option<&Path>) -> Result<Ebpf, XdpError> {
+fn load_pinned(port: u16, pin_dir: Option<&Path>, log: EbpfLogLevel) -> Result<Ebpf, XdpError> {
     let mut loader = EbpfLoader::new();
     loader.override_global(maps::GLOBAL_DNS_PORT, &port, true);
+    let level = log.global();
+    loader.override_global(aya_log::LEVEL, &level, true);
     let paths: Vec<(&str, PathBuf)> = match pin_dir {
         Some(dir) => pinned_maps()
             .iter()

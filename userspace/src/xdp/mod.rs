@@ -7,4 +7,4 @@ pub mod loader;
 pub mod local_addrs;
 pub mod writer;
 
-pub use loader::{Dataplane, XdpError, XdpMode};
+pub use loader::{Dataplane, EbpfLogLevel, XdpError, XdpMode};
