@@ -21,6 +21,7 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
+    serve::ListenerExt,
 };
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
@@ -127,6 +128,11 @@ impl FakeApi {
                 addr_tx
                     .send(listener.local_addr().expect("an address"))
                     .expect("report the address");
+                // Go's net/http (the real API server) sets TCP_NODELAY; without it a watch
+                // event written in two pieces waits for a delayed ACK (~40 ms).
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 let app = router(app_state);
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async {
