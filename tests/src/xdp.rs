@@ -11,7 +11,7 @@ use aya::{
 use hostport_dns::{
     sources::file,
     table::RecordTable,
-    xdp::{counters::Counters, image, loader, local_addrs::compile, writer::MapWriter},
+    xdp::{counters::Counters, loader, local_addrs::compile, writer::MapWriter},
 };
 use hostport_dns_common::{maps, record::LocalAddrs};
 
@@ -30,11 +30,11 @@ impl Program {
     /// `local` into its local-address sets.
     pub fn load(records_yaml: &str, local: &[IpAddr]) -> Self {
         let snapshot = file::parse(records_yaml, "test zones".as_ref()).expect("valid zones");
-        let (table, warnings) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+        let (table, warnings) = RecordTable::compile(&snapshot.zones, snapshot.records());
         assert!(warnings.is_empty(), "{warnings:?}");
         let mut ebpf = loader::load(1053).expect("load the XDP program");
         let mut writer = MapWriter::new(&mut ebpf).expect("the name maps");
-        writer.apply(image::build(&table)).expect("write the table");
+        writer.write_table(&table).expect("write the table");
         let mut array: Array<MapData, LocalAddrs> =
             Array::try_from(ebpf.take_map(maps::LOCAL).expect("the local addresses"))
                 .expect("an array");

@@ -59,7 +59,7 @@ fn answers_match_knot_for_the_whole_corpus() {
     let dir = TempDir::new("diff");
     let records = dir.write("records.yaml", ZONE);
     let snapshot = file::parse(ZONE, "zone".as_ref()).expect("valid zone");
-    let (table, _) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+    let (table, _) = RecordTable::compile(&snapshot.zones, snapshot.records());
     let knot_addr: SocketAddr = "127.0.0.1:5300".parse().expect("an address");
     let ours: SocketAddr = "127.0.0.1:1053".parse().expect("an address");
     let _knot = Knot::start(&ns, knot_addr, &table);

@@ -4,15 +4,14 @@
 //! anything is attached, so a bad file or a port in use leaves nothing behind. The XDP program
 //! is detached when the agent stops (dropping the dataplane closes its links).
 //!
-//! Sources send complete snapshots to the publisher, the only task that compiles the table and
-//! the only writer of the kernel maps.
+//! Sources send complete snapshots to the publisher (see `publisher`), the only task that
+//! compiles the table and the only writer of the kernel maps.
 
 use std::{
-    collections::BTreeMap,
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Context;
@@ -27,170 +26,17 @@ use crate::{
     config::RunArgs,
     health::Health,
     http,
-    metrics::{Metrics, ReasonLabel, SourceLabel},
+    metrics::Metrics,
+    publisher::{CONFIG_SOURCE, FILE_SOURCE, Publisher, Update},
     server::{Shared, tcp, udp},
     sources::{Snapshot, file, kube as kube_source},
-    table::{CompileWarning, RecordTable},
-    xdp::{
-        Dataplane, XdpMode, counters::Counters, image, local_addrs::LocalAddrs, writer::MapWriter,
-    },
+    xdp::{Dataplane, XdpMode, counters::Counters, local_addrs::LocalAddrs, writer::MapWriter},
 };
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How the embedded example is named in logs.
 const EMBEDDED_SOURCE: &str = "<embedded example>";
-/// Name of the configuration file's zones and static records as a source.
-pub const CONFIG_SOURCE: &str = "config";
-/// Name of the record-file source in metrics and logs.
-pub const FILE_SOURCE: &str = "file";
-
-/// A complete state from one source.
-pub struct Update {
-    pub source: &'static str,
-    pub snapshot: Snapshot,
-    /// When the change that led to it was observed.
-    pub observed: Instant,
-}
-
-/// Compiles the sources' latest snapshots into the table both paths answer from: swaps it into
-/// the server and writes it into the kernel maps (the only writer).
-pub struct Publisher {
-    shared: Arc<Shared>,
-    writer: Option<MapWriter>,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    /// Sources that must all deliver once before anything is served.
-    expected: Vec<&'static str>,
-    snapshots: BTreeMap<&'static str, Snapshot>,
-}
-
-impl Publisher {
-    pub fn new(
-        shared: Arc<Shared>,
-        writer: Option<MapWriter>,
-        metrics: Arc<Metrics>,
-        health: Arc<Health>,
-        expected: Vec<&'static str>,
-    ) -> Self {
-        for source in &expected {
-            health.expect_source(source);
-        }
-        Self {
-            shared,
-            writer,
-            metrics,
-            health,
-            expected,
-            snapshots: BTreeMap::new(),
-        }
-    }
-
-    pub fn publish(&mut self, update: Update) {
-        let label = SourceLabel {
-            source: update.source.to_owned(),
-        };
-        self.metrics.source_synced.get_or_create(&label).set(1);
-        self.metrics
-            .source_records
-            .get_or_create(&label)
-            .set(update.snapshot.records.len() as i64);
-        self.metrics
-            .source_last_sync
-            .get_or_create(&label)
-            .set(unix_now());
-        let live = update.source != CONFIG_SOURCE && update.source != FILE_SOURCE;
-        self.health.source_synced(update.source, live);
-        self.snapshots.insert(update.source, update.snapshot);
-        if let Some(missing) = self
-            .expected
-            .iter()
-            .find(|s| !self.snapshots.contains_key(*s))
-        {
-            // Until every source has listed everything: SERVFAIL, never a partial table that
-            // would make a load balancer drop backends.
-            info!(
-                source = update.source,
-                waiting_for = missing,
-                "source synced; waiting for the others"
-            );
-            return;
-        }
-
-        let zones: Vec<_> = self
-            .snapshots
-            .values()
-            .flat_map(|s| s.zones.iter().cloned())
-            .collect();
-        let records = self.snapshots.values().flat_map(|s| s.records.iter());
-        let started = Instant::now();
-        let (table, warnings) = RecordTable::compile(&zones, records);
-        let compiled = started.elapsed();
-        for warning in &warnings {
-            warn!(%warning, "record dropped");
-            let reason = match warning {
-                CompileWarning::OutOfZone { .. } => "out_of_zone",
-                CompileWarning::OutOfZoneGlue { .. } => "out_of_zone_glue",
-            };
-            self.metrics
-                .dropped_records
-                .get_or_create(&ReasonLabel {
-                    reason: reason.into(),
-                })
-                .inc();
-        }
-        let image = self.writer.as_ref().map(|_| image::build(&table));
-        let imaged = started.elapsed();
-        let names = table.nodes().count();
-        let records = table.record_count();
-        self.shared.publish(table);
-        if let (Some(writer), Some(image)) = (self.writer.as_mut(), image) {
-            if image.collisions > 0 {
-                warn!(
-                    collisions = image.collisions,
-                    "name hash collisions: those names are answered by userspace"
-                );
-            }
-            match writer.apply(image) {
-                Ok(stats) => info!(
-                    names,
-                    records,
-                    ?stats,
-                    source = update.source,
-                    compile_ms = compiled.as_secs_f64() * 1e3,
-                    image_ms = (imaged - compiled).as_secs_f64() * 1e3,
-                    write_ms = (started.elapsed() - imaged).as_secs_f64() * 1e3,
-                    "table published"
-                ),
-                Err(err) => {
-                    error!(%err, "writing the XDP maps failed; userspace answers meanwhile")
-                }
-            }
-        } else {
-            info!(names, records, source = update.source, "table published");
-        }
-        self.metrics.table_names.set(names as i64);
-        self.metrics.table_records.set(records as i64);
-        self.metrics.table_updates.inc();
-        self.metrics
-            .propagation
-            .observe(update.observed.elapsed().as_secs_f64());
-        self.health.table_published();
-    }
-
-    /// Publishes every update until all senders are gone.
-    pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
-        while let Some(update) = updates.recv().await {
-            self.publish(update);
-        }
-    }
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Everything that can be wrong with the input is found before anything is bound or attached.

@@ -233,12 +233,15 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
         kubernetes: file.kubernetes,
         ..AgentConfig::default()
     };
+    let mut zones = Vec::new();
+    let mut static_records = Vec::new();
     for zone in file.zones {
         let (spec, records) = zone.compile().map_err(invalid)?;
-        config.zones.zones.push(spec);
-        config.zones.records.extend(records);
+        zones.push(spec);
+        static_records.extend(records);
     }
-    check_zones_do_not_overlap(&config.zones.zones).map_err(invalid)?;
+    check_zones_do_not_overlap(&zones).map_err(invalid)?;
+    config.zones = Snapshot::new(zones, static_records);
     let zone_named = |name: &str, what: &str| -> Result<Name, FileError> {
         let zone = parse_name(name, true).map_err(|e| invalid(format!("{what}: zone {e}")))?;
         if config.zones.zones.iter().any(|z: &ZoneSpec| z.apex == zone) {

@@ -9,6 +9,7 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod ops;
+pub mod publisher;
 pub mod records;
 pub mod server;
 pub mod sources;

@@ -1,6 +1,9 @@
 //! Records as the sources produce them, before they are compiled into a table.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::{
+    net::{Ipv4Addr, Ipv6Addr},
+    sync::Arc,
+};
 
 use hickory_proto::rr::Name;
 
@@ -27,3 +30,8 @@ pub struct Srv {
     pub port: u16,
     pub target: Name,
 }
+
+/// Records that come and go together: one pod's, one Service output's, one file's. A group that
+/// did not change keeps its allocation from one snapshot to the next, which is how the publisher
+/// tells, cheaply, what changed.
+pub type RecordGroup = Arc<[SourceRecord]>;

@@ -111,7 +111,7 @@ fn xdp() {
 
     let (records, names) = bench::zone(1000);
     let snapshot = file::parse(&records, "bench zone".as_ref()).expect("a valid zone");
-    let (table, _) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+    let (table, _) = RecordTable::compile(&snapshot.zones, snapshot.records());
     let dir = TempDir::new("bench-queries");
     let queries = dir.write("queries.txt", &bench::query_file(&names, "A"));
     let seconds = 5;
@@ -191,7 +191,7 @@ fn xdp() {
 fn userspace() {
     let (records, names) = bench::zone(1000);
     let snapshot = file::parse(&records, "bench zone".as_ref()).expect("a valid zone");
-    let (table, _) = RecordTable::compile(&snapshot.zones, &snapshot.records);
+    let (table, _) = RecordTable::compile(&snapshot.zones, snapshot.records());
     let dir = TempDir::new("bench-queries");
     let queries = dir.write("queries.txt", &bench::query_file(&names, "A"));
     let seconds = 5;

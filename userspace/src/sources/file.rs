@@ -82,14 +82,15 @@ pub fn parse(text: &str, path: &Path) -> Result<Snapshot, FileError> {
         path: path.to_owned(),
         reason,
     };
-    let mut snapshot = Snapshot::default();
+    let mut zones = Vec::new();
+    let mut all_records = Vec::new();
     for zone in file.zones {
         let (spec, records) = zone.compile().map_err(invalid)?;
-        snapshot.zones.push(spec);
-        snapshot.records.extend(records);
+        zones.push(spec);
+        all_records.extend(records);
     }
-    check_zones_do_not_overlap(&snapshot.zones).map_err(invalid)?;
-    Ok(snapshot)
+    check_zones_do_not_overlap(&zones).map_err(invalid)?;
+    Ok(Snapshot::new(zones, all_records))
 }
 
 /// Zones must not nest or repeat: every name has exactly one zone.
@@ -398,13 +399,13 @@ mod tests {
     fn the_embedded_default_is_valid() {
         let snapshot = parse_str(EMBEDDED_DEFAULT).unwrap();
         assert!(!snapshot.zones.is_empty());
-        assert!(!snapshot.records.is_empty());
+        assert!(snapshot.record_count() > 0);
     }
 
     #[test]
     fn relative_names_are_completed_and_lower_cased() {
         let s = parse_str("zones:\n  - name: Example.\n    records:\n      Web.Ingress: 198.18.0.1\n      '@': [198.18.0.2]\n").unwrap();
-        let names: Vec<String> = s.records.iter().map(|r| r.name.to_string()).collect();
+        let names: Vec<String> = s.records().map(|r| r.name.to_string()).collect();
         assert_eq!(names, ["example.", "web.ingress.example."]);
     }
 

@@ -4,12 +4,37 @@
 pub mod file;
 pub mod kube;
 
-use crate::{records::SourceRecord, zone::ZoneSpec};
+use crate::{
+    records::{RecordGroup, SourceRecord},
+    zone::ZoneSpec,
+};
 
 /// Everything one source says at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Zones the source defines (the record file defines its own).
     pub zones: Vec<ZoneSpec>,
-    pub records: Vec<SourceRecord>,
+    /// The records, in the groups they change in.
+    pub groups: Vec<RecordGroup>,
+}
+
+impl Snapshot {
+    /// A snapshot whose records form one group.
+    pub fn new(zones: Vec<ZoneSpec>, records: Vec<SourceRecord>) -> Self {
+        let groups = if records.is_empty() {
+            Vec::new()
+        } else {
+            vec![records.into()]
+        };
+        Self { zones, groups }
+    }
+
+    /// Every record, group after group.
+    pub fn records(&self) -> impl Iterator<Item = &SourceRecord> {
+        self.groups.iter().flat_map(|group| group.iter())
+    }
+
+    pub fn record_count(&self) -> usize {
+        self.groups.iter().map(|group| group.len()).sum()
+    }
 }

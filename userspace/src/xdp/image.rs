@@ -30,46 +30,179 @@ use hostport_dns_common::{
 use crate::{
     server::answer::soa_record,
     table::{Node, RecordTable, Zone},
+    xdp::writer::bytes_of,
 };
 
 /// Type and class after the question name.
 const QTYPE_QCLASS_LEN: usize = 4;
 
 /// The whole table in kernel form.
-#[derive(Default)]
 pub struct Image {
     pub names: HashMap<NameKey, NameEntry>,
     pub zones: HashMap<ZoneId, ZoneEntry>,
-    /// Names whose hash collided with another's: both are answered by userspace.
-    pub collisions: usize,
+    /// Keys that two or more names hash to, with those names, sorted. The entry holds the first
+    /// name, marked for userspace: the kernel confirms the name, userspace tells them apart.
+    shared_keys: HashMap<NameKey, Vec<LowerName>>,
+    key_of: fn(&[u8]) -> NameKey,
 }
 
-pub fn build(table: &RecordTable) -> Image {
-    let mut image = Image::default();
-    // Sized once: growing a map of 1 KB values would move them all.
-    image.names.reserve(table.nodes().len());
-    for (name, node) in table.nodes() {
-        let Some(zone) = table.zones().get(node.zone as usize) else {
-            continue;
-        };
-        let entry = name_entry(name, node, zone);
-        let key = name_hash(&entry.name[NAME_BUF_LEN - entry.name_len as usize..]);
-        match image.names.get_mut(&key) {
-            // Two names, one key: keep one entry and send its queries up; userspace tells the
-            // names apart. (The kernel's byte comparison would send the other one up anyway.)
-            Some(existing) => {
-                existing.flags |= NAME_FLAG_USERSPACE;
-                image.collisions += 1;
+impl Default for Image {
+    fn default() -> Self {
+        Self::with_key(name_hash)
+    }
+}
+
+/// What an update changed in an image: the keys to write (present) or delete (absent).
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub names: Vec<NameKey>,
+    pub zones: Vec<ZoneId>,
+}
+
+impl Image {
+    /// An empty image whose names are keyed by `key_of` (the kernel's hash; tests use others).
+    pub fn with_key(key_of: fn(&[u8]) -> NameKey) -> Self {
+        Self {
+            names: HashMap::default(),
+            zones: HashMap::default(),
+            shared_keys: HashMap::default(),
+            key_of,
+        }
+    }
+
+    /// Names whose key another name has too (answered by userspace).
+    pub fn collisions(&self) -> usize {
+        self.shared_keys.values().map(|names| names.len() - 1).sum()
+    }
+
+    /// Brings the entries of `names` and every zone entry in line with `table`. Returns what
+    /// changed.
+    pub fn refresh<'a>(
+        &mut self,
+        table: &RecordTable,
+        names: impl IntoIterator<Item = &'a LowerName>,
+    ) -> Changes {
+        let mut changes = Changes::default();
+        for zone in table.zones() {
+            let entry = zone_entry(zone);
+            if self
+                .zones
+                .get(&zone.id)
+                .is_none_or(|old| !same(old, &entry))
+            {
+                self.zones.insert(zone.id, entry);
+                changes.zones.push(zone.id);
             }
-            None => {
-                image.names.insert(key, entry);
+        }
+        let gone: Vec<ZoneId> = self
+            .zones
+            .keys()
+            .filter(|id| table.zones().get(**id as usize).is_none())
+            .copied()
+            .collect();
+        for id in gone {
+            self.zones.remove(&id);
+            changes.zones.push(id);
+        }
+        for name in names {
+            if let Some(key) = self.place(table, name) {
+                changes.names.push(key);
+            }
+        }
+        changes
+    }
+
+    /// Brings the entry under `name`'s key in line with the table; returns the key if the entry
+    /// changed.
+    fn place(&mut self, table: &RecordTable, name: &LowerName) -> Option<NameKey> {
+        let wire = wire_name(name);
+        let key = (self.key_of)(&wire);
+        let exists = table.node_lower(name).is_some();
+        let mut owners = match self.shared_keys.remove(&key) {
+            Some(owners) => owners,
+            None => match self.names.get(&key) {
+                Some(entry) if stored_name(entry) != wire.as_slice() => {
+                    owner_of(entry).into_iter().collect()
+                }
+                _ => Vec::new(),
+            },
+        };
+        owners.retain(|owner| owner != name);
+        if exists {
+            owners.push(name.clone());
+        }
+        owners.sort();
+        let entry = match owners.as_slice() {
+            [] => None,
+            [only] => entry_for(table, only),
+            [first, ..] => entry_for(table, first).map(|mut entry| {
+                entry.flags |= NAME_FLAG_USERSPACE;
+                entry
+            }),
+        };
+        if owners.len() > 1 {
+            self.shared_keys.insert(key, owners);
+        }
+        match (self.names.get(&key), entry) {
+            (Some(old), Some(new)) if same(old, &new) => None,
+            (None, None) => None,
+            (_, Some(new)) => {
+                self.names.insert(key, new);
+                Some(key)
+            }
+            (Some(_), None) => {
+                self.names.remove(&key);
+                Some(key)
             }
         }
     }
-    for zone in table.zones() {
-        image.zones.insert(zone.id, zone_entry(zone));
-    }
+}
+
+/// The whole table in kernel form, keyed by the kernel's hash.
+pub fn build(table: &RecordTable) -> Image {
+    build_with(table, name_hash)
+}
+
+fn build_with(table: &RecordTable, key_of: fn(&[u8]) -> NameKey) -> Image {
+    let mut image = Image::with_key(key_of);
+    // Sized once: growing a map of 1 KB values would move them all.
+    image.names.reserve(table.nodes().len());
+    let names: Vec<&LowerName> = table.nodes().map(|(name, _)| name).collect();
+    image.refresh(table, names);
     image
+}
+
+fn entry_for(table: &RecordTable, name: &LowerName) -> Option<NameEntry> {
+    let node = table.node_lower(name)?;
+    let zone = table.zones().get(node.zone as usize)?;
+    Some(name_entry(name, node, zone))
+}
+
+fn same<V: aya::Pod>(a: &V, b: &V) -> bool {
+    bytes_of(a) == bytes_of(b)
+}
+
+/// The wire name an entry holds.
+fn stored_name(entry: &NameEntry) -> &[u8] {
+    let len = usize::from(entry.name_len).min(NAME_BUF_LEN);
+    &entry.name[NAME_BUF_LEN - len..]
+}
+
+/// The name an entry holds, read back from its wire form.
+fn owner_of(entry: &NameEntry) -> Option<LowerName> {
+    let mut labels = Vec::new();
+    let mut rest = stored_name(entry);
+    while let [len, tail @ ..] = rest {
+        if *len == 0 {
+            break;
+        }
+        let (label, tail) = tail.split_at_checked(usize::from(*len))?;
+        labels.push(label);
+        rest = tail;
+    }
+    Name::from_labels(labels)
+        .ok()
+        .map(|name| LowerName::new(&name))
 }
 
 /// Lower-case wire form of a name.
@@ -348,5 +481,86 @@ mod tests {
         ));
         let entry = &image.names[&name_hash(b"\x03big\x07example\x00")];
         assert_ne!(entry.flags & NAME_FLAG_USERSPACE, 0);
+    }
+
+    fn a(owner: &str, ip: &str) -> SourceRecord {
+        SourceRecord {
+            name: name(owner),
+            ttl: None,
+            data: RecordData::A(ip.parse().unwrap()),
+        }
+    }
+
+    /// Every entry's bytes, in key order.
+    fn contents(image: &Image) -> Vec<(NameKey, Vec<u8>)> {
+        let mut names: Vec<_> = image
+            .names
+            .iter()
+            .map(|(k, e)| (*k, bytes_of(e).to_vec()))
+            .collect();
+        names.sort();
+        let mut zones: Vec<_> = image
+            .zones
+            .iter()
+            .map(|(k, e)| (u64::from(*k), bytes_of(e).to_vec()))
+            .collect();
+        zones.sort();
+        names.extend(zones);
+        names
+    }
+
+    /// Keys by wire length: names of one length collide.
+    fn weak_key(wire: &[u8]) -> NameKey {
+        wire.len() as NameKey
+    }
+
+    #[test]
+    fn refreshing_the_changed_names_gives_what_a_full_build_gives() {
+        for key_of in [name_hash as fn(&[u8]) -> NameKey, weak_key] {
+            let (mut builder, _) =
+                crate::table::TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+            builder.finish();
+            let mut image = build_with(builder.table(), key_of);
+            let mut live: Vec<SourceRecord> = Vec::new();
+            for step in 0..400usize {
+                let record = a(
+                    &format!("n{}.x{}.example.", (step * 7) % 11, step % 3),
+                    &format!("198.18.0.{}", step % 5),
+                );
+                if let Some(at) = live.iter().position(|r| *r == record) {
+                    builder.remove([&live.swap_remove(at)]);
+                } else {
+                    builder.add([&record]);
+                    live.push(record);
+                }
+                let changed = builder.finish();
+                image.refresh(builder.table(), &changed);
+                let full = build_with(builder.table(), key_of);
+                assert_eq!(contents(&image), contents(&full), "step {step}");
+                assert_eq!(image.collisions(), full.collisions(), "step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn names_sharing_a_key_go_to_userspace_until_one_is_left() {
+        let zone = ZoneSpec::with_defaults(name("example."));
+        let (mut builder, _) = crate::table::TableBuilder::new(&[zone]);
+        let one = a("aa.example.", "198.18.0.1");
+        let other = a("bb.example.", "198.18.0.2");
+        builder.add([&one, &other]);
+        builder.finish();
+        let mut image = build_with(builder.table(), weak_key);
+        let key = weak_key(b"\x02aa\x07example\x00");
+        assert_eq!(image.collisions(), 1);
+        assert_ne!(image.names[&key].flags & NAME_FLAG_USERSPACE, 0);
+        builder.remove([&one]);
+        let changed = builder.finish();
+        let changes = image.refresh(builder.table(), &changed);
+        assert_eq!(changes.names, [key]);
+        let entry = &image.names[&key];
+        assert_eq!(entry.flags & NAME_FLAG_USERSPACE, 0);
+        assert_eq!(stored_name(entry), b"\x02bb\x07example\x00");
+        assert_eq!(image.collisions(), 0);
     }
 }

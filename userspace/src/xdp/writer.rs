@@ -2,7 +2,12 @@
 //! difference: new and changed entries first (zones before names, so that a name never points
 //! to a zone the kernel lacks), removals last. Each value is replaced whole, atomically for the
 //! kernel's readers.
+//!
+//! Two ways in: the whole table (the first publication, which may find a previous agent's maps,
+//! and zone changes), compared entry by entry with what the maps hold; and the names a change
+//! touched, which costs the same however large the table is.
 
+use hickory_proto::rr::LowerName;
 use rustc_hash::FxHashMap as HashMap;
 
 use aya::{
@@ -14,7 +19,10 @@ use hostport_dns_common::{
     record::{NameEntry, NameKey, ZoneEntry, ZoneId},
 };
 
-use crate::xdp::image::Image;
+use crate::{
+    table::RecordTable,
+    xdp::image::{self, Image},
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -31,12 +39,17 @@ pub struct WriteStats {
     pub names_removed: usize,
     pub zones_written: usize,
     pub zones_removed: usize,
+    /// Names sharing a key with another (answered by userspace).
+    pub collisions: usize,
 }
 
 pub struct MapWriter {
     names: BpfHashMap<MapData, NameKey, NameEntry>,
     zones: BpfHashMap<MapData, ZoneId, ZoneEntry>,
     written: Image,
+    /// Whether the maps hold exactly `written` (false after a failed write: compare them all
+    /// on the next one).
+    in_step: bool,
 }
 
 impl MapWriter {
@@ -45,27 +58,104 @@ impl MapWriter {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
         let names: BpfHashMap<MapData, NameKey, NameEntry> = take(ebpf, maps::NAMES)?;
         let zones: BpfHashMap<MapData, ZoneId, ZoneEntry> = take(ebpf, maps::ZONES)?;
+        let mut writer = Self {
+            names,
+            zones,
+            written: Image::default(),
+            in_step: false,
+        };
+        writer.read_back();
+        Ok(writer)
+    }
+
+    /// Takes what the maps hold as what was written.
+    fn read_back(&mut self) {
         let mut written = Image::default();
-        for key in names.keys().flatten() {
-            if let Ok(entry) = names.get(&key, 0) {
+        for key in self.names.keys().flatten() {
+            if let Ok(entry) = self.names.get(&key, 0) {
                 written.names.insert(key, entry);
             }
         }
-        for key in zones.keys().flatten() {
-            if let Ok(entry) = zones.get(&key, 0) {
+        for key in self.zones.keys().flatten() {
+            if let Ok(entry) = self.zones.get(&key, 0) {
                 written.zones.insert(key, entry);
             }
         }
-        Ok(Self {
-            names,
-            zones,
-            written,
-        })
+        self.written = written;
+        self.in_step = true;
     }
 
-    /// Makes the maps hold `image`.
-    pub fn apply(&mut self, image: Image) -> Result<WriteStats, WriteError> {
-        let mut stats = WriteStats::default();
+    /// Makes the maps hold the whole table.
+    pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
+        if !self.in_step {
+            self.read_back();
+        }
+        let image = image::build(table);
+        let result = self.apply(image);
+        self.in_step = result.is_ok();
+        result
+    }
+
+    /// Rewrites the entries of `names` (those a change touched) and the zones' entries.
+    pub fn write_names(
+        &mut self,
+        table: &RecordTable,
+        names: &[LowerName],
+    ) -> Result<WriteStats, WriteError> {
+        if !self.in_step {
+            // A write failed before: the maps may hold anything; compare them all.
+            return self.write_table(table);
+        }
+        let changes = self.written.refresh(table, names);
+        let result = self.write_changes(&changes);
+        self.in_step = result.is_ok();
+        result
+    }
+
+    /// Writes what `changes` lists from the written image into the maps.
+    fn write_changes(&mut self, changes: &image::Changes) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats {
+            collisions: self.written.collisions(),
+            ..WriteStats::default()
+        };
+        let map_err = |map| move |source| WriteError::Map { map, source };
+        for id in &changes.zones {
+            if let Some(entry) = self.written.zones.get(id) {
+                self.zones
+                    .insert(id, entry, 0)
+                    .map_err(map_err(maps::ZONES))?;
+                stats.zones_written += 1;
+            }
+        }
+        for key in &changes.names {
+            if let Some(entry) = self.written.names.get(key) {
+                self.names
+                    .insert(key, entry, 0)
+                    .map_err(map_err(maps::NAMES))?;
+                stats.names_written += 1;
+            }
+        }
+        for key in &changes.names {
+            if !self.written.names.contains_key(key) {
+                self.names.remove(key).map_err(map_err(maps::NAMES))?;
+                stats.names_removed += 1;
+            }
+        }
+        for id in &changes.zones {
+            if !self.written.zones.contains_key(id) {
+                self.zones.remove(id).map_err(map_err(maps::ZONES))?;
+                stats.zones_removed += 1;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Makes the maps hold `image`, writing what differs from what was written.
+    fn apply(&mut self, image: Image) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats {
+            collisions: image.collisions(),
+            ..WriteStats::default()
+        };
         let map_err = |map| move |source| WriteError::Map { map, source };
         for (id, entry) in changed(&self.written.zones, &image.zones) {
             self.zones

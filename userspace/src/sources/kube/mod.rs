@@ -29,14 +29,14 @@ use kube::{
     runtime::{WatchStreamExt, utils::Backoff, watcher},
 };
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use crate::{
-    agent::Update,
     agent_config::{AgentConfig, PodSource},
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
-    records::SourceRecord,
+    publisher::Update,
+    records::RecordGroup,
     sources::{
         Snapshot,
         kube::{
@@ -122,15 +122,27 @@ impl<T: PartialEq> Store<T> {
             watcher::Event::InitDone => {
                 let fresh = self.relist.take().unwrap_or_default();
                 let changed = fresh != self.objects || !self.synced;
-                self.objects = fresh;
+                // Objects that did not change keep their value (and its record group).
+                let mut previous = std::mem::take(&mut self.objects);
+                self.objects = fresh
+                    .into_iter()
+                    .map(|(key, info)| match previous.remove(&key) {
+                        Some(old) if old == info => (key, old),
+                        _ => (key, info),
+                    })
+                    .collect();
                 self.synced = true;
                 changed
             }
             watcher::Event::Apply(object) => match extract(&object) {
-                Some(info) => self
-                    .objects
-                    .insert(key(&object), info)
-                    .is_none_or(|old| old != self.objects[&key(&object)]),
+                Some(info) => {
+                    let key = key(&object);
+                    if self.objects.get(&key) == Some(&info) {
+                        return false;
+                    }
+                    self.objects.insert(key, info);
+                    true
+                }
                 None => self.objects.remove(&key(&object)).is_some(),
             },
             watcher::Event::Delete(object) => self.objects.remove(&key(&object)).is_some(),
@@ -142,19 +154,28 @@ impl<T: PartialEq> Store<T> {
 /// then costs one pod's work, not every pod's.
 struct PodRecords {
     info: PodInfo,
-    records: Vec<SourceRecord>,
-    skipped: Skipped,
+    records: RecordGroup,
 }
 
 impl PodRecords {
-    fn new(source: &PodSource, info: PodInfo) -> Self {
+    /// Compiles the pod's records; a label value that cannot be a DNS name is reported here,
+    /// once per change of the pod.
+    fn new(source: &PodSource, info: PodInfo, metrics: &Metrics) -> Self {
         let mut records = Vec::new();
         let mut skipped = Skipped::default();
         pod_records(source, [&info], &mut records, &mut skipped);
+        for name in &skipped.invalid_names {
+            warn!(object = %name, "not a valid DNS label: skipped");
+            metrics
+                .dropped_records
+                .get_or_create(&ReasonLabel {
+                    reason: "invalid_dns_label".into(),
+                })
+                .inc();
+        }
         Self {
             info,
-            records,
-            skipped,
+            records: records.into(),
         }
     }
 }
@@ -180,6 +201,8 @@ struct State {
     slices: Vec<Store<SliceInfo>>,
     nodes: Option<Store<NodeInfo>>,
     last_non_empty: Vec<Vec<IpAddr>>,
+    /// Each EndpointSlice output's records as last published.
+    endpoint_groups: Vec<RecordGroup>,
 }
 
 impl State {
@@ -257,6 +280,7 @@ pub async fn run(
             .collect(),
         nodes: config.needs_nodes().then(Store::default),
         last_non_empty: vec![Vec::new(); config.endpoint_slices.len()],
+        endpoint_groups: vec![RecordGroup::from([]); config.endpoint_slices.len()],
     };
     let label = SourceLabel {
         source: SOURCE.to_owned(),
@@ -319,7 +343,8 @@ fn apply(
         Change::Pod(i, event) => {
             let source = &config.pods[state.pod_sources[i]];
             state.pods[i].apply(*event, |pod| {
-                PodInfo::from_pod(pod, &source.label_key).map(|info| PodRecords::new(source, info))
+                PodInfo::from_pod(pod, &source.label_key)
+                    .map(|info| PodRecords::new(source, info, metrics))
             })
         }
         Change::Slice(i, event) => state.slices[i].apply(*event, SliceInfo::from_slice),
@@ -332,14 +357,14 @@ fn apply(
 
 fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) -> Snapshot {
     let started = Instant::now();
-    let mut records = Vec::new();
-    let mut skipped = Skipped::default();
-    for pod in state.pods.iter().flat_map(|store| store.objects.values()) {
-        records.extend(pod.records.iter().cloned());
-        skipped
-            .invalid_names
-            .extend(pod.skipped.invalid_names.iter().cloned());
-    }
+    // Each pod's group as compiled when the pod last changed.
+    let mut groups: Vec<RecordGroup> = state
+        .pods
+        .iter()
+        .flat_map(|store| store.objects.values())
+        .filter(|pod| !pod.records.is_empty())
+        .map(|pod| pod.records.clone())
+        .collect();
     let no_nodes = BTreeMap::new();
     let nodes = state.nodes.as_ref().map_or(&no_nodes, |n| &n.objects);
     for (i, (source, store)) in config.endpoint_slices.iter().zip(&state.slices).enumerate() {
@@ -360,25 +385,22 @@ fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) 
             .kept_last_answer
             .get_or_create(&output)
             .set(i64::from(kept));
+        let mut records = Vec::new();
         endpoint_records(source, &addresses, &mut records);
+        // The same records keep the same group: nothing to recompile.
+        if *state.endpoint_groups[i] != *records {
+            state.endpoint_groups[i] = records.into();
+        }
+        groups.push(state.endpoint_groups[i].clone());
     }
-    for name in &skipped.invalid_names {
-        warn!(object = %name, "not a valid DNS label: skipped");
-        metrics
-            .dropped_records
-            .get_or_create(&ReasonLabel {
-                reason: "invalid_dns_label".into(),
-            })
-            .inc();
-    }
-    info!(
-        records = records.len(),
+    debug!(
+        groups = groups.len(),
         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-        "Kubernetes records compiled"
+        "Kubernetes snapshot taken"
     );
     Snapshot {
         zones: Vec::new(),
-        records,
+        groups,
     }
 }
 

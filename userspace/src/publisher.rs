@@ -1,0 +1,288 @@
+//! The publisher: the one task that turns the sources' snapshots into the table both answer
+//! paths read, and the only writer of the kernel maps.
+//!
+//! Sources send complete snapshots, so nothing a source forgot can linger. The publisher finds
+//! what changed by comparing record groups by identity (a source keeps the allocation of every
+//! group that did not change) and recompiles only the names the changed groups touch: a change
+//! costs the same with a hundred names or a hundred thousand.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
+use tracing::{error, info, warn};
+
+use crate::{
+    health::Health,
+    metrics::{Metrics, ReasonLabel, SourceLabel},
+    records::RecordGroup,
+    server::Shared,
+    sources::Snapshot,
+    table::{CompileWarning, TableBuilder},
+    xdp::writer::MapWriter,
+    zone::ZoneSpec,
+};
+
+/// Name of the configuration file's zones and static records as a source.
+pub const CONFIG_SOURCE: &str = "config";
+/// Name of the record-file source in metrics and logs.
+pub const FILE_SOURCE: &str = "file";
+
+/// A complete state from one source.
+pub struct Update {
+    pub source: &'static str,
+    pub snapshot: Snapshot,
+    /// When the change that led to it was observed.
+    pub observed: Instant,
+}
+
+/// Compiles the sources' latest snapshots into the table both paths answer from: swaps it into
+/// the server and writes it into the kernel maps.
+pub struct Publisher {
+    shared: Arc<Shared>,
+    writer: Option<MapWriter>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    /// Sources that must all deliver once before anything is served.
+    expected: Vec<&'static str>,
+    snapshots: BTreeMap<&'static str, Snapshot>,
+    /// The compiler holding the current table, once every source has delivered.
+    builder: Option<TableBuilder>,
+}
+
+/// What one publication compiled.
+enum Compiled {
+    /// Everything (the first table, or the zones changed).
+    Whole,
+    /// These names only.
+    Names(Vec<hickory_proto::rr::LowerName>),
+}
+
+impl Publisher {
+    pub fn new(
+        shared: Arc<Shared>,
+        writer: Option<MapWriter>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        expected: Vec<&'static str>,
+    ) -> Self {
+        for source in &expected {
+            health.expect_source(source);
+        }
+        Self {
+            shared,
+            writer,
+            metrics,
+            health,
+            expected,
+            snapshots: BTreeMap::new(),
+            builder: None,
+        }
+    }
+
+    pub fn publish(&mut self, update: Update) {
+        let label = SourceLabel {
+            source: update.source.to_owned(),
+        };
+        self.metrics.source_synced.get_or_create(&label).set(1);
+        self.metrics
+            .source_records
+            .get_or_create(&label)
+            .set(update.snapshot.record_count() as i64);
+        self.metrics
+            .source_last_sync
+            .get_or_create(&label)
+            .set(unix_now());
+        let live = update.source != CONFIG_SOURCE && update.source != FILE_SOURCE;
+        self.health.source_synced(update.source, live);
+        // Kept until the comparison below: while it lives, no new group can take the address of
+        // one of its groups.
+        let previous = self
+            .snapshots
+            .insert(update.source, update.snapshot)
+            .unwrap_or_default();
+        if let Some(missing) = self
+            .expected
+            .iter()
+            .find(|s| !self.snapshots.contains_key(*s))
+        {
+            // Until every source has listed everything: SERVFAIL, never a partial table that
+            // would make a load balancer drop backends.
+            info!(
+                source = update.source,
+                waiting_for = missing,
+                "source synced; waiting for the others"
+            );
+            return;
+        }
+
+        let started = Instant::now();
+        let (compiled, warnings) = self.compile(update.source, &previous);
+        drop(previous);
+        self.count_warnings(&warnings);
+        let Some(builder) = self.builder.as_ref() else {
+            return;
+        };
+        let table = builder.table().clone();
+        let compile_time = started.elapsed();
+        self.shared.publish(table.clone());
+        let names = table.nodes().len();
+        let records = table.record_count();
+        if let Some(writer) = self.writer.as_mut() {
+            let written = match &compiled {
+                Compiled::Whole => writer.write_table(&table),
+                Compiled::Names(names) => writer.write_names(&table, names),
+            };
+            match written {
+                Ok(stats) => {
+                    if stats.collisions > 0 {
+                        warn!(
+                            collisions = stats.collisions,
+                            "name hash collisions: those names are answered by userspace"
+                        );
+                    }
+                    info!(
+                        names,
+                        records,
+                        ?stats,
+                        source = update.source,
+                        compile_ms = compile_time.as_secs_f64() * 1e3,
+                        write_ms = (started.elapsed() - compile_time).as_secs_f64() * 1e3,
+                        "table published"
+                    );
+                }
+                Err(err) => {
+                    error!(%err, "writing the XDP maps failed; userspace answers meanwhile")
+                }
+            }
+        } else {
+            info!(names, records, source = update.source, "table published");
+        }
+        self.metrics.table_names.set(names as i64);
+        self.metrics.table_records.set(records as i64);
+        self.metrics.table_updates.inc();
+        self.metrics
+            .propagation
+            .observe(update.observed.elapsed().as_secs_f64());
+        self.health.table_published();
+    }
+
+    /// Brings the table in line with the snapshots, `source`'s having replaced `previous`.
+    fn compile(&mut self, source: &str, previous: &Snapshot) -> (Compiled, Vec<CompileWarning>) {
+        let mut zones: Vec<ZoneSpec> = self
+            .snapshots
+            .values()
+            .flat_map(|s| s.zones.iter().cloned())
+            .collect();
+        zones.sort_by(|a, b| a.apex.cmp(&b.apex));
+        match self.builder.as_mut() {
+            Some(builder) if builder.zone_specs() == zones.as_slice() => {
+                let Some(current) = self.snapshots.get(source) else {
+                    return (Compiled::Names(Vec::new()), Vec::new());
+                };
+                let (gone, added) = group_changes(&previous.groups, &current.groups);
+                let mut warnings = Vec::new();
+                for group in gone {
+                    builder.remove(group.iter());
+                }
+                for group in added {
+                    warnings.extend(builder.add(group.iter()));
+                }
+                (Compiled::Names(builder.finish()), warnings)
+            }
+            _ => {
+                let (mut builder, mut warnings) = TableBuilder::new(&zones);
+                for group in self.snapshots.values().flat_map(|s| &s.groups) {
+                    warnings.extend(builder.add(group.iter()));
+                }
+                builder.finish();
+                self.builder = Some(builder);
+                (Compiled::Whole, warnings)
+            }
+        }
+    }
+
+    fn count_warnings(&self, warnings: &[CompileWarning]) {
+        for warning in warnings {
+            warn!(%warning, "record dropped");
+            let reason = match warning {
+                CompileWarning::OutOfZone { .. } => "out_of_zone",
+                CompileWarning::OutOfZoneGlue { .. } => "out_of_zone_glue",
+            };
+            self.metrics
+                .dropped_records
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc();
+        }
+    }
+
+    /// Publishes every update until all senders are gone.
+    pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
+        while let Some(update) = updates.recv().await {
+            self.publish(update);
+        }
+    }
+}
+
+/// The groups of `old` that `new` no longer has, and those `new` adds, told apart by identity.
+fn group_changes<'a>(
+    old: &'a [RecordGroup],
+    new: &'a [RecordGroup],
+) -> (Vec<&'a RecordGroup>, Vec<&'a RecordGroup>) {
+    let identity = |group: &RecordGroup| Arc::as_ptr(group).cast::<()>() as usize;
+    let mut balance: FxHashMap<usize, (i64, &'a RecordGroup)> = FxHashMap::default();
+    for group in old {
+        balance.entry(identity(group)).or_insert((0, group)).0 -= 1;
+    }
+    for group in new {
+        balance.entry(identity(group)).or_insert((0, group)).0 += 1;
+    }
+    let mut gone = Vec::new();
+    let mut added = Vec::new();
+    for (count, group) in balance.into_values() {
+        let list = if count < 0 { &mut gone } else { &mut added };
+        for _ in 0..count.unsigned_abs() {
+            list.push(group);
+        }
+    }
+    (gone, added)
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{RecordData, SourceRecord};
+
+    fn group(ip: &str) -> RecordGroup {
+        vec![SourceRecord {
+            name: hickory_proto::rr::Name::from_ascii("x.example.").unwrap(),
+            ttl: None,
+            data: RecordData::A(ip.parse().unwrap()),
+        }]
+        .into()
+    }
+
+    #[test]
+    fn groups_are_compared_by_identity_not_content() {
+        let kept = group("198.18.0.1");
+        let replaced = group("198.18.0.2");
+        let same_content = group("198.18.0.2");
+        let old = [kept.clone(), replaced.clone()];
+        let new = [same_content.clone(), kept.clone()];
+        let (gone, added) = group_changes(&old, &new);
+        assert!(gone.len() == 1 && Arc::ptr_eq(gone[0], &replaced));
+        assert!(added.len() == 1 && Arc::ptr_eq(added[0], &same_content));
+    }
+}

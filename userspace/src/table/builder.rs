@@ -1,0 +1,452 @@
+//! The incremental compiler behind [`RecordTable`]. Records arrive and leave in groups (one pod,
+//! one Service's output, one file); only the names a group touches are compiled again, so a
+//! change costs the same with a hundred names or a hundred thousand. The table it keeps is
+//! persistent: the copy handed to the server shares everything that did not change.
+//!
+//! Compiling the same records from scratch gives the same table, whatever order the groups
+//! came and went in (tested below).
+
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+
+use hickory_proto::rr::{LowerName, Name};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::{CompileWarning, Node, RecordTable, Zone, serial};
+use crate::{
+    records::{RecordData, SourceRecord},
+    zone::ZoneSpec,
+};
+
+/// A record as a name holds it: its data and its own TTL.
+type HeldRecord = (RecordData, Option<u32>);
+
+pub struct TableBuilder {
+    /// Sorted by apex; the index is the zone id.
+    specs: Vec<ZoneSpec>,
+    names: FxHashMap<LowerName, NameState>,
+    /// Names whose node may differ from the table's since the last [`TableBuilder::finish`].
+    dirty: FxHashSet<LowerName>,
+    /// Per zone: the wrapping sum of its names' serial parts.
+    content: Vec<u64>,
+    table: RecordTable,
+}
+
+/// What the builder knows about one existing name.
+struct NameState {
+    zone: u32,
+    apex: bool,
+    /// Every record at the name, with the number of groups that hold it.
+    records: BTreeMap<HeldRecord, u32>,
+    /// Names below it (up to its zone's apex) that hold records: while there are any, the name
+    /// exists, as an empty non-terminal at least.
+    holders_below: u32,
+}
+
+impl NameState {
+    fn new(zone: u32, apex: bool) -> Self {
+        Self {
+            zone,
+            apex,
+            records: BTreeMap::new(),
+            holders_below: 0,
+        }
+    }
+
+    /// The node: record sets sorted and without duplicates (the map's order), the lowest TTL
+    /// a source gave.
+    fn node(&self) -> Node {
+        let mut node = Node {
+            zone: self.zone,
+            apex: self.apex,
+            ..Node::default()
+        };
+        for (data, ttl) in self.records.keys() {
+            node.ttl = match (node.ttl, *ttl) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            // The same data with several TTLs comes in a row.
+            match data {
+                RecordData::A(a) if node.a.last() != Some(a) => node.a.push(*a),
+                RecordData::Aaaa(a) if node.aaaa.last() != Some(a) => node.aaaa.push(*a),
+                RecordData::Srv(s) if node.srv.last() != Some(s) => node.srv.push(s.clone()),
+                _ => {}
+            }
+        }
+        node
+    }
+
+    fn can_go(&self) -> bool {
+        self.records.is_empty() && self.holders_below == 0 && !self.apex
+    }
+}
+
+impl TableBuilder {
+    /// An empty table for `zones` (which must not overlap: the configuration validates that):
+    /// their apexes, and the addresses of their name servers.
+    pub fn new(zones: &[ZoneSpec]) -> (Self, Vec<CompileWarning>) {
+        let mut specs = zones.to_vec();
+        specs.sort_by(|a, b| a.apex.cmp(&b.apex));
+        let compiled = specs
+            .iter()
+            .enumerate()
+            .map(|(id, spec)| Zone {
+                id: id as u32,
+                spec: spec.clone(),
+                serial: serial::zone_serial(0, spec),
+            })
+            .collect();
+        let mut builder = Self {
+            content: vec![0; specs.len()],
+            names: FxHashMap::default(),
+            dirty: FxHashSet::default(),
+            table: RecordTable {
+                zones: compiled,
+                ..RecordTable::default()
+            },
+            specs,
+        };
+        for (id, spec) in builder.specs.iter().enumerate() {
+            let key = LowerName::new(&spec.apex);
+            builder.dirty.insert(key.clone());
+            builder.names.insert(key, NameState::new(id as u32, true));
+        }
+        let mut warnings = Vec::new();
+        let mut glue = Vec::new();
+        for spec in &builder.specs {
+            for ns in spec
+                .nameservers
+                .iter()
+                .filter(|ns| !ns.addresses.is_empty())
+            {
+                if !spec.apex.zone_of(&ns.name) {
+                    warnings.push(CompileWarning::OutOfZoneGlue {
+                        zone: spec.apex.clone(),
+                        name: ns.name.clone(),
+                    });
+                    continue;
+                }
+                glue.extend(ns.addresses.iter().map(|address| SourceRecord {
+                    name: ns.name.clone(),
+                    ttl: None,
+                    data: match address {
+                        IpAddr::V4(a) => RecordData::A(*a),
+                        IpAddr::V6(a) => RecordData::Aaaa(*a),
+                    },
+                }));
+            }
+        }
+        builder.add(&glue);
+        (builder, warnings)
+    }
+
+    /// The zones, as given.
+    pub fn zone_specs(&self) -> &[ZoneSpec] {
+        &self.specs
+    }
+
+    /// Adds a group of records; returns the warnings for those it dropped (outside every zone).
+    pub fn add<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = &'a SourceRecord>,
+    ) -> Vec<CompileWarning> {
+        let mut warnings = Vec::new();
+        for record in records {
+            if !self.add_record(record) {
+                warnings.push(CompileWarning::OutOfZone {
+                    name: record.name.clone(),
+                });
+            }
+        }
+        warnings
+    }
+
+    /// Removes a group of records added before.
+    pub fn remove<'a>(&mut self, records: impl IntoIterator<Item = &'a SourceRecord>) {
+        for record in records {
+            self.remove_record(record);
+        }
+    }
+
+    fn add_record(&mut self, record: &SourceRecord) -> bool {
+        let key = LowerName::new(&record.name);
+        if !self.names.contains_key(&key) {
+            let Some(zone) = self.zone_index(&record.name) else {
+                return false;
+            };
+            let state = NameState::new(zone, false);
+            self.names.insert(key.clone(), state);
+        }
+        let Some(state) = self.names.get_mut(&key) else {
+            return false;
+        };
+        let first = state.records.is_empty();
+        *state
+            .records
+            .entry((record.data.clone(), record.ttl))
+            .or_insert(0) += 1;
+        let zone = state.zone;
+        if first {
+            self.count_holder(&record.name, zone, true);
+        }
+        self.dirty.insert(key);
+        true
+    }
+
+    fn remove_record(&mut self, record: &SourceRecord) {
+        let key = LowerName::new(&record.name);
+        // A name the builder does not know was outside every zone when it was added.
+        let Some(state) = self.names.get_mut(&key) else {
+            return;
+        };
+        let held = (record.data.clone(), record.ttl);
+        let Some(count) = state.records.get_mut(&held) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            state.records.remove(&held);
+            if state.records.is_empty() {
+                let zone = state.zone;
+                if state.can_go() {
+                    self.names.remove(&key);
+                }
+                self.count_holder(&record.name, zone, false);
+            }
+        }
+        self.dirty.insert(key);
+    }
+
+    /// A name gained its first record (`gained`) or lost its last: its ancestors below the
+    /// apex exist while some name below them holds records.
+    fn count_holder(&mut self, name: &Name, zone: u32, gained: bool) {
+        let apex = &self.specs[zone as usize].apex;
+        let mut ancestor = name.base_name();
+        while apex.zone_of(&ancestor) && ancestor != *apex {
+            let key = LowerName::new(&ancestor);
+            let state = self
+                .names
+                .entry(key.clone())
+                .or_insert_with(|| NameState::new(zone, false));
+            if gained {
+                state.holders_below += 1;
+            } else {
+                state.holders_below = state.holders_below.saturating_sub(1);
+                if state.can_go() {
+                    self.names.remove(&key);
+                }
+            }
+            self.dirty.insert(key);
+            ancestor = ancestor.base_name();
+        }
+    }
+
+    fn zone_index(&self, name: &Name) -> Option<u32> {
+        self.specs
+            .iter()
+            .position(|z| z.apex.zone_of(name))
+            .map(|i| i as u32)
+    }
+
+    /// Compiles the names touched since the last call into the table. Returns the names whose
+    /// node changed: created, changed or gone.
+    pub fn finish(&mut self) -> Vec<LowerName> {
+        let mut changed = Vec::new();
+        let dirty = std::mem::take(&mut self.dirty);
+        for key in dirty {
+            let new = self.names.get(&key).map(|s| Arc::new(s.node()));
+            let old = self.table.nodes.get(&key).cloned();
+            if old == new {
+                continue;
+            }
+            let name: Name = (&key).into();
+            if let Some(old) = &old {
+                self.content[old.zone as usize] =
+                    self.content[old.zone as usize].wrapping_sub(serial::name_part(&name, old));
+                self.table.records -= old.record_count();
+            }
+            if let Some(new) = &new {
+                self.content[new.zone as usize] =
+                    self.content[new.zone as usize].wrapping_add(serial::name_part(&name, new));
+                self.table.records += new.record_count();
+            }
+            self.update_reverse(&name, old.as_deref(), new.as_deref());
+            match new {
+                Some(node) => self.table.nodes.insert(key.clone(), node),
+                None => self.table.nodes.remove(&key),
+            };
+            changed.push(key);
+        }
+        for zone in &mut self.table.zones {
+            zone.serial = serial::zone_serial(self.content[zone.id as usize], &zone.spec);
+        }
+        changed
+    }
+
+    /// Keeps address → names in step with one name's change.
+    fn update_reverse(&mut self, name: &Name, old: Option<&Node>, new: Option<&Node>) {
+        let old = old.map(Node::addresses).unwrap_or_default();
+        let new = new.map(Node::addresses).unwrap_or_default();
+        for gone in old.iter().filter(|a| !new.contains(a)) {
+            let Some(names) = self.table.reverse.get(gone) else {
+                continue;
+            };
+            let rest: Vec<Name> = names.iter().filter(|n| *n != name).cloned().collect();
+            if rest.is_empty() {
+                self.table.reverse.remove(gone);
+            } else {
+                self.table.reverse.insert(*gone, rest.into());
+            }
+        }
+        for added in new.iter().filter(|a| !old.contains(a)) {
+            let mut names: Vec<Name> = self
+                .table
+                .reverse
+                .get(added)
+                .map(|n| n.to_vec())
+                .unwrap_or_default();
+            if let Err(at) = names.binary_search(name) {
+                names.insert(at, name.clone());
+            }
+            self.table.reverse.insert(*added, names.into());
+        }
+    }
+
+    /// The table as of the last [`TableBuilder::finish`].
+    pub fn table(&self) -> &RecordTable {
+        &self.table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).unwrap()
+    }
+
+    fn a(n: &str, ip: &str, ttl: Option<u32>) -> SourceRecord {
+        SourceRecord {
+            name: name(n),
+            ttl,
+            data: RecordData::A(ip.parse().unwrap()),
+        }
+    }
+
+    fn zones() -> Vec<ZoneSpec> {
+        let mut with_glue = ZoneSpec::with_defaults(name("b.example."));
+        with_glue.nameservers[0].addresses = vec!["198.18.9.53".parse().unwrap()];
+        vec![ZoneSpec::with_defaults(name("a.example.")), with_glue]
+    }
+
+    /// A small deterministic generator (xorshift): the same sequence on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn random_group(rng: &mut Rng) -> Vec<SourceRecord> {
+        let labels = ["x", "y", "deep.x", "z.deep.x", "ns"];
+        (0..rng.below(4))
+            .map(|_| {
+                let zone = ["a.example.", "b.example.", "other."][rng.below(3) as usize];
+                let owner = labels[rng.below(labels.len() as u64) as usize];
+                let ttl = [None, Some(30), Some(5)][rng.below(3) as usize];
+                let ip = format!("198.18.{}.{}", rng.below(2), rng.below(3));
+                if rng.below(4) == 0 {
+                    SourceRecord {
+                        name: name(&format!("{owner}.{zone}")),
+                        ttl,
+                        data: RecordData::Aaaa(
+                            format!("2001:db8::{}", rng.below(3)).parse().unwrap(),
+                        ),
+                    }
+                } else {
+                    a(&format!("{owner}.{zone}"), &ip, ttl)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn any_sequence_of_groups_gives_the_table_a_fresh_compile_gives() {
+        let zones = zones();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut builder, _) = TableBuilder::new(&zones);
+        builder.finish();
+        let mut live: Vec<Vec<SourceRecord>> = Vec::new();
+        for step in 0..2000 {
+            if live.is_empty() || rng.below(3) != 0 {
+                let group = random_group(&mut rng);
+                builder.add(&group);
+                live.push(group);
+            } else {
+                let group = live.swap_remove(rng.below(live.len() as u64) as usize);
+                builder.remove(&group);
+            }
+            let before = builder.table().clone();
+            let mut changed = builder.finish();
+            let (fresh, _) = RecordTable::compile(&zones, live.iter().flatten());
+            assert_eq!(builder.table(), &fresh, "step {step}");
+            // The names reported are exactly those whose node differs.
+            let after = builder.table();
+            let mut differ: Vec<LowerName> = before
+                .nodes
+                .keys()
+                .chain(after.nodes.keys())
+                .filter(|n| before.nodes.get(*n) != after.nodes.get(*n))
+                .cloned()
+                .collect();
+            differ.sort();
+            differ.dedup();
+            changed.sort();
+            assert_eq!(changed, differ, "step {step}");
+            assert!(builder.finish().is_empty());
+        }
+        for group in live.drain(..) {
+            builder.remove(&group);
+        }
+        builder.finish();
+        let (empty, _) = RecordTable::compile(&zones, []);
+        assert_eq!(builder.table(), &empty);
+    }
+
+    #[test]
+    fn a_change_reports_the_name_and_the_ancestors_it_creates() {
+        let (mut builder, _) = TableBuilder::new(&zones());
+        builder.finish();
+        builder.add(&[a("z.deep.x.a.example.", "198.18.0.1", None)]);
+        let mut changed: Vec<String> = builder.finish().iter().map(|n| n.to_string()).collect();
+        changed.sort();
+        assert_eq!(
+            changed,
+            ["deep.x.a.example.", "x.a.example.", "z.deep.x.a.example."]
+        );
+        // Another record at the same name: only that name changed.
+        builder.add(&[a("z.deep.x.a.example.", "198.18.0.2", None)]);
+        let changed: Vec<String> = builder.finish().iter().map(|n| n.to_string()).collect();
+        assert_eq!(changed, ["z.deep.x.a.example."]);
+    }
+
+    #[test]
+    fn the_same_record_from_two_groups_stays_until_both_are_gone() {
+        let (mut builder, _) = TableBuilder::new(&zones());
+        let one = [a("x.a.example.", "198.18.0.1", None)];
+        builder.add(&one);
+        builder.add(&one);
+        builder.remove(&one);
+        builder.finish();
+        let node = builder.table().node(&name("x.a.example.")).unwrap();
+        assert_eq!(node.a.len(), 1);
+        builder.remove(&one);
+        builder.finish();
+        assert!(builder.table().node(&name("x.a.example.")).is_none());
+    }
+}

@@ -1,0 +1,68 @@
+//! Zone serials derived from content: they change only when the zone's data does, and agents
+//! given the same data agree on them, whatever order the data arrived in.
+//!
+//! Each name contributes a stable 64-bit hash of its records; a zone's content is the wrapping
+//! sum of those, so a change to one name updates the sum without visiting the others.
+
+use hickory_proto::rr::Name;
+
+use super::Node;
+use crate::zone::ZoneSpec;
+
+/// FNV-1a, 64 bits: a stable hash (the same on every agent and every Rust version).
+struct Fnv1a64(u64);
+
+impl Fnv1a64 {
+    fn new() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// What a name adds to its zone's content sum: its name, TTL and records in order. Names
+/// without records (apexes, empty non-terminals) add nothing: they follow from the others.
+pub fn name_part(name: &Name, node: &Node) -> u64 {
+    if node.is_empty() {
+        return 0;
+    }
+    let mut h = Fnv1a64::new();
+    h.write(name.to_ascii().as_bytes());
+    h.write(&node.ttl.unwrap_or(u32::MAX).to_be_bytes());
+    for a in &node.a {
+        h.write(b"A");
+        h.write(&a.octets());
+    }
+    for a in &node.aaaa {
+        h.write(b"AAAA");
+        h.write(&a.octets());
+    }
+    for s in &node.srv {
+        h.write(b"SRV");
+        h.write(&s.priority.to_be_bytes());
+        h.write(&s.weight.to_be_bytes());
+        h.write(&s.port.to_be_bytes());
+        h.write(s.target.to_ascii().as_bytes());
+    }
+    h.0
+}
+
+/// The serial of a zone whose names sum to `content`.
+pub fn zone_serial(content: u64, spec: &ZoneSpec) -> u32 {
+    let mut h = Fnv1a64::new();
+    h.write(&content.to_be_bytes());
+    let soa = &spec.soa;
+    let text = format!(
+        "SOA {} {} {} {} {} {} {} {}",
+        spec.ttl, soa.mname, soa.rname, soa.refresh, soa.retry, soa.expire, soa.minimum, spec.apex
+    );
+    h.write(text.as_bytes());
+    for ns in &spec.nameservers {
+        h.write(format!(" NS {}", ns.name).as_bytes());
+    }
+    (h.0 ^ (h.0 >> 32)) as u32
+}
