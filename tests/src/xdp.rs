@@ -79,6 +79,33 @@ impl Program {
         times[runs / 2]
     }
 
+    /// The program's own run time for `runs` single runs of `frame`, as the kernel's BPF
+    /// statistics (BPF_ENABLE_STATS, what `bpftool prog` shows as run_time_ns) account it:
+    /// only the program, without BPF_PROG_TEST_RUN's set-up and timer around it.
+    pub fn program_times(&self, frame: &[u8], runs: usize) -> Vec<Duration> {
+        let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF_ENABLE_STATS");
+        let program: &Xdp = self
+            .ebpf
+            .program(maps::PROGRAM)
+            .expect("the program")
+            .try_into()
+            .expect("XDP");
+        let run_time = || program.info().expect("the program's info").run_time();
+        (0..runs)
+            .map(|_| {
+                let before = run_time();
+                program
+                    .test_run(TestRunOptions {
+                        data_in: Some(frame),
+                        repeat: 1,
+                        ..Default::default()
+                    })
+                    .expect("BPF_PROG_TEST_RUN");
+                run_time().saturating_sub(before)
+            })
+            .collect()
+    }
+
     /// Runs one frame once: the verdict, the frame as the program left it, and the time the
     /// kernel measured.
     pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>, Duration) {

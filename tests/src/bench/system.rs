@@ -1,6 +1,6 @@
 //! CPU accounting and placement: what a responder costs, separated from the generator.
 
-use std::{fs, process::Command};
+use std::{fs, process::Command, time::Duration};
 
 /// Clock ticks per second of /proc/<pid>/stat times.
 fn ticks_per_second() -> f64 {
@@ -89,4 +89,46 @@ pub fn threaded_napi(ns: &crate::netns::NetNs, ifname: &str) {
         .command("sh")
         .args(["-c", &format!("echo 1 > /sys/class/net/{ifname}/threaded")])
         .output();
+}
+
+/// The id of the XDP program attached to an interface inside a namespace, from `ip -d link`
+/// ("prog/xdp id N", in any mode).
+pub fn xdp_program_id(ns: &crate::netns::NetNs, ifname: &str) -> Option<u32> {
+    let out = ns
+        .command("ip")
+        .args(["-d", "link", "show", "dev", ifname])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    while let Some(word) = words.next() {
+        if word.starts_with("prog/xdp") && words.next() == Some("id") {
+            return words.next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// What the kernel's BPF statistics account to a program so far: run time and run count. Zero
+/// unless statistics are on (see [`ProgramStats`]).
+pub fn program_run_stats(id: u32) -> Option<(Duration, u64)> {
+    aya::programs::loaded_programs()
+        .flatten()
+        .find(|info| info.id() == id)
+        .map(|info| (info.run_time(), info.run_count()))
+}
+
+/// The kernel's BPF run-time statistics (BPF_ENABLE_STATS) while this lives: each program's
+/// own time, without the driver around it. The clock reads around each run add a few tens of
+/// nanoseconds (a program that only reflects shows them).
+pub struct ProgramStats {
+    _enabled: std::os::fd::OwnedFd,
+}
+
+impl ProgramStats {
+    pub fn enable() -> Self {
+        Self {
+            _enabled: aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF_ENABLE_STATS"),
+        }
+    }
 }
