@@ -79,17 +79,21 @@ impl Program {
         times[runs / 2]
     }
 
+    /// The XDP program that answers (the one the agent attaches).
+    fn answering_program(&self) -> &Xdp {
+        self.ebpf
+            .program(maps::PROGRAM)
+            .expect("the program")
+            .try_into()
+            .expect("XDP")
+    }
+
     /// The program's own run time for `runs` single runs of `frame`, as the kernel's BPF
     /// statistics (BPF_ENABLE_STATS, what `bpftool prog` shows as run_time_ns) account it:
     /// only the program, without BPF_PROG_TEST_RUN's set-up and timer around it.
     pub fn program_times(&self, frame: &[u8], runs: usize) -> Vec<Duration> {
         let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF_ENABLE_STATS");
-        let program: &Xdp = self
-            .ebpf
-            .program(maps::PROGRAM)
-            .expect("the program")
-            .try_into()
-            .expect("XDP");
+        let program = self.answering_program();
         let run_time = || program.info().expect("the program's info").run_time();
         (0..runs)
             .map(|_| {
@@ -109,12 +113,7 @@ impl Program {
     /// Runs one frame once: the verdict, the frame as the program left it, and the time the
     /// kernel measured.
     pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>, Duration) {
-        let program: &Xdp = self
-            .ebpf
-            .program(maps::PROGRAM)
-            .expect("the program")
-            .try_into()
-            .expect("XDP");
+        let program = self.answering_program();
         let mut out = vec![0u8; 4096];
         let result = program
             .test_run(TestRunOptions {

@@ -154,7 +154,10 @@ pub fn run(runs: usize) -> u128 {
     let mut a_hit = 0;
     // HPD_BENCH_CASE=<part of a case name> runs only the matching cases (for a profiler).
     let only = std::env::var("HPD_BENCH_CASE").unwrap_or_default();
-    for case in cases().into_iter().filter(|c| c.name.contains(only.as_str())) {
+    for case in cases()
+        .into_iter()
+        .filter(|c| c.name.contains(only.as_str()))
+    {
         let (median, p90, as_expected) = measure(&program, &case.frame, case.verdict, runs);
         let mut own = program.program_times(&case.frame, runs);
         own.sort();
