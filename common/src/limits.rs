@@ -17,20 +17,9 @@ pub const NAME_BUF_LEN: usize = 256;
 /// Words of 8 bytes covering a whole name buffer (verifier: bounds the word loops).
 pub const NAME_WORDS: usize = NAME_BUF_LEN / 8;
 
-/// Words of 8 bytes covering the longest label (verifier: bounds the per-label hash loop).
-pub const LABEL_WORDS: usize = MAX_LABEL_LEN.div_ceil(8);
-
-/// Bytes the kernel copies out of the packet to parse the question: the longest name, its type
-/// and class (protocol), which bounds the copy (verifier).
-pub const QUESTION_LOAD_LEN: usize = MAX_NAME_LEN + 4;
-
 /// Longest query the kernel parses; longer ones (large EDNS padding, many options) go to
 /// userspace. It bounds the OPT walk's offsets (verifier).
 pub const MAX_XDP_QUERY_LEN: usize = 512;
-
-/// Size of the per-CPU scratch buffer the question is copied into. Larger than
-/// [`QUESTION_LOAD_LEN`] so that a word load at any masked offset stays inside (verifier).
-pub const SCRATCH_NAME_LEN: usize = NAME_BUF_LEN + 64;
 
 /// Most labels a zone apex may have. The kernel looks up at most this many suffixes of an unknown
 /// name to find its zone, which bounds the cost of a miss (verifier and cost; validated by the
@@ -79,10 +68,6 @@ pub const EDNS_PAYLOAD_SIZE: u16 = 1232;
 
 /// What a client without EDNS accepts (protocol: RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
-
-/// Words of 8 bytes the UDP checksum loop reads: covers the largest answer plus headers
-/// (verifier).
-pub const MAX_CSUM_WORDS: usize = (EDNS_PAYLOAD_SIZE as usize + 8).div_ceil(8);
 
 /// Capacity of the name table (entries). Names beyond it are answered by userspace only.
 pub const NAMES_CAPACITY: u32 = 262_144;

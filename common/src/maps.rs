@@ -1,6 +1,12 @@
 //! Names of the BPF maps, used by the program's `#[map]` declarations and by the agent to find
 //! and pin them. Kernel map names are limited to 15 bytes.
 
+/// Version of the pinned maps' key and value layouts, part of their pin file names. Bump it
+/// whenever the layout of a pinned map changes: an upgraded agent then starts fresh maps instead
+/// of adopting ones that the running program reads differently (which keeps its own maps until
+/// its link is handed over).
+pub const LAYOUT_VERSION: u32 = 2;
+
 /// Hash of a lower-case name → [`crate::record::NameEntry`].
 pub const NAMES: &str = "HPD_NAMES";
 /// Zone id → [`crate::record::ZoneEntry`].

@@ -84,7 +84,7 @@ pub struct SoaPatch {
 }
 
 /// One served zone: what the kernel needs to write its negative answers.
-#[repr(C)]
+#[repr(C, align(8))]
 #[derive(Clone, Copy)]
 pub struct ZoneEntry {
     /// Hashes of the names in the zone that, if they end the question name, make userspace
@@ -109,11 +109,11 @@ pub struct ZoneEntry {
     pub soa_csum: u16,
     /// Where the kernel writes compression pointers into `soa_rr`.
     pub patches: [SoaPatch; MAX_SOA_PATCHES],
-    /// The SOA record of the authority section, owner included; pointer bytes are zero until
-    /// patched.
-    pub soa_rr: [u8; MAX_SOA_RR_LEN],
-    /// Keeps the size a multiple of 8 without implicit padding.
+    /// Puts `soa_rr` on an 8-byte boundary without implicit padding.
     pub reserved: [u8; 2],
+    /// The SOA record of the authority section, owner included; pointer bytes are zero until
+    /// patched. 8-byte aligned: the kernel copies it a word at a time.
+    pub soa_rr: [u8; MAX_SOA_RR_LEN],
 }
 
 impl ZoneEntry {
@@ -129,8 +129,8 @@ impl ZoneEntry {
         guard_count: 0,
         soa_csum: 0,
         patches: [SoaPatch { offset: 0, base: 0 }; MAX_SOA_PATCHES],
-        soa_rr: [0; MAX_SOA_RR_LEN],
         reserved: [0; 2],
+        soa_rr: [0; MAX_SOA_RR_LEN],
     };
 }
 
@@ -167,6 +167,11 @@ const _: () = assert!(
 
 const _: () =
     assert!(core::mem::size_of::<LocalAddrs>() == 8 + 4 * MAX_LOCAL_V4 + 16 * MAX_LOCAL_V6);
+
+// What the kernel copies a word at a time starts on an 8-byte boundary.
+const _: () = assert!(core::mem::offset_of!(NameEntry, a_rrs) % 8 == 0);
+const _: () = assert!(core::mem::offset_of!(NameEntry, aaaa_rrs) % 8 == 0);
+const _: () = assert!(core::mem::offset_of!(ZoneEntry, soa_rr) % 8 == 0);
 
 #[cfg(feature = "user")]
 mod pod {

@@ -1,8 +1,7 @@
 //! The DNS query: header, one question, and at most one well-formed OPT record of EDNS version 0.
 //! Anything else is passed: userspace parses it fully and answers with the right rcode.
 
-use aya_ebpf::{helpers::generated::bpf_xdp_load_bytes, programs::XdpContext};
-use core::ffi::c_void;
+use aya_ebpf::programs::XdpContext;
 use hostport_dns_common::{
     counters::Counter,
     csum::{add_word, fold},
@@ -88,8 +87,7 @@ pub fn parse(ctx: &XdpContext, l4: &L4, scratch: &mut Scratch) -> Result<Query, 
     if qclass != CLASS_IN || (qtype != TYPE_A && qtype != TYPE_AAAA) {
         return Err(Counter::PassUnsupportedType);
     }
-    copy_name(ctx, l4, scratch, name_len)?;
-    let name_sum = lowercase_and_fold(scratch, name_len)?;
+    let name_sum = load_name(ctx, l4, scratch, name_len)?;
     Ok(Query {
         flags,
         name_len,
@@ -184,46 +182,36 @@ fn clear_label_starts(scratch: &mut Scratch) {
     }
 }
 
-/// Copies the name into scratch space so that it ends at `NAME_BUF_LEN`.
-#[inline(always)]
-fn copy_name(
-    ctx: &XdpContext,
-    l4: &L4,
-    scratch: &mut Scratch,
-    name_len: usize,
-) -> Result<(), Counter> {
-    if name_len == 0 || name_len > MAX_NAME_LEN {
-        return Err(Counter::PassMalformed);
-    }
-    // The start offset goes through the stack so that the compiler cannot turn "buffer + (256 -
-    // len)" into "buffer + 256 - len": the verifier rejects pointers moved by negative amounts.
-    // SAFETY: a plain local.
-    let start =
-        unsafe { core::ptr::read_volatile(&(NAME_BUF_LEN - name_len)) } & (NAME_BUF_LEN - 1);
-    // SAFETY: start + name_len stays inside the buffer (start < 256, name_len < 256, the buffer
-    // holds 512 bytes); the kernel checks the packet side.
-    let copied = unsafe {
-        bpf_xdp_load_bytes(
-            ctx.ctx,
-            (l4.dns_offset + HEADER_LEN) as u32,
-            scratch.name.as_mut_ptr().add(start) as *mut c_void,
-            name_len as u32,
-        )
-    };
-    if copied != 0 {
-        return Err(Counter::PassMalformed);
-    }
-    Ok(())
-}
-
-/// Lower-cases the name a word at a time (label lengths are below 'A'), zeroes the bytes before
-/// it, fills the hash folds, and returns the checksum sum of the name as received.
+/// Copies the question name into scratch space, lower-cased and end-aligned at `NAME_BUF_LEN`,
+/// a word at a time straight from the packet (label lengths are below 'A', so lower-casing
+/// leaves them alone); fills the hash folds; returns the checksum sum of the name as received.
+///
+/// Words are counted from the name's end, so the front word also holds up to seven bytes before
+/// the name: the DNS header's, masked off. Plain loads rather than a helper call: a call and
+/// its return cost more than the copy.
 ///
 /// The loop runs over a forgotten word count and never branches on `name_len`: a branch on it
 /// inside the loop would narrow it differently at each exit, and the verifier would walk the
 /// rest of the program once per exit.
 #[inline(always)]
-fn lowercase_and_fold(scratch: &mut Scratch, name_len: usize) -> Result<u16, Counter> {
+fn load_name(
+    ctx: &XdpContext,
+    l4: &L4,
+    scratch: &mut Scratch,
+    name_len: usize,
+) -> Result<u16, Counter> {
+    if name_len == 0 || name_len > MAX_NAME_LEN {
+        return Err(Counter::PassMalformed);
+    }
+    let name_end = HEADER_LEN + name_len;
+    // The packet word ending `8 * j` bytes before the name's end. Its offset in the message is
+    // at least HEADER_LEN - 7 and below MAX_XDP_QUERY_LEN; masked so that the verifier sees it.
+    let word_from_end = |j: usize| -> Result<u64, Counter> {
+        let at = bound(name_end.wrapping_sub(8 * (j + 1)), MAX_XDP_QUERY_LEN - 1);
+        let word: *mut u64 = ptr_at(ctx, l4.dns_offset + at)?;
+        // SAFETY: bounds checked by ptr_at; packet loads may be unaligned.
+        Ok(unsafe { word.read_unaligned() })
+    };
     let words = scratch.name.as_mut_ptr() as *mut u64;
     let whole_words = scratch.forget(name_len / 8, NAME_WORDS - 1)?;
     let mut sum = 0u64;
@@ -234,30 +222,33 @@ fn lowercase_and_fold(scratch: &mut Scratch, name_len: usize) -> Result<u16, Cou
         if j >= whole_words {
             break;
         }
-        // SAFETY: bounded below NAME_WORDS; the buffer is 8-byte aligned.
-        let slot = unsafe { words.add(bound(NAME_WORDS - 1 - j, NAME_WORDS - 1)) };
-        // SAFETY: as above.
-        let raw = unsafe { slot.read() };
+        let raw = word_from_end(j)?;
         sum = add_word(sum, raw);
         let lower = lowercase_word(raw);
-        // SAFETY: as above.
-        unsafe { slot.write(lower) };
+        // SAFETY: bounded below NAME_WORDS; the buffer is 8-byte aligned.
+        unsafe {
+            words
+                .add(bound(NAME_WORDS - 1 - j, NAME_WORDS - 1))
+                .write(lower)
+        };
         hash = mix(hash, lower);
         *masked_mut(&mut scratch.fold, j + 1) = hash;
         j += 1;
     }
-    // The front word: the name's first name_len % 8 bytes, after whatever lies before it.
+    // The front word: the name's first name_len % 8 bytes, after whatever lies before them.
     let front_len = name_len % 8;
     if front_len != 0 {
-        // SAFETY: bounded below NAME_WORDS; the buffer is 8-byte aligned.
-        let slot = unsafe { words.add(bound(NAME_WORDS - 1 - whole_words, NAME_WORDS - 1)) };
-        // SAFETY: as above.
-        let raw = unsafe { slot.read() } & (u64::MAX << (8 * (8 - front_len)));
+        let raw = word_from_end(whole_words)? & (u64::MAX << (8 * (8 - front_len)));
         sum = add_word(sum, raw);
-        // SAFETY: as above.
-        unsafe { slot.write(lowercase_word(raw)) };
+        // SAFETY: bounded below NAME_WORDS; the buffer is 8-byte aligned.
+        unsafe {
+            words
+                .add(bound(NAME_WORDS - 1 - whole_words, NAME_WORDS - 1))
+                .write(lowercase_word(raw))
+        };
     }
-    // In scratch the name starts at NAME_BUF_LEN - name_len, of the same parity as name_len.
+    // The name ends at an offset of the message of the same parity as name_len (the header is
+    // 12 bytes), and so does the scratch copy.
     let folded = fold(sum);
     Ok(if name_len & 1 == 1 {
         folded.swap_bytes()

@@ -24,10 +24,9 @@ pub const LABEL_START_WORDS: usize = NAME_BUF_LEN / 64;
 
 #[repr(C, align(8))]
 pub struct Scratch {
-    /// The lower-cased question name in its last `len` bytes of the first half:
-    /// `[NAME_BUF_LEN - len, NAME_BUF_LEN)`. The second half is never used: it lets the verifier
-    /// accept a copy of a variable length at a variable offset.
-    pub name: [u8; 2 * NAME_BUF_LEN],
+    /// The lower-cased question name in its last `len` bytes: `[NAME_BUF_LEN - len,
+    /// NAME_BUF_LEN)`; the word before its front may hold bytes of the DNS header.
+    pub name: [u8; NAME_BUF_LEN],
     /// `fold[j]`: the hash fold of the name's `j` last whole words.
     pub fold: [u64; NAME_WORDS],
     /// Offset in the name of each label's length byte, left to right.

@@ -39,7 +39,7 @@ pub struct NameRow {
 }
 
 fn open_map(pin_dir: &Path, name: &str) -> anyhow::Result<MapData> {
-    let path = pin_dir.join(name);
+    let path = crate::xdp::loader::map_pin(pin_dir, name);
     MapData::from_pin(&path).with_context(|| {
         format!(
             "cannot open {}: is an agent running with --pin-dir {}?",

@@ -172,9 +172,15 @@ pub fn link_pin(dir: &Path, interface: &str) -> PathBuf {
     dir.join(format!("link-{interface}"))
 }
 
-/// Creates the pin directory and drops pinned maps whose layout this build does not share (an
-/// upgrade that changed them starts with fresh maps; the old program keeps its own until its
-/// link is handed over).
+/// Where the map `name` is pinned: its name and the layout version, so that a build with
+/// another layout never adopts it (bpffs allows no dot in a name).
+pub fn map_pin(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}_v{}", maps::LAYOUT_VERSION))
+}
+
+/// Creates the pin directory and unpins maps this build must not adopt: those of another layout
+/// version (an upgrade that changed them starts with fresh maps; the old program keeps its own
+/// until its link is handed over), and any whose sizes differ from this build's.
 fn prepare_pin_dir(dir: &Path) -> Result<(), XdpError> {
     std::fs::create_dir_all(dir).map_err(|e| {
         XdpError::Load(format!(
@@ -183,11 +189,15 @@ fn prepare_pin_dir(dir: &Path) -> Result<(), XdpError> {
         ))
     })?;
     for (name, key, value) in pinned_maps() {
-        let path = dir.join(name);
-        if !path.exists() {
+        let current = map_pin(dir, name);
+        for stale in other_layouts(dir, name, &current) {
+            info!(pin = %stale.display(), "pinned map of another layout version: starting fresh");
+            let _ = std::fs::remove_file(&stale);
+        }
+        if !current.exists() {
             continue;
         }
-        match MapInfo::from_pin(&path) {
+        match MapInfo::from_pin(&current) {
             Ok(info) if info.key_size() as usize == key && info.value_size() as usize == value => {}
             Ok(info) => {
                 warn!(
@@ -196,15 +206,33 @@ fn prepare_pin_dir(dir: &Path) -> Result<(), XdpError> {
                     value = info.value_size(),
                     "pinned map has another layout: starting it fresh"
                 );
-                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(&current);
             }
             Err(err) => {
                 warn!(map = name, %err, "unreadable pinned map: starting it fresh");
-                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(&current);
             }
         }
     }
     Ok(())
+}
+
+/// Pins of the map `name` in `dir` other than `current`: unversioned, or of another version.
+fn other_layouts(dir: &Path, name: &str, current: &Path) -> Vec<PathBuf> {
+    let versioned = format!("{name}_v");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path != current)
+        .filter(|path| {
+            path.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f == name || f.starts_with(&versioned))
+        })
+        .collect()
 }
 
 /// Loads the embedded object with the DNS port set, without attaching it or pinning anything.
@@ -221,7 +249,7 @@ fn load_pinned(port: u16, pin_dir: Option<&Path>, log: EbpfLogLevel) -> Result<E
     let paths: Vec<(&str, PathBuf)> = match pin_dir {
         Some(dir) => pinned_maps()
             .iter()
-            .map(|(name, _, _)| (*name, dir.join(name)))
+            .map(|(name, _, _)| (*name, map_pin(dir, name)))
             .collect(),
         None => Vec::new(),
     };
@@ -385,5 +413,40 @@ fn classify(text: String) -> XdpError {
         XdpError::Permission(text)
     } else {
         XdpError::Load(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_of_other_layout_versions_are_found_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("hpd-pins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let current = map_pin(&dir, maps::NAMES);
+        let names = [
+            "HPD_NAMES",
+            "HPD_NAMES_v1",
+            "HPD_NAMES_v99",
+            "HPD_NAMESX",
+            "HPD_ZONES_v1",
+            "link-eth0",
+        ];
+        for name in names {
+            std::fs::write(dir.join(name), b"").expect("a file");
+        }
+        std::fs::write(&current, b"").expect("a file");
+        let mut stale: Vec<String> = other_layouts(&dir, maps::NAMES, &current)
+            .iter()
+            .filter_map(|p| Some(p.file_name()?.to_str()?.to_owned()))
+            .collect();
+        stale.sort();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(stale, ["HPD_NAMES", "HPD_NAMES_v1", "HPD_NAMES_v99"]);
+        assert_eq!(
+            current.file_name().and_then(|f| f.to_str()),
+            Some(format!("HPD_NAMES_v{}", maps::LAYOUT_VERSION).as_str())
+        );
     }
 }
