@@ -69,6 +69,11 @@ pub const EDNS_PAYLOAD_SIZE: u16 = 1232;
 /// What a client without EDNS accepts (protocol: RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
 
+/// Room for the headers and the question, kept aside while an answer grows at the packet's
+/// head: Ethernet with a VLAN tag (18), IPv6 (40), UDP (8), DNS header (12), the longest question
+/// (259); a power of two (verifier: bounds the copy).
+pub const MAX_FRONT_LEN: usize = 512;
+
 /// Capacity of the name table (entries). Names beyond it are answered by userspace only.
 pub const NAMES_CAPACITY: u32 = 262_144;
 

@@ -14,7 +14,9 @@ use hostport_dns_common::{
     counters::Counter,
     csum::{at_offset, fold, sum16},
     dns::{HEADER_LEN, OPT_RR_LEN, POINTER_MARK, TYPE_OPT, answer_flags},
-    limits::{AAAA_RRS_CAPACITY, EDNS_PAYLOAD_SIZE, MAX_SOA_PATCHES, MAX_SOA_RR_LEN},
+    limits::{
+        AAAA_RRS_CAPACITY, EDNS_PAYLOAD_SIZE, MAX_FRONT_LEN, MAX_SOA_PATCHES, MAX_SOA_RR_LEN,
+    },
     record::ZoneEntry,
 };
 use network_types::udp::UdpHdr;
@@ -26,7 +28,7 @@ use crate::{
     eth,
     ip::{self, L3},
     packet::{bound, len, masked, ptr_at},
-    scratch::{FRONT_LEN, Scratch},
+    scratch::Scratch,
     udp::{self, L4},
 };
 
@@ -106,11 +108,11 @@ fn resize(
     if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } == 0 {
         return Ok(());
     }
-    if delta < 0 || keep == 0 || keep > FRONT_LEN {
+    if delta < 0 || keep == 0 || keep > MAX_FRONT_LEN {
         return Err(Counter::PassNoRoom);
     }
     let front = scratch.front.as_mut_ptr() as *mut c_void;
-    // SAFETY: keep <= FRONT_LEN bytes into the scratch buffer; the kernel checks the packet.
+    // SAFETY: keep <= MAX_FRONT_LEN bytes into the scratch buffer; the kernel checks the packet.
     if unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, front, keep as u32) } != 0 {
         return Err(Counter::PassNoRoom);
     }

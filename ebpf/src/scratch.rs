@@ -7,17 +7,13 @@ use core::cell::Cell;
 use hostport_dns_common::{
     counters::Counter,
     hash::finish,
-    limits::{MAX_LABELS, NAME_BUF_LEN, NAME_WORDS},
+    limits::{MAX_FRONT_LEN, MAX_LABELS, NAME_BUF_LEN, NAME_WORDS},
 };
 
 use crate::{
     HPD_SCRATCH,
     packet::{bound, masked},
 };
-
-/// Room for the headers and the question: Ethernet with a VLAN tag (18), IPv6 (40), UDP (8), DNS
-/// header (12), the longest question (259); a power of two for the verifier.
-pub const FRONT_LEN: usize = 512;
 
 /// Words in the label-start bitmap: one bit per possible offset in a name.
 pub const LABEL_START_WORDS: usize = NAME_BUF_LEN / 64;
@@ -36,7 +32,7 @@ pub struct Scratch {
     /// See [`Scratch::forget`].
     pub forgotten: Cell<u64>,
     /// The front of the frame (headers and question) while the packet grows at its head.
-    pub front: [u8; FRONT_LEN],
+    pub front: [u8; MAX_FRONT_LEN],
 }
 
 // SAFETY: each CPU has its own copy, and XDP programs are not preempted: no two threads ever
