@@ -180,19 +180,26 @@ pub fn rcode_name(rcode: u64) -> &'static str {
     }
 }
 
+/// A UDP socket of `server`'s address family on an ephemeral port, reads timing out after
+/// `timeout`.
+fn udp_socket_for(server: SocketAddr, timeout: Duration) -> Option<UdpSocket> {
+    let any: SocketAddr = if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .ok()?;
+    let socket = UdpSocket::bind(any).ok()?;
+    socket.set_read_timeout(Some(timeout)).ok()?;
+    Some(socket)
+}
+
 /// Sends `query` over UDP from inside the namespace and returns the answer's bytes, or None
 /// after the timeout.
 pub fn udp_exchange(ns: &NetNs, server: SocketAddr, query: Vec<u8>) -> Option<Vec<u8>> {
     ns.run(move || {
-        let bind: SocketAddr = if server.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        }
-        .parse()
-        .ok()?;
-        let socket = UdpSocket::bind(bind).ok()?;
-        socket.set_read_timeout(Some(TIMEOUT)).ok()?;
+        let socket = udp_socket_for(server, TIMEOUT)?;
         socket.send_to(&query, server).ok()?;
         let mut buf = vec![0u8; 65535];
         let (n, _) = socket.recv_from(&mut buf).ok()?;
@@ -236,17 +243,7 @@ pub fn udp_exchange_many(
     done: impl Fn(&[u8]) -> bool + Send + 'static,
 ) -> Option<Vec<u8>> {
     ns.run(move || {
-        let bind: SocketAddr = if server.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        }
-        .parse()
-        .ok()?;
-        let socket = UdpSocket::bind(bind).ok()?;
-        socket
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .ok()?;
+        let socket = udp_socket_for(server, Duration::from_millis(200))?;
         let deadline = std::time::Instant::now() + within;
         let mut buf = vec![0u8; 65535];
         while std::time::Instant::now() < deadline {
