@@ -10,15 +10,19 @@ use std::{
     collections::BTreeMap,
     convert::Infallible,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
 use axum::{
     Router,
     body::Body,
-    extract::{Path, Query, State},
+    extract::{Path, Query, Request, State},
     http::{StatusCode, header},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::get,
     serve::ListenerExt,
@@ -26,7 +30,7 @@ use axum::{
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
 
-use crate::netns::NetNs;
+use crate::{api_tls::TlsListener, netns::NetNs};
 
 /// The kinds the fake serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -84,11 +88,25 @@ struct ApiState {
     list_delay: Duration,
     /// Every request line, for checking what the agent asked for.
     requests: Vec<String>,
+    /// Requests without the expected bearer token.
+    unauthorized: usize,
+}
+
+/// How the fake API server lets clients in. The default is plain HTTP, open to all.
+#[derive(Default)]
+pub struct Access {
+    /// Serve HTTPS with this configuration (see [`crate::api_tls::ApiCredentials`]).
+    pub tls: Option<tokio_rustls::rustls::ServerConfig>,
+    /// Requests must carry `Authorization: Bearer <token>`; others get 401 Unauthorized.
+    pub bearer_token: Option<String>,
 }
 
 /// A running fake API server, stopped on drop.
 pub struct FakeApi {
     pub addr: SocketAddr,
+    https: bool,
+    /// TLS handshakes the server refused (no or untrusted client certificate).
+    refused_handshakes: Arc<AtomicUsize>,
     state: Arc<Mutex<ApiState>>,
     changes: broadcast::Sender<()>,
     stop: Option<oneshot::Sender<()>>,
@@ -96,8 +114,16 @@ pub struct FakeApi {
 }
 
 impl FakeApi {
-    /// Starts the server on 127.0.0.1 (inside `ns` if given) on a free port.
+    /// Starts the server on 127.0.0.1 (inside `ns` if given) on a free port, plain HTTP.
     pub fn start(ns: Option<&NetNs>) -> Self {
+        Self::start_with(ns, Access::default())
+    }
+
+    /// Starts the server with the given access rules.
+    pub fn start_with(ns: Option<&NetNs>, access: Access) -> Self {
+        let https = access.tls.is_some();
+        let refused_handshakes = Arc::new(AtomicUsize::new(0));
+        let refused = refused_handshakes.clone();
         let state = Arc::new(Mutex::new(ApiState {
             rv: 1,
             ..ApiState::default()
@@ -128,17 +154,28 @@ impl FakeApi {
                 addr_tx
                     .send(listener.local_addr().expect("an address"))
                     .expect("report the address");
-                // Go's net/http (the real API server) sets TCP_NODELAY; without it a watch
-                // event written in two pieces waits for a delayed ACK (~40 ms).
-                let listener = listener.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
-                let app = router(app_state);
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stop_rx.await;
-                    })
-                    .await;
+                let app = router(app_state, access.bearer_token);
+                let stopped = async {
+                    let _ = stop_rx.await;
+                };
+                match access.tls {
+                    Some(config) => {
+                        let listener = TlsListener::new(listener, config, refused);
+                        let _ = axum::serve(listener, app)
+                            .with_graceful_shutdown(stopped)
+                            .await;
+                    }
+                    None => {
+                        // Go's net/http (the real API server) sets TCP_NODELAY; without it a
+                        // watch event written in two pieces waits for a delayed ACK (~40 ms).
+                        let listener = listener.tap_io(|tcp| {
+                            let _ = tcp.set_nodelay(true);
+                        });
+                        let _ = axum::serve(listener, app)
+                            .with_graceful_shutdown(stopped)
+                            .await;
+                    }
+                }
             });
             runtime.shutdown_timeout(Duration::from_millis(100));
         });
@@ -147,6 +184,8 @@ impl FakeApi {
             .expect("the fake API server started");
         Self {
             addr,
+            https,
+            refused_handshakes,
             state,
             changes,
             stop: Some(stop_tx),
@@ -155,7 +194,18 @@ impl FakeApi {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// TLS handshakes refused so far (no or untrusted client certificate).
+    pub fn refused_handshakes(&self) -> usize {
+        self.refused_handshakes.load(Ordering::Relaxed)
+    }
+
+    /// Requests turned away with 401 Unauthorized so far.
+    pub fn unauthorized_requests(&self) -> usize {
+        self.lock().unauthorized
     }
 
     /// Creates or replaces an object (a k8s-openapi value serialized to JSON).
@@ -257,7 +307,47 @@ impl Drop for FakeApi {
 
 type AppState = (Arc<Mutex<ApiState>>, broadcast::Sender<()>);
 
-fn router(state: AppState) -> Router {
+fn router(state: AppState, bearer_token: Option<String>) -> Router {
+    let guarded = state.0.clone();
+    let routes = routes(state);
+    match bearer_token {
+        None => routes,
+        Some(token) => routes.layer(middleware::from_fn(move |request, next| {
+            authenticate(guarded.clone(), token.clone(), request, next)
+        })),
+    }
+}
+
+/// Lets a request through only with `Authorization: Bearer <token>`, as the API server's token
+/// authenticator does; 401 with a Status otherwise.
+async fn authenticate(
+    state: Arc<Mutex<ApiState>>,
+    token: String,
+    request: Request,
+    next: Next,
+) -> Response {
+    let expected = format!("Bearer {token}");
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if presented == Some(expected.as_str()) {
+        return next.run(request).await;
+    }
+    state.lock().unwrap_or_else(|p| p.into_inner()).unauthorized += 1;
+    let status = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Unauthorized", "reason": "Unauthorized", "code": 401,
+    });
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "application/json")],
+        status.to_string(),
+    )
+        .into_response()
+}
+
+fn routes(state: AppState) -> Router {
     Router::new()
         .route("/version", get(version))
         .route(

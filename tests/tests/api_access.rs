@@ -1,0 +1,147 @@
+//! Reaching the API server the way a control-plane node does without cluster DNS or kube-proxy:
+//! an explicit HTTPS URL with the cluster CA, authenticated by a service-account token or by a
+//! client certificate. The fake API server checks both as the real one does; wrong credentials
+//! are refused and nothing is served.
+
+use std::path::PathBuf;
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    api_tls::ApiCredentials,
+    clients::{Reply, dig},
+    eventually,
+    fake_api::{Access, FakeApi, Kind},
+    k8s::PodSpec,
+    netns::NetNs,
+    require_root,
+};
+
+const ZONE: &str = "prod.coreha.example";
+const NAME: &str = "default-nginx.ingress.prod.coreha.example";
+const POD_IP: &str = "198.18.0.21";
+const TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.service-account-token";
+
+struct Setup {
+    agent: Agent,
+    api: FakeApi,
+    ns: NetNs,
+    _dir: TempDir,
+}
+
+impl Setup {
+    fn dig(&self) -> Reply {
+        dig(&self.ns, "127.0.0.1", 1053, &[NAME, "A"])
+    }
+}
+
+/// Credentials the agent presents: a token, or a client certificate and key.
+enum Presents {
+    Token(&'static str),
+    Certificate { cert: PathBuf, key: PathBuf },
+}
+
+/// An HTTPS fake API server (with `access` beyond TLS) holding one ready ingress pod, and an
+/// agent that trusts the cluster CA and presents `presents`.
+fn setup(
+    tag: &str,
+    require_client_certificate: bool,
+    bearer_token: Option<&str>,
+    presents: impl FnOnce(&ApiCredentials) -> Presents,
+) -> Setup {
+    require_root();
+    let ns = NetNs::new(tag);
+    let dir = TempDir::new(tag);
+    let credentials = ApiCredentials::generate(&dir);
+    let api = FakeApi::start_with(
+        Some(&ns),
+        Access {
+            tls: Some(credentials.server_config(require_client_certificate)),
+            bearer_token: bearer_token.map(str::to_owned),
+        },
+    );
+    let pod = PodSpec::ingress("nginx-0", "ingress", "default-nginx", "cp-0", POD_IP);
+    api.apply(Kind::Pod, pod.to_json());
+    let auth = match presents(&credentials) {
+        Presents::Token(token) => {
+            let file = dir.write("token", token);
+            format!("  tokenFile: {}\n", file.display())
+        }
+        Presents::Certificate { cert, key } => {
+            format!(
+                "  clientCertFile: {}\n  clientKeyFile: {}\n",
+                cert.display(),
+                key.display()
+            )
+        }
+    };
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\n  caFile: {}\n{auth}pods:\n  - zone: {ZONE}\n",
+            api.url(),
+            credentials.ca_file.display(),
+        ),
+    );
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    Setup {
+        agent,
+        api,
+        ns,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn a_service_account_token_over_https_reaches_the_api_server() {
+    let s = setup("tok", false, Some(TOKEN), |_| Presents::Token(TOKEN));
+    assert!(s.api.url().starts_with("https://"), "{}", s.api.url());
+    eventually("the pod's record", 15, || s.dig().answer_data() == [POD_IP]);
+    assert_eq!(s.api.unauthorized_requests(), 0);
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_nothing_is_served() {
+    let s = setup("badtok", false, Some(TOKEN), |_| Presents::Token("stale"));
+    eventually("the API server to refuse the token", 15, || {
+        s.api.unauthorized_requests() > 0
+    });
+    // Never synced: SERVFAIL, never an empty answer a load balancer would act on.
+    let reply = s.dig();
+    assert_eq!(reply.status, "SERVFAIL", "{reply:?}");
+    assert_ne!(s.agent.http_get("/readyz").0, 200, "not ready without data");
+}
+
+#[test]
+fn a_client_certificate_of_the_cluster_ca_authenticates() {
+    let s = setup("cert", true, None, |c| Presents::Certificate {
+        cert: c.client_cert_file.clone(),
+        key: c.client_key_file.clone(),
+    });
+    eventually("the pod's record", 15, || s.dig().answer_data() == [POD_IP]);
+    assert_eq!(s.api.refused_handshakes(), 0);
+}
+
+#[test]
+fn a_client_certificate_of_another_ca_is_refused_and_nothing_is_served() {
+    let s = setup("strange", true, None, |c| Presents::Certificate {
+        cert: c.stranger_cert_file.clone(),
+        key: c.stranger_key_file.clone(),
+    });
+    eventually("the API server to refuse the handshake", 15, || {
+        s.api.refused_handshakes() > 0
+    });
+    let reply = s.dig();
+    assert_eq!(reply.status, "SERVFAIL", "{reply:?}");
+    assert_ne!(s.agent.http_get("/readyz").0, 200, "not ready without data");
+}
