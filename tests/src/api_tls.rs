@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{
     TlsAcceptor,
     rustls::{
-        RootCertStore, ServerConfig,
+        self, RootCertStore, ServerConfig,
         crypto::ring,
         pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer},
         server::WebPkiClientVerifier,
@@ -128,6 +128,16 @@ fn signed(
     (cert, key)
 }
 
+/// Whether a failed handshake is the server refusing the client's certificate (none, or one no
+/// trusted CA signed).
+fn refuses_client_certificate(err: &io::Error) -> bool {
+    matches!(
+        err.get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>()),
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+    )
+}
+
 /// A TCP listener that hands out connections after a completed TLS handshake; handshakes the
 /// server refuses (no or untrusted client certificate) are counted and the connection dropped,
 /// as the real API server does.
@@ -159,9 +169,12 @@ impl axum::serve::Listener for TlsListener {
             let _ = tcp.set_nodelay(true);
             match self.acceptor.accept(tcp).await {
                 Ok(tls) => return (tls, addr),
-                Err(_) => {
+                // Only refusals count: a client may also drop a connection it no longer needs
+                // in the middle of a handshake.
+                Err(err) if refuses_client_certificate(&err) => {
                     self.refused.fetch_add(1, Ordering::Relaxed);
                 }
+                Err(_) => {}
             }
         }
     }
