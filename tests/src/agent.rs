@@ -4,7 +4,7 @@
 use std::{
     io::{BufRead, BufReader, Read, Write},
     net::TcpStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, mpsc},
     time::Duration,
@@ -51,6 +51,21 @@ impl Agent {
         ])
         .args(args);
         Self::spawn(cmd, Some(ns.name.clone()))
+    }
+
+    /// Starts the agent in `ns` with the configuration file `config`, XDP in generic mode on
+    /// `lo`, and `extra` arguments.
+    pub fn start_on_lo(ns: &NetNs, config: &Path, extra: &[&str]) -> Self {
+        let mut args = vec![
+            "--config",
+            config.to_str().expect("a UTF-8 path"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ];
+        args.extend_from_slice(extra);
+        Self::start(ns, &args)
     }
 
     fn spawn(mut cmd: Command, netns: Option<String>) -> Self {

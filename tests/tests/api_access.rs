@@ -83,17 +83,7 @@ fn setup(
             credentials.ca_file.display(),
         ),
     );
-    let agent = Agent::start(
-        &ns,
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
+    let agent = Agent::start_on_lo(&ns, &config, &[]);
     Setup {
         agent,
         api,

@@ -44,16 +44,7 @@ fn cluster(
     prepare(&api);
     let dir = TempDir::new(tag);
     let file = dir.write("agent.yaml", &config(&api, extra_config));
-    let mut args = vec![
-        "--config",
-        file.to_str().expect("UTF-8"),
-        "--interface",
-        "lo",
-        "--xdp-mode",
-        "generic",
-    ];
-    args.extend_from_slice(agent_args);
-    let agent = Agent::start(&ns, &args);
+    let agent = Agent::start_on_lo(&ns, &file, agent_args);
     Cluster {
         agent,
         api,

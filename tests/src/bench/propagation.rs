@@ -68,17 +68,7 @@ fn setup(pods: usize) -> Setup {
         "agent.yaml",
         &format!("zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n    srv: false\n", api.url()),
     );
-    let agent = Agent::start(
-        &ns,
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
+    let agent = Agent::start_on_lo(&ns, &config, &[]);
     eventually("the first full list", 600, || {
         agent.http_get("/readyz").0 == 200
     });
