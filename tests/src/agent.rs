@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use crate::netns::NetNs;
+use crate::netns::{Link, NetNs};
 
 /// How long an agent may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -66,6 +66,15 @@ impl Agent {
         ];
         args.extend_from_slice(extra);
         Self::start(ns, &args)
+    }
+
+    /// Starts the agent on the server side of `link`, XDP in native mode on its interface, with
+    /// its source (`--records FILE` or `--config FILE`) and `extra` arguments.
+    pub fn start_native(link: &Link, source: &[&str], extra: &[&str]) -> Self {
+        let mut args = source.to_vec();
+        args.extend_from_slice(&["--interface", &link.server.ifname, "--xdp-mode", "native"]);
+        args.extend_from_slice(extra);
+        Self::start(&link.server_ns, &args)
     }
 
     fn spawn(mut cmd: Command, netns: Option<String>) -> Self {

@@ -43,17 +43,7 @@ fn haproxy_follows_the_ingress_pods_through_xdp_and_survives_an_api_outage() {
         "agent.yaml",
         &format!("zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n    strictHostPort: true\n", api.url()),
     );
-    let agent = Agent::start(
-        &link.server_ns,
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--interface",
-            &link.server.ifname,
-            "--xdp-mode",
-            "native",
-        ],
-    );
+    let agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
     let haproxy = Haproxy::start(
         &link.client_ns,
         &format!("{}:1053", link.server.ipv4),
@@ -136,17 +126,7 @@ fn haproxy_with_ipv4_preference_asks_only_for_a() {
             api.url()
         ),
     );
-    let agent = Agent::start(
-        &link.server_ns,
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--interface",
-            &link.server.ifname,
-            "--xdp-mode",
-            "native",
-        ],
-    );
+    let agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
     let haproxy = Haproxy::start(
         &link.client_ns,
         &format!("{}:1053", link.server.ipv4),

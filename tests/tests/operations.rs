@@ -18,17 +18,7 @@ fn metrics_and_health_match_the_traffic_sent() {
     let link = Link::new("metrics");
     let dir = TempDir::new("metrics");
     let records = dir.write("records.yaml", RECORDS);
-    let agent = Agent::start(
-        &link.server_ns,
-        &[
-            "--records",
-            records.to_str().expect("UTF-8"),
-            "--interface",
-            &link.server.ifname,
-            "--xdp-mode",
-            "native",
-        ],
-    );
+    let agent = Agent::start_native(&link, &["--records", records.to_str().expect("UTF-8")], &[]);
     for _ in 0..5 {
         dig(
             &link.client_ns,
@@ -112,18 +102,10 @@ fn records_stats_and_query_show_the_kernel_side() {
     let pin = pin_dir.to_str().expect("UTF-8");
     let dir = TempDir::new("ops");
     let records = dir.write("records.yaml", RECORDS);
-    let _agent = Agent::start(
-        &link.server_ns,
-        &[
-            "--records",
-            records.to_str().expect("UTF-8"),
-            "--interface",
-            &link.server.ifname,
-            "--xdp-mode",
-            "native",
-            "--pin-dir",
-            pin,
-        ],
+    let _agent = Agent::start_native(
+        &link,
+        &["--records", records.to_str().expect("UTF-8")],
+        &["--pin-dir", pin],
     );
     let table: serde_json::Value = serde_json::from_str(&subcommand(
         &link,
@@ -202,16 +184,11 @@ fn records_stats_and_query_show_the_kernel_side() {
 /// Starts an agent on `link` with `extra` flags, sends one query XDP answers and one it passes
 /// up, and returns the agent (still running) once both were answered.
 fn agent_after_two_queries(link: &Link, records: &std::path::Path, extra: &[&str]) -> Agent {
-    let mut args = vec![
-        "--records",
-        records.to_str().expect("UTF-8"),
-        "--interface",
-        &link.server.ifname,
-        "--xdp-mode",
-        "native",
-    ];
-    args.extend_from_slice(extra);
-    let agent = Agent::start(&link.server_ns, &args);
+    let agent = Agent::start_native(
+        link,
+        &["--records", records.to_str().expect("UTF-8")],
+        extra,
+    );
     let a = dig(
         &link.client_ns,
         link.server.ipv4,

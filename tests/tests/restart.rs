@@ -15,19 +15,7 @@ use hostport_dns_tests::{
 const RECORDS: &str = "zones:\n  - name: prod.coreha.example\n    records:\n      web: [198.18.7.1, 198.18.7.2]\n      api: 198.18.7.10\n";
 
 fn start(link: &Link, records: &str, pin_dir: &str) -> Agent {
-    Agent::start(
-        &link.server_ns,
-        &[
-            "--records",
-            records,
-            "--interface",
-            &link.server.ifname,
-            "--xdp-mode",
-            "native",
-            "--pin-dir",
-            pin_dir,
-        ],
-    )
+    Agent::start_native(link, &["--records", records], &["--pin-dir", pin_dir])
 }
 
 /// dnsperf from the client namespace for `seconds`, at a bounded rate: (sent, lost).
