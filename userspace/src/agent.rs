@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::Context;
 use tokio::{
-    signal::unix::{SignalKind, signal},
+    signal::unix::{Signal, SignalKind, signal},
     sync::mpsc,
 };
 use tracing::{error, info, warn};
@@ -74,6 +74,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (metrics)", args.metrics_listen))?;
 
+    // From here on a stop signal must detach what gets attached, so the handlers go in first.
+    let stop = StopSignals::install()?;
     let mut dataplane = match (args.xdp_mode, args.interfaces.is_empty()) {
         (XdpMode::Off, _) | (_, true) => None,
         _ => Some(Dataplane::start(
@@ -127,8 +129,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     tokio::spawn(publisher.run(updates_rx));
-    if let Some((_, Some(path))) = &sources.records {
-        tokio::spawn(follow_record_file(path.clone(), updates_tx.clone()));
+    if let Some((_, Some(followed))) = &sources.records {
+        // The handler is installed before the agent reports that it serves: until then a
+        // SIGHUP would still terminate the process.
+        let hangup = signal(SignalKind::hangup())
+            .map_err(|err| warn!(%err, "no SIGHUP handler; reloading on change only"))
+            .ok();
+        tokio::spawn(follow_record_file(
+            followed.clone(),
+            hangup,
+            updates_tx.clone(),
+        ));
     }
     if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
         tokio::spawn(kube_source::run(
@@ -156,7 +167,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         "hostport-dns is serving"
     );
 
-    wait_for_stop().await?;
+    stop.wait().await;
     match dataplane.as_ref().and_then(|d| d.pin_dir.as_ref()) {
         Some(dir) => info!(
             pin_dir = %dir.display(),
@@ -172,8 +183,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// sources) and a record file; the embedded example when neither is given.
 struct Sources {
     config: Option<AgentConfig>,
-    /// The record file's (or embedded example's) snapshot, and the path to follow.
-    records: Option<(Snapshot, Option<PathBuf>)>,
+    /// The record file's (or embedded example's) snapshot, and the file to follow.
+    records: Option<(Snapshot, Option<FollowedFile>)>,
+}
+
+/// A record file and the version of it that was loaded at start.
+#[derive(Clone)]
+struct FollowedFile {
+    path: PathBuf,
+    /// Taken before the file was read, so that an edit made while the agent starts is seen as
+    /// a change (it may have been read in already; reloading it again is harmless).
+    loaded: Option<(SystemTime, u64)>,
 }
 
 impl Sources {
@@ -183,7 +203,16 @@ impl Sources {
             config.kubernetes.api_server = Some(url.clone());
         }
         let records = match (&args.records, &config) {
-            (Some(path), _) => Some((file::load(path)?, Some(path.clone()))),
+            (Some(path), _) => {
+                let loaded = stamp(path);
+                Some((
+                    file::load(path)?,
+                    Some(FollowedFile {
+                        path: path.clone(),
+                        loaded,
+                    }),
+                ))
+            }
             (None, Some(_)) => None,
             (None, None) => Some((
                 file::parse(file::EMBEDDED_DEFAULT, Path::new(EMBEDDED_SOURCE))?,
@@ -238,15 +267,13 @@ fn is_unavailable(err: &std::io::Error) -> bool {
 
 /// Reloads the record file when it changes or on SIGHUP. A bad file is logged and the previous
 /// records stay in service.
-async fn follow_record_file(path: PathBuf, updates: mpsc::Sender<Update>) {
-    let mut hangup = match signal(SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(err) => {
-            warn!(%err, "no SIGHUP handler; reloading on change only");
-            None
-        }
-    };
-    let mut seen = stamp(&path);
+async fn follow_record_file(
+    file: FollowedFile,
+    mut hangup: Option<Signal>,
+    updates: mpsc::Sender<Update>,
+) {
+    let FollowedFile { path, loaded } = file;
+    let mut seen = loaded;
     loop {
         let forced = tokio::select! {
             _ = tokio::time::sleep(FILE_POLL_INTERVAL) => false,
@@ -291,12 +318,25 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     Some((meta.modified().ok()?, meta.len()))
 }
 
-async fn wait_for_stop() -> anyhow::Result<()> {
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment they are installed (until then they end the
+/// process at once, which is right while nothing is attached yet).
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+        })
     }
-    Ok(())
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+    }
 }
