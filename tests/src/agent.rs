@@ -77,6 +77,46 @@ impl Agent {
         Self::start(&link.server_ns, &args)
     }
 
+    /// Starts the agent in `ns` as a pod would find itself: the service-account files of
+    /// `service_account` (token, ca.crt, namespace) at `/var/run/secrets/kubernetes.io/
+    /// serviceaccount`, `KUBERNETES_SERVICE_HOST` and `_PORT` naming `api`, and no kubeconfig.
+    /// The files are mounted in a mount namespace of the agent's own, over a fresh `/run`, so
+    /// nothing on the host changes.
+    pub fn start_in_cluster(
+        ns: &NetNs,
+        service_account: &Path,
+        api: std::net::SocketAddr,
+        args: &[&str],
+    ) -> Self {
+        let home = service_account.join("home");
+        std::fs::create_dir_all(&home).expect("create an empty HOME");
+        let mut cmd = ns.command("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-ec",
+            "mount -t tmpfs hpd-sa /run
+             mkdir -p /run/secrets/kubernetes.io/serviceaccount
+             cp \"$0\"/token \"$0\"/ca.crt \"$0\"/namespace /run/secrets/kubernetes.io/serviceaccount/
+             exec \"$@\"",
+            service_account.to_str().expect("a UTF-8 path"),
+            binary().to_str().expect("a UTF-8 path"),
+            "run",
+            "--log-format",
+            "json",
+            "--metrics-listen",
+            METRICS_ADDR,
+        ])
+        .args(args)
+        .env("KUBERNETES_SERVICE_HOST", api.ip().to_string())
+        .env("KUBERNETES_SERVICE_PORT", api.port().to_string())
+        .env("HOME", &home)
+        .env_remove("KUBECONFIG");
+        Self::spawn(cmd, Some(ns.name.clone()))
+    }
+
     fn spawn(mut cmd: Command, netns: Option<String>) -> Self {
         let mut child = cmd
             .stdout(Stdio::null())

@@ -1,7 +1,8 @@
 //! Reaching the API server the way a control-plane node does without cluster DNS or kube-proxy:
 //! an explicit HTTPS URL with the cluster CA, authenticated by a service-account token or by a
 //! client certificate. The fake API server checks both as the real one does; wrong credentials
-//! are refused and nothing is served.
+//! are refused and nothing is served. And in-cluster, as a pod finds the API server when no URL
+//! is configured: the service-account mount and the KUBERNETES_SERVICE_* variables.
 
 use std::path::PathBuf;
 
@@ -134,4 +135,50 @@ fn a_client_certificate_of_another_ca_is_refused_and_nothing_is_served() {
     let reply = s.dig();
     assert_eq!(reply.status, "SERVFAIL", "{reply:?}");
     assert_ne!(s.agent.http_get("/readyz").0, 200, "not ready without data");
+}
+
+#[test]
+fn in_cluster_the_service_account_mount_and_environment_are_enough() {
+    require_root();
+    let ns = NetNs::new("incluster");
+    let dir = TempDir::new("incluster");
+    let credentials = ApiCredentials::generate(&dir);
+    let api = FakeApi::start_with(
+        Some(&ns),
+        Access {
+            tls: Some(credentials.server_config(false)),
+            bearer_token: Some(TOKEN.to_owned()),
+        },
+    );
+    api.apply(
+        Kind::Pod,
+        PodSpec::ingress("nginx-0", "ingress", "default-nginx", "cp-0", POD_IP).to_json(),
+    );
+    let service_account = dir.path.join("serviceaccount");
+    std::fs::create_dir_all(&service_account).expect("create the service-account folder");
+    std::fs::write(service_account.join("token"), TOKEN).expect("write the token");
+    std::fs::copy(&credentials.ca_file, service_account.join("ca.crt")).expect("copy the CA");
+    std::fs::write(service_account.join("namespace"), "kube-system").expect("write namespace");
+    // No apiServer, kubeconfig, tokenFile or caFile: everything comes from the pod's view.
+    let config = dir.write(
+        "agent.yaml",
+        &format!("zones:\n  - name: {ZONE}\npods:\n  - zone: {ZONE}\n"),
+    );
+    let agent = Agent::start_in_cluster(
+        &ns,
+        &service_account,
+        api.addr,
+        &[
+            "--config",
+            config.to_str().expect("a UTF-8 path"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    eventually("the pod's record", 15, || {
+        dig(&ns, "127.0.0.1", 1053, &[NAME, "A"]).answer_data() == [POD_IP]
+    });
+    assert_eq!(api.unauthorized_requests(), 0, "{}", agent.logs());
 }
