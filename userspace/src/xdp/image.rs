@@ -36,9 +36,12 @@ use crate::{
 /// Type and class after the question name.
 const QTYPE_QCLASS_LEN: usize = 4;
 
-/// The whole table in kernel form.
+/// What the kernel's maps hold, as the writer keeps track of it. Zone entries are kept whole
+/// (there are few); of a name entry only the name it holds, not its kilobyte of bytes: an entry
+/// is rebuilt from the table whenever a change touches its name.
 pub struct Image {
-    pub names: HashMap<NameKey, NameEntry>,
+    /// Per key, the lower-case wire name whose entry the kernel holds.
+    pub names: HashMap<NameKey, Box<[u8]>>,
     pub zones: HashMap<ZoneId, ZoneEntry>,
     /// Keys that two or more names hash to, with those names, sorted. The entry holds the first
     /// name, marked for userspace: the kernel confirms the name, userspace tells them apart.
@@ -53,9 +56,10 @@ impl Default for Image {
 }
 
 /// What an update changed in an image: the keys to write (present) or delete (absent).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Changes {
-    pub names: Vec<NameKey>,
+    /// Each key with the entry to write, or `None` to delete it.
+    pub names: Vec<(NameKey, Option<Box<NameEntry>>)>,
     pub zones: Vec<ZoneId>,
 }
 
@@ -82,7 +86,22 @@ impl Image {
         table: &RecordTable,
         names: impl IntoIterator<Item = &'a LowerName>,
     ) -> Changes {
-        let mut changes = Changes::default();
+        let zones = self.refresh_zones(table);
+        let mut changed = Vec::new();
+        for name in names {
+            self.place(table, name, |key, entry| {
+                changed.push((key, entry.map(|e| Box::new(*e))))
+            });
+        }
+        Changes {
+            names: changed,
+            zones,
+        }
+    }
+
+    /// Brings every zone entry in line with `table`; returns the zones that changed.
+    pub fn refresh_zones(&mut self, table: &RecordTable) -> Vec<ZoneId> {
+        let mut changed = Vec::new();
         for zone in table.zones() {
             let entry = zone_entry(zone);
             if self
@@ -91,7 +110,7 @@ impl Image {
                 .is_none_or(|old| !same(old, &entry))
             {
                 self.zones.insert(zone.id, entry);
-                changes.zones.push(zone.id);
+                changed.push(zone.id);
             }
         }
         let gone: Vec<ZoneId> = self
@@ -102,28 +121,40 @@ impl Image {
             .collect();
         for id in gone {
             self.zones.remove(&id);
-            changes.zones.push(id);
+            changed.push(id);
         }
-        for name in names {
-            if let Some(key) = self.place(table, name) {
-                changes.names.push(key);
-            }
-        }
-        changes
+        changed
     }
 
-    /// Brings the entry under `name`'s key in line with the table; returns the key if the entry
-    /// changed.
-    fn place(&mut self, table: &RecordTable, name: &LowerName) -> Option<NameKey> {
+    /// Places every name of `table`, handing each entry to `write` as it is built (so that a
+    /// large table is never held in kernel form all at once).
+    pub fn place_all(
+        &mut self,
+        table: &RecordTable,
+        mut write: impl FnMut(NameKey, Option<&NameEntry>),
+    ) {
+        // Sized once: the table's names are all placed.
+        self.names.reserve(table.nodes().len());
+        for (name, _) in table.nodes() {
+            self.place(table, name, &mut write);
+        }
+    }
+
+    /// Brings the entry under `name`'s key in line with the table, and hands the key to `write`
+    /// with the entry the kernel should now hold (`None`: none).
+    fn place(
+        &mut self,
+        table: &RecordTable,
+        name: &LowerName,
+        mut write: impl FnMut(NameKey, Option<&NameEntry>),
+    ) {
         let wire = wire_name(name);
         let key = (self.key_of)(&wire);
         let exists = table.node_lower(name).is_some();
         let mut owners = match self.shared_keys.remove(&key) {
             Some(owners) => owners,
             None => match self.names.get(&key) {
-                Some(entry) if stored_name(entry) != wire.as_slice() => {
-                    owner_of(entry).into_iter().collect()
-                }
+                Some(held) if **held != *wire => owner_of(held).into_iter().collect(),
                 _ => Vec::new(),
             },
         };
@@ -143,33 +174,42 @@ impl Image {
         if owners.len() > 1 {
             self.shared_keys.insert(key, owners);
         }
-        match (self.names.get(&key), entry) {
-            (Some(old), Some(new)) if same(old, &new) => None,
-            (None, None) => None,
-            (_, Some(new)) => {
-                self.names.insert(key, new);
-                Some(key)
+        match entry {
+            Some(entry) => {
+                self.names.insert(key, stored_name(&entry).into());
+                write(key, Some(&entry));
             }
-            (Some(_), None) => {
-                self.names.remove(&key);
-                Some(key)
+            None => {
+                if self.names.remove(&key).is_some() {
+                    write(key, None);
+                }
             }
         }
     }
 }
 
-/// The whole table in kernel form, keyed by the kernel's hash.
-pub fn build(table: &RecordTable) -> Image {
-    build_with(table, name_hash)
+/// The whole table in kernel form, keyed by the kernel's hash, with every entry (for tests and
+/// tools: the writer never holds them all).
+pub fn build_entries(table: &RecordTable) -> (Image, HashMap<NameKey, NameEntry>) {
+    build_entries_with(table, name_hash)
 }
 
-fn build_with(table: &RecordTable, key_of: fn(&[u8]) -> NameKey) -> Image {
+fn build_entries_with(
+    table: &RecordTable,
+    key_of: fn(&[u8]) -> NameKey,
+) -> (Image, HashMap<NameKey, NameEntry>) {
     let mut image = Image::with_key(key_of);
-    // Sized once: growing a map of 1 KB values would move them all.
-    image.names.reserve(table.nodes().len());
-    let names: Vec<&LowerName> = table.nodes().map(|(name, _)| name).collect();
-    image.refresh(table, names);
-    image
+    image.refresh_zones(table);
+    let mut entries = HashMap::default();
+    image.place_all(table, |key, entry| match entry {
+        Some(entry) => {
+            entries.insert(key, *entry);
+        }
+        None => {
+            entries.remove(&key);
+        }
+    });
+    (image, entries)
 }
 
 fn entry_for(table: &RecordTable, name: &LowerName) -> Option<NameEntry> {
@@ -188,10 +228,10 @@ fn stored_name(entry: &NameEntry) -> &[u8] {
     &entry.name[NAME_BUF_LEN - len..]
 }
 
-/// The name an entry holds, read back from its wire form.
-fn owner_of(entry: &NameEntry) -> Option<LowerName> {
+/// A wire name as a name.
+fn owner_of(wire: &[u8]) -> Option<LowerName> {
     let mut labels = Vec::new();
-    let mut rest = stored_name(entry);
+    let mut rest = wire;
     while let [len, tail @ ..] = rest {
         if *len == 0 {
             break;
@@ -421,12 +461,12 @@ mod tests {
             ttl: None,
             data: RecordData::A("198.18.0.1".parse().unwrap()),
         }];
-        let image = build(&table_with(
+        let (_, entries) = build_entries(&table_with(
             ZoneSpec::with_defaults(name("example.")),
             &records,
         ));
         let wire = b"\x03web\x07example\x00";
-        let entry = &image.names[&name_hash(wire)];
+        let entry = &entries[&name_hash(wire)];
         assert_eq!(entry.name_len as usize, wire.len());
         assert_eq!(&entry.name[NAME_BUF_LEN - wire.len()..], wire);
         assert!(
@@ -442,7 +482,7 @@ mod tests {
 
     #[test]
     fn the_default_soa_points_into_the_question_twice() {
-        let image = build(&table_with(
+        let (image, _) = build_entries(&table_with(
             ZoneSpec::with_defaults(name("prod.coreha.example.")),
             &[],
         ));
@@ -462,7 +502,7 @@ mod tests {
     fn a_server_name_sharing_the_top_label_sends_negative_answers_up() {
         let mut spec = ZoneSpec::with_defaults(name("prod.coreha.example."));
         spec.soa.mname = name("ns1.other.example.");
-        let image = build(&table_with(spec, &[]));
+        let (image, _) = build_entries(&table_with(spec, &[]));
         assert_ne!(image.zones[&0].flags & ZONE_FLAG_NEGATIVE_IN_USERSPACE, 0);
     }
 
@@ -475,11 +515,11 @@ mod tests {
                 data: RecordData::A(format!("198.18.1.{i}").parse().unwrap()),
             })
             .collect();
-        let image = build(&table_with(
+        let (_, entries) = build_entries(&table_with(
             ZoneSpec::with_defaults(name("example.")),
             &records,
         ));
-        let entry = &image.names[&name_hash(b"\x03big\x07example\x00")];
+        let entry = &entries[&name_hash(b"\x03big\x07example\x00")];
         assert_ne!(entry.flags & NAME_FLAG_USERSPACE, 0);
     }
 
@@ -491,22 +531,33 @@ mod tests {
         }
     }
 
-    /// Every entry's bytes, in key order.
-    fn contents(image: &Image) -> Vec<(NameKey, Vec<u8>)> {
-        let mut names: Vec<_> = image
-            .names
+    /// The kernel's maps as the writer would leave them, entry bytes in key order.
+    fn contents(
+        names: &HashMap<NameKey, NameEntry>,
+        zones: &HashMap<ZoneId, ZoneEntry>,
+    ) -> Vec<(u64, Vec<u8>)> {
+        let mut all: Vec<_> = names
             .iter()
             .map(|(k, e)| (*k, bytes_of(e).to_vec()))
             .collect();
-        names.sort();
-        let mut zones: Vec<_> = image
-            .zones
+        all.sort();
+        let mut zones: Vec<_> = zones
             .iter()
             .map(|(k, e)| (u64::from(*k), bytes_of(e).to_vec()))
             .collect();
         zones.sort();
-        names.extend(zones);
-        names
+        all.extend(zones);
+        all
+    }
+
+    /// Applies `changes` to a map standing in for the kernel's.
+    fn apply(kernel: &mut HashMap<NameKey, NameEntry>, changes: Changes) {
+        for (key, entry) in changes.names {
+            match entry {
+                Some(entry) => kernel.insert(key, *entry),
+                None => kernel.remove(&key),
+            };
+        }
     }
 
     /// Keys by wire length: names of one length collide.
@@ -520,7 +571,7 @@ mod tests {
             let (mut builder, _) =
                 crate::table::TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
             builder.finish();
-            let mut image = build_with(builder.table(), key_of);
+            let (mut image, mut kernel) = build_entries_with(builder.table(), key_of);
             let mut live: Vec<SourceRecord> = Vec::new();
             for step in 0..400usize {
                 let record = a(
@@ -534,9 +585,14 @@ mod tests {
                     live.push(record);
                 }
                 let changed = builder.finish();
-                image.refresh(builder.table(), &changed);
-                let full = build_with(builder.table(), key_of);
-                assert_eq!(contents(&image), contents(&full), "step {step}");
+                apply(&mut kernel, image.refresh(builder.table(), &changed));
+                let (full, full_entries) = build_entries_with(builder.table(), key_of);
+                assert_eq!(
+                    contents(&kernel, &image.zones),
+                    contents(&full_entries, &full.zones),
+                    "step {step}"
+                );
+                assert_eq!(image.names, full.names, "step {step}");
                 assert_eq!(image.collisions(), full.collisions(), "step {step}");
             }
         }
@@ -550,15 +606,17 @@ mod tests {
         let other = a("bb.example.", "198.18.0.2");
         builder.add([&one, &other]);
         builder.finish();
-        let mut image = build_with(builder.table(), weak_key);
+        let (mut image, entries) = build_entries_with(builder.table(), weak_key);
         let key = weak_key(b"\x02aa\x07example\x00");
         assert_eq!(image.collisions(), 1);
-        assert_ne!(image.names[&key].flags & NAME_FLAG_USERSPACE, 0);
+        assert_ne!(entries[&key].flags & NAME_FLAG_USERSPACE, 0);
         builder.remove([&one]);
         let changed = builder.finish();
         let changes = image.refresh(builder.table(), &changed);
-        assert_eq!(changes.names, [key]);
-        let entry = &image.names[&key];
+        let [(changed_key, Some(entry))] = changes.names.as_slice() else {
+            panic!("one entry to write");
+        };
+        assert_eq!(*changed_key, key);
         assert_eq!(entry.flags & NAME_FLAG_USERSPACE, 0);
         assert_eq!(stored_name(entry), b"\x02bb\x07example\x00");
         assert_eq!(image.collisions(), 0);

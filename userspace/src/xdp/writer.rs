@@ -1,14 +1,13 @@
-//! The one writer of the name and zone maps. It keeps what it last wrote and applies only the
-//! difference: new and changed entries first (zones before names, so that a name never points
-//! to a zone the kernel lacks), removals last. Each value is replaced whole, atomically for the
-//! kernel's readers.
+//! The one writer of the name and zone maps. New and changed entries go first (zones before
+//! names, so that a name never points to a zone the kernel lacks), removals last. Each value is
+//! replaced whole, atomically for the kernel's readers.
 //!
 //! Two ways in: the whole table (the first publication, which may find a previous agent's maps,
-//! and zone changes), compared entry by entry with what the maps hold; and the names a change
-//! touched, which costs the same however large the table is.
+//! and zone changes), compared entry by entry with what the kernel holds; and the names a change
+//! touched, which costs the same however large the table is. Between writes the writer keeps
+//! which name each key holds, not the entries: those are rebuilt from the table when touched.
 
 use hickory_proto::rr::LowerName;
-use rustc_hash::FxHashMap as HashMap;
 
 use aya::{
     Ebpf, Pod,
@@ -47,53 +46,77 @@ pub struct MapWriter {
     names: BpfHashMap<MapData, NameKey, NameEntry>,
     zones: BpfHashMap<MapData, ZoneId, ZoneEntry>,
     written: Image,
-    /// Whether the maps hold exactly `written` (false after a failed write: compare them all
-    /// on the next one).
+    /// Whether the maps hold exactly `written` (false at start, when they may hold a previous
+    /// agent's table, and after a failed write: compare them all on the next one).
     in_step: bool,
 }
 
 impl MapWriter {
-    /// Takes the maps out of the loaded object, and starts from what they hold now (empty after
-    /// a fresh load; the previous agent's table after adopting pinned maps).
+    /// Takes the maps out of the loaded object. They may hold a previous agent's table (pinned
+    /// maps adopted): the first write compares the whole table with them.
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
-        let names: BpfHashMap<MapData, NameKey, NameEntry> = take(ebpf, maps::NAMES)?;
-        let zones: BpfHashMap<MapData, ZoneId, ZoneEntry> = take(ebpf, maps::ZONES)?;
-        let mut writer = Self {
-            names,
-            zones,
+        Ok(Self {
+            names: take(ebpf, maps::NAMES)?,
+            zones: take(ebpf, maps::ZONES)?,
             written: Image::default(),
             in_step: false,
-        };
-        writer.read_back();
-        Ok(writer)
+        })
     }
 
-    /// Takes what the maps hold as what was written.
-    fn read_back(&mut self) {
-        let mut written = Image::default();
-        for key in self.names.keys().flatten() {
-            if let Ok(entry) = self.names.get(&key, 0) {
-                written.names.insert(key, entry);
-            }
-        }
-        for key in self.zones.keys().flatten() {
-            if let Ok(entry) = self.zones.get(&key, 0) {
-                written.zones.insert(key, entry);
-            }
-        }
-        self.written = written;
-        self.in_step = true;
-    }
-
-    /// Makes the maps hold the whole table.
+    /// Makes the maps hold the whole table: every entry is compared with what the kernel holds
+    /// and written if it differs, and what the table lacks is removed.
     pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
-        if !self.in_step {
-            self.read_back();
+        self.in_step = false;
+        let mut image = Image::default();
+        let mut stats = WriteStats::default();
+        let map_err = |map| move |source| WriteError::Map { map, source };
+        image.refresh_zones(table);
+        for (id, entry) in &image.zones {
+            if differs(&self.zones, id, entry) {
+                self.zones
+                    .insert(id, entry, 0)
+                    .map_err(map_err(maps::ZONES))?;
+                stats.zones_written += 1;
+            }
         }
-        let image = image::build(table);
-        let result = self.apply(image);
-        self.in_step = result.is_ok();
-        result
+        let mut failure = None;
+        let names = &mut self.names;
+        image.place_all(table, |key, entry| {
+            let Some(entry) = entry else { return };
+            if failure.is_none() && differs(names, &key, entry) {
+                match names.insert(key, entry, 0) {
+                    Ok(()) => stats.names_written += 1,
+                    Err(source) => failure = Some(source),
+                }
+            }
+        });
+        if let Some(source) = failure {
+            return Err(map_err(maps::NAMES)(source));
+        }
+        let stale: Vec<NameKey> = self
+            .names
+            .keys()
+            .flatten()
+            .filter(|key| !image.names.contains_key(key))
+            .collect();
+        for key in stale {
+            self.names.remove(&key).map_err(map_err(maps::NAMES))?;
+            stats.names_removed += 1;
+        }
+        let stale: Vec<ZoneId> = self
+            .zones
+            .keys()
+            .flatten()
+            .filter(|id| !image.zones.contains_key(id))
+            .collect();
+        for id in stale {
+            self.zones.remove(&id).map_err(map_err(maps::ZONES))?;
+            stats.zones_removed += 1;
+        }
+        stats.collisions = image.collisions();
+        self.written = image;
+        self.in_step = true;
+        Ok(stats)
     }
 
     /// Rewrites the entries of `names` (those a change touched) and the zones' entries.
@@ -103,7 +126,7 @@ impl MapWriter {
         names: &[LowerName],
     ) -> Result<WriteStats, WriteError> {
         if !self.in_step {
-            // A write failed before: the maps may hold anything; compare them all.
+            // The maps may hold anything: compare them all.
             return self.write_table(table);
         }
         let changes = self.written.refresh(table, names);
@@ -112,7 +135,7 @@ impl MapWriter {
         result
     }
 
-    /// Writes what `changes` lists from the written image into the maps.
+    /// Writes what `changes` lists: zones first, then names, removals last.
     fn write_changes(&mut self, changes: &image::Changes) -> Result<WriteStats, WriteError> {
         let mut stats = WriteStats {
             collisions: self.written.collisions(),
@@ -127,16 +150,16 @@ impl MapWriter {
                 stats.zones_written += 1;
             }
         }
-        for key in &changes.names {
-            if let Some(entry) = self.written.names.get(key) {
+        for (key, entry) in &changes.names {
+            if let Some(entry) = entry {
                 self.names
-                    .insert(key, entry, 0)
+                    .insert(key, entry.as_ref(), 0)
                     .map_err(map_err(maps::NAMES))?;
                 stats.names_written += 1;
             }
         }
-        for key in &changes.names {
-            if !self.written.names.contains_key(key) {
+        for (key, entry) in &changes.names {
+            if entry.is_none() {
                 self.names.remove(key).map_err(map_err(maps::NAMES))?;
                 stats.names_removed += 1;
             }
@@ -149,62 +172,12 @@ impl MapWriter {
         }
         Ok(stats)
     }
-
-    /// Makes the maps hold `image`, writing what differs from what was written.
-    fn apply(&mut self, image: Image) -> Result<WriteStats, WriteError> {
-        let mut stats = WriteStats {
-            collisions: image.collisions(),
-            ..WriteStats::default()
-        };
-        let map_err = |map| move |source| WriteError::Map { map, source };
-        for (id, entry) in changed(&self.written.zones, &image.zones) {
-            self.zones
-                .insert(id, entry, 0)
-                .map_err(map_err(maps::ZONES))?;
-            stats.zones_written += 1;
-        }
-        for (key, entry) in changed(&self.written.names, &image.names) {
-            self.names
-                .insert(key, entry, 0)
-                .map_err(map_err(maps::NAMES))?;
-            stats.names_written += 1;
-        }
-        for key in self
-            .written
-            .names
-            .keys()
-            .filter(|k| !image.names.contains_key(k))
-        {
-            self.names.remove(key).map_err(map_err(maps::NAMES))?;
-            stats.names_removed += 1;
-        }
-        for id in self
-            .written
-            .zones
-            .keys()
-            .filter(|k| !image.zones.contains_key(k))
-        {
-            self.zones.remove(id).map_err(map_err(maps::ZONES))?;
-            stats.zones_removed += 1;
-        }
-        self.written = image;
-        Ok(stats)
-    }
-
-    /// What the maps hold, as last written.
-    pub fn written(&self) -> &Image {
-        &self.written
-    }
 }
 
-/// Entries of `new` that `old` lacks or holds with other bytes.
-fn changed<'a, K: Copy + Eq + std::hash::Hash, V: Pod>(
-    old: &'a HashMap<K, V>,
-    new: &'a HashMap<K, V>,
-) -> impl Iterator<Item = (K, &'a V)> {
-    new.iter()
-        .filter(|(k, v)| old.get(k).is_none_or(|o| bytes_of(o) != bytes_of(*v)))
-        .map(|(k, v)| (*k, v))
+/// Whether the kernel's map lacks `key` or holds other bytes under it.
+fn differs<K: Pod, V: Pod>(map: &BpfHashMap<MapData, K, V>, key: &K, value: &V) -> bool {
+    map.get(key, 0)
+        .map_or(true, |held| bytes_of(&held) != bytes_of(value))
 }
 
 /// The bytes of a plain-old-data value.
