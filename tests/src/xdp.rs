@@ -50,9 +50,10 @@ impl Program {
         }
     }
 
-    /// The time BPF_PROG_TEST_RUN reports for a program that only returns XDP_PASS: the
-    /// measurement's own floor.
-    pub fn floor(&mut self, frame: &[u8], runs: usize) -> u128 {
+    /// The measurement's own floor, from a program that only returns XDP_PASS: the median time
+    /// BPF_PROG_TEST_RUN reports for it, and the median of its own run time as the kernel's BPF
+    /// statistics account it (their clock reads, with next to no program between them).
+    pub fn floor(&mut self, frame: &[u8], runs: usize) -> (u128, u128) {
         let program: &mut Xdp = self
             .ebpf
             .program_mut(maps::PASS_PROGRAM)
@@ -62,21 +63,14 @@ impl Program {
         if program.fd().is_err() {
             program.load().expect("load the pass program");
         }
+        let program: &Xdp = program;
         let mut times: Vec<u128> = (0..runs)
-            .map(|_| {
-                program
-                    .test_run(TestRunOptions {
-                        data_in: Some(frame),
-                        repeat: 1,
-                        ..Default::default()
-                    })
-                    .expect("BPF_PROG_TEST_RUN")
-                    .duration
-                    .as_nanos()
-            })
+            .map(|_| single_run(program, frame).as_nanos())
             .collect();
         times.sort();
-        times[runs / 2]
+        let mut own = run_times(program, frame, runs);
+        own.sort();
+        (times[runs / 2], own[runs / 2].as_nanos())
     }
 
     /// The XDP program that answers (the one the agent attaches).
@@ -88,26 +82,11 @@ impl Program {
             .expect("XDP")
     }
 
-    /// The program's own run time for `runs` single runs of `frame`, as the kernel's BPF
-    /// statistics (BPF_ENABLE_STATS, what `bpftool prog` shows as run_time_ns) account it:
+    /// The answering program's own run time for `runs` single runs of `frame`, as the kernel's
+    /// BPF statistics (BPF_ENABLE_STATS, what `bpftool prog` shows as run_time_ns) account it:
     /// only the program, without BPF_PROG_TEST_RUN's set-up and timer around it.
     pub fn program_times(&self, frame: &[u8], runs: usize) -> Vec<Duration> {
-        let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF_ENABLE_STATS");
-        let program = self.answering_program();
-        let run_time = || program.info().expect("the program's info").run_time();
-        (0..runs)
-            .map(|_| {
-                let before = run_time();
-                program
-                    .test_run(TestRunOptions {
-                        data_in: Some(frame),
-                        repeat: 1,
-                        ..Default::default()
-                    })
-                    .expect("BPF_PROG_TEST_RUN");
-                run_time().saturating_sub(before)
-            })
-            .collect()
+        run_times(self.answering_program(), frame, runs)
     }
 
     /// Runs one frame once: the verdict, the frame as the program left it, and the time the
@@ -126,4 +105,30 @@ impl Program {
         out.truncate(result.data_size_out as usize);
         (result.return_value, out, result.duration)
     }
+}
+
+/// One BPF_PROG_TEST_RUN of `frame`: the time the kernel reports.
+fn single_run(program: &Xdp, frame: &[u8]) -> Duration {
+    program
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            repeat: 1,
+            ..Default::default()
+        })
+        .expect("BPF_PROG_TEST_RUN")
+        .duration
+}
+
+/// `program`'s own run time in each of `runs` single runs of `frame`, from the kernel's BPF
+/// statistics.
+fn run_times(program: &Xdp, frame: &[u8], runs: usize) -> Vec<Duration> {
+    let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF_ENABLE_STATS");
+    let run_time = || program.info().expect("the program's info").run_time();
+    (0..runs)
+        .map(|_| {
+            let before = run_time();
+            single_run(program, frame);
+            run_time().saturating_sub(before)
+        })
+        .collect()
 }
