@@ -56,14 +56,7 @@ impl Agent {
     /// Starts the agent in `ns` with the configuration file `config`, XDP in generic mode on
     /// `lo`, and `extra` arguments.
     pub fn start_on_lo(ns: &NetNs, config: &Path, extra: &[&str]) -> Self {
-        let mut args = vec![
-            "--config",
-            config.to_str().expect("a UTF-8 path"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ];
+        let mut args = on_lo(config);
         args.extend_from_slice(extra);
         Self::start(ns, &args)
     }
@@ -81,12 +74,12 @@ impl Agent {
     /// `service_account` (token, ca.crt, namespace) at `/var/run/secrets/kubernetes.io/
     /// serviceaccount`, `KUBERNETES_SERVICE_HOST` and `_PORT` naming `api`, and no kubeconfig.
     /// The files are mounted in a mount namespace of the agent's own, over a fresh `/run`, so
-    /// nothing on the host changes.
+    /// nothing on the host changes. Configuration file and XDP as for [`Agent::start_on_lo`].
     pub fn start_in_cluster(
         ns: &NetNs,
         service_account: &Path,
         api: std::net::SocketAddr,
-        args: &[&str],
+        config: &Path,
     ) -> Self {
         let home = service_account.join("home");
         std::fs::create_dir_all(&home).expect("create an empty HOME");
@@ -109,7 +102,7 @@ impl Agent {
             "--metrics-listen",
             METRICS_ADDR,
         ])
-        .args(args)
+        .args(on_lo(config))
         .env("KUBERNETES_SERVICE_HOST", api.ip().to_string())
         .env("KUBERNETES_SERVICE_PORT", api.port().to_string())
         .env("HOME", &home)
@@ -190,6 +183,18 @@ impl Agent {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, signal) };
     }
+}
+
+/// Arguments for the configuration file `config`, XDP in generic mode on `lo`.
+fn on_lo(config: &Path) -> Vec<&str> {
+    vec![
+        "--config",
+        config.to_str().expect("a UTF-8 path"),
+        "--interface",
+        "lo",
+        "--xdp-mode",
+        "generic",
+    ]
 }
 
 impl Drop for Agent {

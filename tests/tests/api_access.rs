@@ -164,19 +164,7 @@ fn in_cluster_the_service_account_mount_and_environment_are_enough() {
         "agent.yaml",
         &format!("zones:\n  - name: {ZONE}\npods:\n  - zone: {ZONE}\n"),
     );
-    let agent = Agent::start_in_cluster(
-        &ns,
-        &service_account,
-        api.addr,
-        &[
-            "--config",
-            config.to_str().expect("a UTF-8 path"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
+    let agent = Agent::start_in_cluster(&ns, &service_account, api.addr, &config);
     eventually("the pod's record", 15, || {
         dig(&ns, "127.0.0.1", 1053, &[NAME, "A"]).answer_data() == [POD_IP]
     });

@@ -93,26 +93,10 @@ impl MapWriter {
         if let Some(source) = failure {
             return Err(map_err(maps::NAMES)(source));
         }
-        let stale: Vec<NameKey> = self
-            .names
-            .keys()
-            .flatten()
-            .filter(|key| !image.names.contains_key(key))
-            .collect();
-        for key in stale {
-            self.names.remove(&key).map_err(map_err(maps::NAMES))?;
-            stats.names_removed += 1;
-        }
-        let stale: Vec<ZoneId> = self
-            .zones
-            .keys()
-            .flatten()
-            .filter(|id| !image.zones.contains_key(id))
-            .collect();
-        for id in stale {
-            self.zones.remove(&id).map_err(map_err(maps::ZONES))?;
-            stats.zones_removed += 1;
-        }
+        stats.names_removed = remove_unless(&mut self.names, |key| image.names.contains_key(key))
+            .map_err(map_err(maps::NAMES))?;
+        stats.zones_removed = remove_unless(&mut self.zones, |id| image.zones.contains_key(id))
+            .map_err(map_err(maps::ZONES))?;
         stats.collisions = image.collisions();
         self.written = image;
         self.in_step = true;
@@ -172,6 +156,19 @@ impl MapWriter {
         }
         Ok(stats)
     }
+}
+
+/// Removes the keys of the kernel's map that `keep` refuses; returns how many.
+fn remove_unless<K: Pod, V: Pod>(
+    map: &mut BpfHashMap<MapData, K, V>,
+    keep: impl Fn(&K) -> bool,
+) -> Result<usize, MapError> {
+    // Collected first: deleting while iterating would restart the kernel's key walk.
+    let stale: Vec<K> = map.keys().flatten().filter(|key| !keep(key)).collect();
+    for key in &stale {
+        map.remove(key)?;
+    }
+    Ok(stale.len())
 }
 
 /// Whether the kernel's map lacks `key` or holds other bytes under it.
