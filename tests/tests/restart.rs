@@ -12,7 +12,7 @@ use hostport_dns_tests::{
     require_root,
 };
 
-const RECORDS: &str = "zones:\n  - name: prod.coreha.example\n    records:\n      web: [198.18.7.1, 198.18.7.2]\n      api: 198.18.7.10\n";
+const RECORDS: &str = "zones:\n  - name: prod.coreha.example\n    records:\n      web: [198.18.7.1, 198.18.7.2]\n      api: 198.18.7.10\n      old: 198.18.7.20\n";
 
 fn start(link: &Link, records: &str, pin_dir: &str) -> Agent {
     Agent::start_native(link, &["--records", records], &["--pin-dir", pin_dir])
@@ -72,10 +72,13 @@ fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
     thread::sleep(Duration::from_secs(2));
     // SIGKILL: no chance to clean up.
     drop(first);
-    // A record changes while no agent runs; the kernel keeps answering the old table meanwhile.
+    // A record changes and a name goes while no agent runs; the kernel keeps answering the old
+    // table meanwhile.
     dir.write(
         "records.yaml",
-        &RECORDS.replace("api: 198.18.7.10", "api: 198.18.7.11"),
+        &RECORDS
+            .replace("api: 198.18.7.10", "api: 198.18.7.11")
+            .replace("      old: 198.18.7.20\n", ""),
     );
     thread::sleep(Duration::from_secs(2));
     assert_eq!(
@@ -106,6 +109,14 @@ fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
         .answer_data()
             == ["198.18.7.11"]
     });
+    // The adopted kernel table loses the name too (else XDP would still answer it).
+    let old = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        1053,
+        &["old.prod.coreha.example"],
+    );
+    assert_eq!(old.status, "NXDOMAIN", "{old:?}");
     let (sent, lost) = load.join().expect("the load finished");
     assert!(sent > 10_000, "the load ran ({sent} queries)");
     assert_eq!(lost, 0, "queries lost across kill -9 and restart");
