@@ -1,7 +1,7 @@
 //! Reaching the API server the way a control-plane node does without cluster DNS or kube-proxy:
 //! an explicit HTTPS URL with the cluster CA, authenticated by a service-account token or by a
 //! client certificate. The fake API server checks both as the real one does; wrong credentials
-//! are refused and nothing is served. And in-cluster, as a pod finds the API server when no URL
+//! are refused and nothing is served. A kubeconfig file does the same. And in-cluster, as a pod finds the API server when no URL
 //! is configured: the service-account mount and the KUBERNETES_SERVICE_* variables.
 
 use std::path::PathBuf;
@@ -42,6 +42,26 @@ enum Presents {
     Certificate { cert: PathBuf, key: PathBuf },
 }
 
+/// An HTTPS fake API server with `credentials`' serving certificate, requiring a client
+/// certificate or `bearer_token` if asked, holding one ready ingress pod.
+fn https_api_with_a_pod(
+    ns: &NetNs,
+    credentials: &ApiCredentials,
+    require_client_certificate: bool,
+    bearer_token: Option<&str>,
+) -> FakeApi {
+    let api = FakeApi::start_with(
+        Some(ns),
+        Access {
+            tls: Some(credentials.server_config(require_client_certificate)),
+            bearer_token: bearer_token.map(str::to_owned),
+        },
+    );
+    let pod = PodSpec::ingress("nginx-0", "ingress", "default-nginx", "cp-0", POD_IP);
+    api.apply(Kind::Pod, pod.to_json());
+    api
+}
+
 /// An HTTPS fake API server (with `access` beyond TLS) holding one ready ingress pod, and an
 /// agent that trusts the cluster CA and presents `presents`.
 fn setup(
@@ -54,15 +74,7 @@ fn setup(
     let ns = NetNs::new(tag);
     let dir = TempDir::new(tag);
     let credentials = ApiCredentials::generate(&dir);
-    let api = FakeApi::start_with(
-        Some(&ns),
-        Access {
-            tls: Some(credentials.server_config(require_client_certificate)),
-            bearer_token: bearer_token.map(str::to_owned),
-        },
-    );
-    let pod = PodSpec::ingress("nginx-0", "ingress", "default-nginx", "cp-0", POD_IP);
-    api.apply(Kind::Pod, pod.to_json());
+    let api = https_api_with_a_pod(&ns, &credentials, require_client_certificate, bearer_token);
     let auth = match presents(&credentials) {
         Presents::Token(token) => {
             let file = dir.write("token", token);
@@ -143,17 +155,7 @@ fn in_cluster_the_service_account_mount_and_environment_are_enough() {
     let ns = NetNs::new("incluster");
     let dir = TempDir::new("incluster");
     let credentials = ApiCredentials::generate(&dir);
-    let api = FakeApi::start_with(
-        Some(&ns),
-        Access {
-            tls: Some(credentials.server_config(false)),
-            bearer_token: Some(TOKEN.to_owned()),
-        },
-    );
-    api.apply(
-        Kind::Pod,
-        PodSpec::ingress("nginx-0", "ingress", "default-nginx", "cp-0", POD_IP).to_json(),
-    );
+    let api = https_api_with_a_pod(&ns, &credentials, false, Some(TOKEN));
     let service_account = dir.path.join("serviceaccount");
     std::fs::create_dir_all(&service_account).expect("create the service-account folder");
     std::fs::write(service_account.join("token"), TOKEN).expect("write the token");
@@ -165,6 +167,37 @@ fn in_cluster_the_service_account_mount_and_environment_are_enough() {
         &format!("zones:\n  - name: {ZONE}\npods:\n  - zone: {ZONE}\n"),
     );
     let agent = Agent::start_in_cluster(&ns, &service_account, api.addr, &config);
+    eventually("the pod's record", 15, || {
+        dig(&ns, "127.0.0.1", 1053, &[NAME, "A"]).answer_data() == [POD_IP]
+    });
+    assert_eq!(api.unauthorized_requests(), 0, "{}", agent.logs());
+}
+
+#[test]
+fn a_kubeconfig_file_with_a_token_and_the_cluster_ca_reaches_the_api_server() {
+    require_root();
+    let ns = NetNs::new("kubeconfig");
+    let dir = TempDir::new("kubeconfig");
+    let credentials = ApiCredentials::generate(&dir);
+    let api = https_api_with_a_pod(&ns, &credentials, false, Some(TOKEN));
+    let kubeconfig = dir.write(
+        "kubeconfig",
+        &format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: ops\nclusters:\n- name: cluster\n  \
+             cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: ops\n  user:\n    \
+             token: {TOKEN}\ncontexts:\n- name: ops\n  context:\n    cluster: cluster\n    user: ops\n",
+            api.url(),
+            credentials.ca_file.display(),
+        ),
+    );
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  kubeconfig: {}\npods:\n  - zone: {ZONE}\n",
+            kubeconfig.display()
+        ),
+    );
+    let agent = Agent::start_on_lo(&ns, &config, &[]);
     eventually("the pod's record", 15, || {
         dig(&ns, "127.0.0.1", 1053, &[NAME, "A"]).answer_data() == [POD_IP]
     });
