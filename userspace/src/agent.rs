@@ -9,9 +9,9 @@
 
 use std::{
     net::SocketAddr,
-    path::{Path, PathBuf},
+    path::Path,
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use anyhow::Context;
@@ -29,7 +29,12 @@ use crate::{
     metrics::Metrics,
     publisher::{CONFIG_SOURCE, FILE_SOURCE, Publisher, Update},
     server::{Shared, tcp, udp},
-    sources::{Snapshot, file, kube as kube_source},
+    sources::{
+        Snapshot,
+        file::{self, FileError},
+        file_watch::FileWatch,
+        kube as kube_source,
+    },
     xdp::{Dataplane, XdpMode, counters::Counters, local_addrs::LocalAddrs, writer::MapWriter},
 };
 
@@ -40,7 +45,7 @@ const EMBEDDED_SOURCE: &str = "<embedded example>";
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Everything that can be wrong with the input is found before anything is bound or attached.
-    let sources = Sources::load(&args)?;
+    let mut sources = Sources::load(&args)?;
     let kube_client = match &sources.config {
         Some(config) if config.uses_kubernetes() => {
             Some(kube_source::client::connect(&config.kubernetes).await?)
@@ -129,17 +134,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     tokio::spawn(publisher.run(updates_rx));
-    if let Some((_, Some(followed))) = &sources.records {
+    if let Some(watch) = sources.records.as_mut().and_then(|(_, w)| w.take()) {
         // The handler is installed before the agent reports that it serves: until then a
         // SIGHUP would still terminate the process.
         let hangup = signal(SignalKind::hangup())
             .map_err(|err| warn!(%err, "no SIGHUP handler; reloading on change only"))
             .ok();
-        tokio::spawn(follow_record_file(
-            followed.clone(),
-            hangup,
-            updates_tx.clone(),
-        ));
+        tokio::spawn(follow_record_file(watch, hangup, updates_tx.clone()));
     }
     if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
         tokio::spawn(kube_source::run(
@@ -184,16 +185,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 struct Sources {
     config: Option<AgentConfig>,
     /// The record file's (or embedded example's) snapshot, and the file to follow.
-    records: Option<(Snapshot, Option<FollowedFile>)>,
-}
-
-/// A record file and the version of it that was loaded at start.
-#[derive(Clone)]
-struct FollowedFile {
-    path: PathBuf,
-    /// Taken before the file was read, so that an edit made while the agent starts is seen as
-    /// a change (it may have been read in already; reloading it again is harmless).
-    loaded: Option<(SystemTime, u64)>,
+    records: Option<(Snapshot, Option<FileWatch>)>,
 }
 
 impl Sources {
@@ -204,14 +196,11 @@ impl Sources {
         }
         let records = match (&args.records, &config) {
             (Some(path), _) => {
-                let loaded = stamp(path);
-                Some((
-                    file::load(path)?,
-                    Some(FollowedFile {
-                        path: path.clone(),
-                        loaded,
-                    }),
-                ))
+                let (watch, text) = FileWatch::open(path).map_err(|source| FileError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                Some((file::parse(&text, path)?, Some(watch)))
             }
             (None, Some(_)) => None,
             (None, None) => Some((
@@ -268,12 +257,10 @@ fn is_unavailable(err: &std::io::Error) -> bool {
 /// Reloads the record file when it changes or on SIGHUP. A bad file is logged and the previous
 /// records stay in service.
 async fn follow_record_file(
-    file: FollowedFile,
+    mut watch: FileWatch,
     mut hangup: Option<Signal>,
     updates: mpsc::Sender<Update>,
 ) {
-    let FollowedFile { path, loaded } = file;
-    let mut seen = loaded;
     loop {
         let forced = tokio::select! {
             _ = tokio::time::sleep(FILE_POLL_INTERVAL) => false,
@@ -284,13 +271,18 @@ async fn follow_record_file(
                 }
             } => true,
         };
-        let now = stamp(&path);
-        if !forced && now == seen {
-            continue;
-        }
         let observed = Instant::now();
-        seen = now;
-        match file::load(&path) {
+        let path = watch.path().to_owned();
+        let text = match watch.check(forced) {
+            Ok(Some(text)) => text,
+            Ok(None) => continue,
+            Err(source) => {
+                let err = FileError::Read { path, source };
+                error!(%err, "record file not reloaded; the previous records stay in service");
+                continue;
+            }
+        };
+        match file::parse(&text, &path) {
             Ok(snapshot) => {
                 info!(path = %path.display(), "record file reloaded");
                 if updates
@@ -310,12 +302,6 @@ async fn follow_record_file(
             }
         }
     }
-}
-
-/// What identifies a version of the file: modification time and length.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
 }
 
 /// SIGTERM and SIGINT, caught from the moment they are installed (until then they end the

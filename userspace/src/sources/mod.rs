@@ -2,6 +2,7 @@
 //! merges the latest snapshot of every source and compiles the table from them.
 
 pub mod file;
+pub mod file_watch;
 pub mod kube;
 
 use crate::{
