@@ -1,5 +1,6 @@
 //! The record file as a live source: changes are served after a reload (on change or SIGHUP),
-//! and a broken edit keeps the previous records in service.
+//! and a broken edit keeps the previous records in service. Without a record file, SIGHUP is
+//! explained and survived.
 
 use std::time::{Duration, Instant};
 
@@ -101,4 +102,27 @@ fn sighup_reloads_at_once() {
     eventually("a publication after SIGHUP", || {
         agent.metric("hostport_dns_table_updates", &[]) > before
     });
+}
+
+#[test]
+fn sighup_without_a_record_file_is_explained_and_survived() {
+    require_root();
+    let ns = NetNs::new("hupcfg");
+    let dir = TempDir::new("hupcfg");
+    // The same zone from the configuration file, which is read only at start.
+    let config = dir.write("agent.yaml", ZONE);
+    let agent = Agent::start(
+        &ns,
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    agent.signal(libc::SIGHUP);
+    eventually("the SIGHUP to be explained", || {
+        agent.logs().contains("nothing to reload")
+    });
+    assert_eq!(web(&ns), ["198.18.5.1"], "still serving");
 }

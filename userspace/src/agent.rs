@@ -134,13 +134,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
     tokio::spawn(publisher.run(updates_rx));
-    if let Some(watch) = sources.records.as_mut().and_then(|(_, w)| w.take()) {
-        // The handler is installed before the agent reports that it serves: until then a
-        // SIGHUP would still terminate the process.
-        let hangup = signal(SignalKind::hangup())
-            .map_err(|err| warn!(%err, "no SIGHUP handler; reloading on change only"))
-            .ok();
-        tokio::spawn(follow_record_file(watch, hangup, updates_tx.clone()));
+    // Caught before the agent reports that it serves, whatever it serves from: a daemon must
+    // not die of a SIGHUP (its default action) sent out of habit.
+    let hangup = signal(SignalKind::hangup())
+        .map_err(|err| warn!(%err, "no SIGHUP handler"))
+        .ok();
+    match sources.records.as_mut().and_then(|(_, w)| w.take()) {
+        Some(watch) => {
+            tokio::spawn(follow_record_file(watch, hangup, updates_tx.clone()));
+        }
+        None => {
+            if let Some(hangup) = hangup {
+                tokio::spawn(explain_hangups(hangup));
+            }
+        }
     }
     if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
         tokio::spawn(kube_source::run(
@@ -301,6 +308,16 @@ async fn follow_record_file(
                 error!(%err, "record file not reloaded; the previous records stay in service")
             }
         }
+    }
+}
+
+/// Without a record file there is nothing SIGHUP reloads: the configuration file is read at
+/// start (a DaemonSet rolls out a changed ConfigMap). Says so instead of ending the process.
+async fn explain_hangups(mut hangup: Signal) {
+    while hangup.recv().await.is_some() {
+        warn!(
+            "SIGHUP: nothing to reload (no record file; the configuration file is read at start, restart to apply a change)"
+        );
     }
 }
 
