@@ -20,6 +20,14 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     panic!("timed out waiting for {what}");
 }
 
+/// An agent serving from `file` (given as `flag`) with XDP off.
+fn userspace_only(ns: &NetNs, flag: &str, file: &std::path::Path) -> Agent {
+    Agent::start(
+        ns,
+        &[flag, file.to_str().expect("UTF-8"), "--xdp-mode", "off"],
+    )
+}
+
 fn web(ns: &NetNs) -> Vec<String> {
     dig(ns, "127.0.0.1", 1053, &["web.reload.example"]).answer_data()
 }
@@ -63,15 +71,7 @@ fn a_broken_edit_keeps_the_previous_records() {
     let ns = NetNs::new("broken");
     let dir = TempDir::new("broken");
     let file = dir.write("records.yaml", ZONE);
-    let agent = Agent::start(
-        &ns,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--xdp-mode",
-            "off",
-        ],
-    );
+    let agent = userspace_only(&ns, "--records", &file);
     dir.write(
         "records.yaml",
         "zones:\n  - name: reload.example\n    records:\n      web: not-an-address\n",
@@ -88,15 +88,7 @@ fn sighup_reloads_at_once() {
     let ns = NetNs::new("hup");
     let dir = TempDir::new("hup");
     let file = dir.write("records.yaml", ZONE);
-    let agent = Agent::start(
-        &ns,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--xdp-mode",
-            "off",
-        ],
-    );
+    let agent = userspace_only(&ns, "--records", &file);
     let before = agent.metric("hostport_dns_table_updates", &[]);
     agent.signal(libc::SIGHUP);
     eventually("a publication after SIGHUP", || {
@@ -111,15 +103,7 @@ fn sighup_without_a_record_file_is_explained_and_survived() {
     let dir = TempDir::new("hupcfg");
     // The same zone from the configuration file, which is read only at start.
     let config = dir.write("agent.yaml", ZONE);
-    let agent = Agent::start(
-        &ns,
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--xdp-mode",
-            "off",
-        ],
-    );
+    let agent = userspace_only(&ns, "--config", &config);
     agent.signal(libc::SIGHUP);
     eventually("the SIGHUP to be explained", || {
         agent.logs().contains("nothing to reload")
