@@ -58,15 +58,6 @@ pub enum FileError {
     Invalid { path: PathBuf, reason: String },
 }
 
-/// Reads and validates a record file.
-pub fn load(path: &Path) -> Result<Snapshot, FileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    parse(&text, path)
-}
-
 /// Parses and validates record file text; `path` names it in errors.
 pub fn parse(text: &str, path: &Path) -> Result<Snapshot, FileError> {
     let file: RecordFile = serde_yaml_ng::from_str(text).map_err(|e| {

@@ -188,12 +188,14 @@ impl Image {
     }
 }
 
-/// The whole table in kernel form, keyed by the kernel's hash, with every entry (for tests and
-/// tools: the writer never holds them all).
-pub fn build_entries(table: &RecordTable) -> (Image, HashMap<NameKey, NameEntry>) {
+/// The whole table in kernel form, keyed by the kernel's hash, with every entry (for tests: the
+/// writer never holds them all).
+#[cfg(test)]
+fn build_entries(table: &RecordTable) -> (Image, HashMap<NameKey, NameEntry>) {
     build_entries_with(table, name_hash)
 }
 
+#[cfg(test)]
 fn build_entries_with(
     table: &RecordTable,
     key_of: fn(&[u8]) -> NameKey,
