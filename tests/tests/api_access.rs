@@ -34,6 +34,17 @@ impl Setup {
     fn dig(&self) -> Reply {
         dig(&self.ns, "127.0.0.1", 1053, &[NAME, "A"])
     }
+
+    /// Never synced: SERVFAIL, never an empty answer a load balancer would act on; not ready.
+    fn assert_nothing_served(&self) {
+        let reply = self.dig();
+        assert_eq!(reply.status, "SERVFAIL", "{reply:?}");
+        assert_ne!(
+            self.agent.http_get("/readyz").0,
+            200,
+            "not ready without data"
+        );
+    }
 }
 
 /// Credentials the agent presents: a token, or a client certificate and key.
@@ -119,10 +130,7 @@ fn a_wrong_token_is_refused_and_nothing_is_served() {
     eventually("the API server to refuse the token", 15, || {
         s.api.unauthorized_requests() > 0
     });
-    // Never synced: SERVFAIL, never an empty answer a load balancer would act on.
-    let reply = s.dig();
-    assert_eq!(reply.status, "SERVFAIL", "{reply:?}");
-    assert_ne!(s.agent.http_get("/readyz").0, 200, "not ready without data");
+    s.assert_nothing_served();
 }
 
 #[test]
@@ -144,9 +152,7 @@ fn a_client_certificate_of_another_ca_is_refused_and_nothing_is_served() {
     eventually("the API server to refuse the handshake", 15, || {
         s.api.refused_handshakes() > 0
     });
-    let reply = s.dig();
-    assert_eq!(reply.status, "SERVFAIL", "{reply:?}");
-    assert_ne!(s.agent.http_get("/readyz").0, 200, "not ready without data");
+    s.assert_nothing_served();
 }
 
 #[test]
