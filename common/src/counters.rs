@@ -36,10 +36,22 @@ pub enum Counter {
     PassUnsupportedType,
     /// The name is not in a served zone.
     PassNotInZone,
-    /// The name or zone is marked for userspace (large record set, hash collision, SOA
-    /// compression that depends on the question), or the query has more EDNS options than the
-    /// kernel walks.
-    PassUserspace,
+    /// The name's hash matches another name's (the kernel found an entry for another name, or
+    /// the agent marked the name): userspace tells them apart.
+    PassCollision,
+    /// The name's record set is larger than a name entry holds.
+    PassLargeSet,
+    /// The question ends in a name the zone's SOA record is compressed against (`x.ns.<zone>`):
+    /// userspace compresses it.
+    PassSoaGuard,
+    /// The zone's negative answers are made by userspace (its SOA record does not fit a zone
+    /// entry, or compresses differently depending on the question).
+    PassSoaInUserspace,
+    /// The query has more EDNS options than the kernel walks.
+    PassEdnsOptions,
+    /// No complete generation of the table is in place yet (the agent has not published), or a
+    /// name's zone does not match the question: userspace answers.
+    PassNoTable,
     /// The query or its answer is larger than the kernel handles or the client accepts
     /// (userspace answers, truncating if needed).
     PassTooLarge,
@@ -78,7 +90,12 @@ impl Counter {
         Counter::PassEdnsVersion,
         Counter::PassUnsupportedType,
         Counter::PassNotInZone,
-        Counter::PassUserspace,
+        Counter::PassCollision,
+        Counter::PassLargeSet,
+        Counter::PassSoaGuard,
+        Counter::PassSoaInUserspace,
+        Counter::PassEdnsOptions,
+        Counter::PassNoTable,
         Counter::PassTooLarge,
         Counter::PassNoRoom,
     ];
@@ -131,7 +148,12 @@ impl Counter {
             Counter::PassEdnsVersion => "edns_version",
             Counter::PassUnsupportedType => "unsupported_type",
             Counter::PassNotInZone => "not_in_zone",
-            Counter::PassUserspace => "userspace",
+            Counter::PassCollision => "collision",
+            Counter::PassLargeSet => "large_set",
+            Counter::PassSoaGuard => "soa_guard",
+            Counter::PassSoaInUserspace => "soa_in_userspace",
+            Counter::PassEdnsOptions => "edns_options",
+            Counter::PassNoTable => "no_table",
             Counter::PassTooLarge => "too_large",
             Counter::PassNoRoom => "no_room",
         }

@@ -10,11 +10,9 @@
 //! of every suffix (which is how it finds an unknown name's zone).
 //!
 //! `hash(name) = mix(mix(fold of the whole words from the end, front bytes), length)`, where the
-//! front bytes (the `len % 8` first bytes) form a little-endian integer and the mix of the front
-//! is skipped when there are none.
-
-/// Starting value of every fold.
-pub const SEED: u64 = 0x6a09_e667_f3bc_c908;
+//! fold starts from the table's secret seed ([`crate::generation::Generation::seed`]), the front
+//! bytes (the `len % 8` first bytes) form a little-endian integer and the mix of the front is
+//! skipped when there are none.
 
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 
@@ -55,10 +53,10 @@ pub fn word_from_end(wire: &[u8], j: usize) -> u64 {
     u64::from_le_bytes(buf)
 }
 
-/// Hash of a lower-case name in wire form (root byte included).
-pub fn name_hash(wire: &[u8]) -> u64 {
+/// Hash of a lower-case name in wire form (root byte included), under the table's `seed`.
+pub fn name_hash(seed: u64, wire: &[u8]) -> u64 {
     let len = wire.len();
-    let mut fold = SEED;
+    let mut fold = seed;
     for j in 0..len / 8 {
         fold = mix(fold, word_from_end(wire, j));
     }
@@ -84,6 +82,8 @@ pub const fn lowercase_word(word: u64) -> u64 {
 mod tests {
     use super::*;
 
+    const SEED: u64 = 0x6a09_e667_f3bc_c908;
+
     #[test]
     fn lowercase_word_changes_only_ascii_capitals() {
         for b in 0u8..=255 {
@@ -105,7 +105,7 @@ mod tests {
             let suffix = &wire[start..];
             let len = suffix.len();
             let from_fold = finish(folds[len / 8], word_from_end(wire, len / 8), len);
-            assert_eq!(from_fold, name_hash(suffix), "suffix at {start}");
+            assert_eq!(from_fold, name_hash(SEED, suffix), "suffix at {start}");
         }
     }
 
@@ -120,8 +120,18 @@ mod tests {
         ];
         for (i, a) in names.iter().enumerate() {
             for b in &names[i + 1..] {
-                assert_ne!(name_hash(a), name_hash(b));
+                assert_ne!(name_hash(SEED, a), name_hash(SEED, b));
             }
         }
+    }
+
+    #[test]
+    fn the_seed_changes_every_hash() {
+        let wire = b"\x03web\x07example\x00";
+        assert_ne!(name_hash(SEED, wire), name_hash(SEED ^ 1, wire));
+        assert_ne!(
+            name_hash(SEED, b"\x00"),
+            name_hash(SEED.rotate_left(7), b"\x00")
+        );
     }
 }

@@ -8,6 +8,7 @@
 pub mod counters;
 pub mod csum;
 pub mod dns;
+pub mod generation;
 pub mod hash;
 pub mod limits;
 pub mod maps;

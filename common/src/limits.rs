@@ -74,10 +74,11 @@ pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
 /// (259); a power of two (verifier: bounds the copy).
 pub const MAX_FRONT_LEN: usize = 512;
 
-/// Capacity of the name table (entries). Names beyond it are answered by userspace only.
+/// Names one generation of the kernel table holds (the map holds two generations). The agent
+/// checks it before writing: the zones whose names do not fit are left to userspace whole.
 pub const NAMES_CAPACITY: u32 = 262_144;
 
-/// Capacity of the zone table.
+/// Zones one generation of the kernel table holds (the zone array holds two generations).
 pub const ZONES_CAPACITY: u32 = 256;
 
 /// IPv4 addresses of the node the kernel recognises as its own (VIPs included), scanned in order

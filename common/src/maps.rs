@@ -5,13 +5,16 @@
 /// whenever the layout of a pinned map changes: an upgraded agent then starts fresh maps instead
 /// of adopting ones that the running program reads differently (which keeps its own maps until
 /// its link is handed over).
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
-/// Hash of a lower-case name → [`crate::record::NameEntry`].
+/// Which generation the program reads, and the hash seed: one
+/// [`crate::generation::Generation`] (see [`crate::generation`] for the design).
+pub const GENERATION: &str = "HPD_GEN";
+/// [`crate::generation::name_key`] → [`crate::record::NameEntry`], both generations.
 pub const NAMES: &str = "HPD_NAMES";
-/// Zone id → [`crate::record::ZoneEntry`].
+/// [`crate::generation::zone_slot`] → [`crate::record::ZoneEntry`], both generations.
 pub const ZONES: &str = "HPD_ZONES";
-/// The node's own addresses: one [`crate::record::LocalAddrs`].
+/// The node's own addresses: one [`crate::record::LocalAddrs`] per generation.
 pub const LOCAL: &str = "HPD_LOCAL";
 /// Per-CPU counters indexed by [`crate::counters::Counter`].
 pub const COUNTERS: &str = "HPD_COUNTERS";

@@ -8,17 +8,24 @@ use crate::limits::{
     MAX_SOA_RR_LEN, NAME_BUF_LEN,
 };
 
-/// Key of the name table: [`crate::hash`] of the lower-case wire name.
+/// Key of the name table: [`crate::hash`] of the lower-case wire name, with the generation in
+/// its lowest bit ([`crate::generation::name_key`]).
 pub type NameKey = u64;
 
-/// Key of the zone table: the zone's id, as carried by its names' entries.
+/// A zone's id within one generation, as carried by its names' entries: its index in the
+/// generation's sorted zone list. Ids may differ between generations; a name entry only ever
+/// refers to a zone of its own generation, and the kernel checks the zone's apex against the
+/// question before it uses the zone's SOA.
 pub type ZoneId = u32;
 
 /// The name is a zone apex.
 pub const NAME_FLAG_APEX: u16 = 1 << 0;
-/// The kernel must pass queries for this name to userspace: its record set is larger than a name
-/// entry holds, or its hash collides with another name's.
-pub const NAME_FLAG_USERSPACE: u16 = 1 << 1;
+/// The kernel passes queries for this name to userspace: its hash collides with another
+/// name's, and userspace tells them apart.
+pub const NAME_FLAG_COLLISION: u16 = 1 << 1;
+/// The kernel passes queries for this name to userspace: its record set is larger than a name
+/// entry holds.
+pub const NAME_FLAG_LARGE_SET: u16 = 1 << 2;
 
 /// One name of a served zone: every name with records, every empty non-terminal, every apex.
 ///
@@ -87,6 +94,9 @@ pub struct SoaPatch {
 #[repr(C, align(8))]
 #[derive(Clone, Copy)]
 pub struct ZoneEntry {
+    /// Hash of the apex ([`crate::hash::name_hash`]): the kernel confirms that the question ends
+    /// in this zone's apex before it writes this zone's SOA.
+    pub apex_hash: u64,
     /// Hashes of the names in the zone that, if they end the question name, make userspace
     /// compress the SOA record's server or mailbox name against the question (`ns.<zone>` in a
     /// question `x.ns.<zone>`). The kernel passes such questions instead of answering them.
@@ -119,6 +129,7 @@ pub struct ZoneEntry {
 impl ZoneEntry {
     /// A zone entry with nothing in it.
     pub const EMPTY: Self = Self {
+        apex_hash: 0,
         guards: [0; MAX_SOA_GUARDS],
         guard_lens: [0; MAX_SOA_GUARDS],
         apex_len: 0,
@@ -135,8 +146,8 @@ impl ZoneEntry {
 }
 
 /// The node's own addresses, VIPs included, which the kernel answers for. A short array scanned
-/// in order costs less than a hash lookup per packet; the agent rewrites it whole when the node's
-/// addresses change (a reader racing the write sees old or new addresses, never others).
+/// in order costs less than a hash lookup per packet. Part of the generation: the agent writes a
+/// new set into the inactive generation and switches, so a reader sees one whole set.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalAddrs {
@@ -162,7 +173,7 @@ const _: () = assert!(
 );
 const _: () = assert!(
     core::mem::size_of::<ZoneEntry>()
-        == 10 * MAX_SOA_GUARDS + 2 * 7 + 4 * MAX_SOA_PATCHES + MAX_SOA_RR_LEN + 2
+        == 8 + 10 * MAX_SOA_GUARDS + 2 * 7 + 4 * MAX_SOA_PATCHES + MAX_SOA_RR_LEN + 2
 );
 
 const _: () =

@@ -4,10 +4,15 @@
 use hostport_dns_common::{
     counters::Counter,
     dns::{OPT_RR_LEN, RCODE_NOERROR, RCODE_NXDOMAIN, TYPE_A},
+    generation::zone_slot,
     limits::{
         A_RR_LEN, A_RRS_CAPACITY, AAAA_RR_LEN, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, NAME_BUF_LEN,
+        ZONES_CAPACITY,
     },
-    record::{NAME_FLAG_USERSPACE, NameEntry, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
+    record::{
+        NAME_FLAG_COLLISION, NAME_FLAG_LARGE_SET, NameEntry, ZONE_FLAG_NEGATIVE_IN_USERSPACE,
+        ZoneEntry, ZoneId,
+    },
 };
 
 use crate::{
@@ -16,6 +21,7 @@ use crate::{
     lookup::Found,
     packet::{bound, masked},
     scratch::Scratch,
+    table::Table,
 };
 
 /// The answer to write.
@@ -41,23 +47,31 @@ pub struct Records {
 }
 
 #[inline(always)]
-pub fn plan(query: &Query, found: &Found, scratch: &Scratch) -> Result<Plan, Counter> {
+pub fn plan(
+    query: &Query,
+    found: &Found,
+    scratch: &Scratch,
+    table: Table,
+) -> Result<Plan, Counter> {
     let (rcode, records, soa, counter) = match found {
         Found::Name(entry) => {
-            if entry.flags & NAME_FLAG_USERSPACE != 0 {
-                return Err(Counter::PassUserspace);
+            if entry.flags & NAME_FLAG_COLLISION != 0 {
+                return Err(Counter::PassCollision);
+            }
+            if entry.flags & NAME_FLAG_LARGE_SET != 0 {
+                return Err(Counter::PassLargeSet);
             }
             match records_of_type(entry, query.qtype) {
                 Some((records, counter)) => (RCODE_NOERROR, Some(records), None, counter),
                 None => {
-                    let zone = negative_zone(query, scratch, entry.zone_id)?;
+                    let zone = negative_zone(query, scratch, entry.zone_id, table)?;
                     let counter = Counter::answer(query.qtype != TYPE_A, false, false);
                     (RCODE_NOERROR, None, Some(zone), counter)
                 }
             }
         }
         Found::NoSuchName(zone_id) => {
-            let zone = negative_zone(query, scratch, *zone_id)?;
+            let zone = negative_zone(query, scratch, *zone_id, table)?;
             let counter = Counter::answer(query.qtype != TYPE_A, false, true);
             (RCODE_NXDOMAIN, None, Some(zone), counter)
         }
@@ -115,18 +129,30 @@ fn records_of_type(entry: &'static NameEntry, qtype: u16) -> Option<(Records, Co
 }
 
 /// The zone entry for a negative answer, unless userspace must make it: the zone says so, or the
-/// question ends in a name the SOA record would be compressed against.
+/// question ends in a name the SOA record would be compressed against. The zone must be the
+/// question's own: its apex ends the question (so no answer can carry another zone's SOA, even
+/// from a table the agent got wrong).
 #[inline(always)]
 fn negative_zone(
     query: &Query,
     scratch: &Scratch,
     zone_id: ZoneId,
+    table: Table,
 ) -> Result<&'static ZoneEntry, Counter> {
-    let zone = HPD_ZONES.get_ptr(zone_id).ok_or(Counter::PassUserspace)?;
-    // SAFETY: BPF_F_NO_PREALLOC: the value stays valid and unchanged for this program run.
+    if zone_id >= ZONES_CAPACITY {
+        return Err(Counter::PassNoTable);
+    }
+    let zone = HPD_ZONES
+        .get_ptr(zone_slot(table.generation, zone_id))
+        .ok_or(Counter::PassNoTable)?;
+    // SAFETY: the slot belongs to the generation this run reads, which the agent does not write
+    // until every run that may read it has ended.
     let zone: &'static ZoneEntry = unsafe { &*zone };
+    if !ends_question(query, scratch, zone.apex_len as usize, zone.apex_hash) {
+        return Err(Counter::PassNoTable);
+    }
     if zone.flags & ZONE_FLAG_NEGATIVE_IN_USERSPACE != 0 {
-        return Err(Counter::PassUserspace);
+        return Err(Counter::PassSoaInUserspace);
     }
     let guards = zone.guard_count as usize;
     let mut g = 0;
@@ -135,14 +161,20 @@ fn negative_zone(
             break;
         }
         let len = *masked(&zone.guard_lens, g) as usize;
-        let start = query.name_len.wrapping_sub(len);
-        if start < NAME_BUF_LEN
-            && scratch.label_starts_at(start)
-            && scratch.suffix_hash(bound(len, NAME_BUF_LEN - 1)) == *masked(&zone.guards, g)
-        {
-            return Err(Counter::PassUserspace);
+        if ends_question(query, scratch, len, *masked(&zone.guards, g)) {
+            return Err(Counter::PassSoaGuard);
         }
         g += 1;
     }
     Ok(zone)
+}
+
+/// Whether the name of wire length `len` and hash `hash` is a suffix of the question, starting at
+/// one of its labels.
+#[inline(always)]
+fn ends_question(query: &Query, scratch: &Scratch, len: usize, hash: u64) -> bool {
+    let start = query.name_len.wrapping_sub(len);
+    start < NAME_BUF_LEN
+        && scratch.label_starts_at(start)
+        && scratch.suffix_hash(bound(len, NAME_BUF_LEN - 1)) == hash
 }

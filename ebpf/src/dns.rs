@@ -9,7 +9,7 @@ use hostport_dns_common::{
         CLASS_IN, EDNS_FLAG_DO, FLAG_QR, HEADER_LEN, OPCODE_MASK, OPT_RR_LEN, TYPE_A, TYPE_AAAA,
         TYPE_OPT,
     },
-    hash::{SEED, lowercase_word, mix},
+    hash::{lowercase_word, mix},
     limits::{
         CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE, MAX_EDNS_OPTIONS, MAX_LABEL_LEN, MAX_LABELS,
         MAX_NAME_LEN, MAX_XDP_QUERY_LEN, NAME_BUF_LEN, NAME_WORDS,
@@ -19,6 +19,7 @@ use hostport_dns_common::{
 use crate::{
     packet::{be16, bound, masked_mut, ptr_at},
     scratch::{LABEL_START_WORDS, Scratch},
+    table::Table,
     udp::L4,
 };
 
@@ -58,7 +59,12 @@ impl Query {
 }
 
 #[inline(always)]
-pub fn parse(ctx: &XdpContext, l4: &L4, scratch: &mut Scratch) -> Result<Query, Counter> {
+pub fn parse(
+    ctx: &XdpContext,
+    l4: &L4,
+    scratch: &mut Scratch,
+    table: Table,
+) -> Result<Query, Counter> {
     if l4.dns_len > MAX_XDP_QUERY_LEN {
         return Err(Counter::PassTooLarge);
     }
@@ -87,7 +93,7 @@ pub fn parse(ctx: &XdpContext, l4: &L4, scratch: &mut Scratch) -> Result<Query, 
     if qclass != CLASS_IN || (qtype != TYPE_A && qtype != TYPE_AAAA) {
         return Err(Counter::PassUnsupportedType);
     }
-    let name_sum = load_name(ctx, l4, scratch, name_len)?;
+    let name_sum = load_name(ctx, l4, scratch, name_len, table.seed)?;
     Ok(Query {
         flags,
         name_len,
@@ -199,6 +205,7 @@ fn load_name(
     l4: &L4,
     scratch: &mut Scratch,
     name_len: usize,
+    seed: u64,
 ) -> Result<u16, Counter> {
     if name_len == 0 || name_len > MAX_NAME_LEN {
         return Err(Counter::PassMalformed);
@@ -215,7 +222,7 @@ fn load_name(
     let words = scratch.name.as_mut_ptr() as *mut u64;
     let whole_words = scratch.forget(name_len / 8, NAME_WORDS - 1)?;
     let mut sum = 0u64;
-    let mut hash = SEED;
+    let mut hash = seed;
     scratch.fold[0] = hash;
     let mut j = 0;
     while j < NAME_WORDS {
@@ -319,6 +326,6 @@ fn walk_options(ctx: &XdpContext, l4: &L4, mut offset: usize) -> Result<(), Coun
         Ok(())
     } else {
         // More options than the kernel walks: userspace parses them.
-        Err(Counter::PassUserspace)
+        Err(Counter::PassEdnsOptions)
     }
 }

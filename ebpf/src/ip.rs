@@ -10,6 +10,7 @@ use crate::{
     HPD_LOCAL,
     eth::{Family, L2},
     packet::{be16, len, ptr_at},
+    table::Table,
 };
 
 const IPPROTO_UDP: u8 = 17;
@@ -97,8 +98,14 @@ fn parse_v6(ctx: &XdpContext, l3_offset: usize) -> Result<L3, Counter> {
 /// Only the node's own addresses (VIPs included, which the agent keeps current) are answered:
 /// a query to a pod behind the node, or to a broadcast or multicast address, goes up the stack.
 #[inline(always)]
-pub fn ensure_addressed_to_this_host(ctx: &XdpContext, l3: &L3) -> Result<(), Counter> {
-    let local = HPD_LOCAL.get(0).ok_or(Counter::PassNotForThisHost)?;
+pub fn ensure_addressed_to_this_host(
+    ctx: &XdpContext,
+    l3: &L3,
+    table: Table,
+) -> Result<(), Counter> {
+    let local = HPD_LOCAL
+        .get(table.generation)
+        .ok_or(Counter::PassNotForThisHost)?;
     let found = match l3.family {
         Family::V4 => {
             let ip: *mut Ipv4Hdr = ptr_at(ctx, l3.l3_offset)?;

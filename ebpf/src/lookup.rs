@@ -1,9 +1,11 @@
-//! Finds the question name in the name table: the entry itself, or (for a name that does not
-//! exist) the zone it would belong to. Every hit is confirmed word by word against the entry's
-//! stored name, so a hash collision can only cost a miss, never a wrong answer.
+//! Finds the question name in the name table's current generation: the entry itself, or (for a
+//! name that does not exist) the zone it would belong to. Every hit is confirmed word by word
+//! against the entry's stored name, so a hash collision can only cost a miss, never a wrong
+//! answer.
 
 use hostport_dns_common::{
     counters::Counter,
+    generation::name_key,
     hash::front_bytes,
     limits::{MAX_ZONE_LABELS, NAME_BUF_LEN, NAME_WORDS},
     record::{NameEntry, ZoneId},
@@ -14,6 +16,7 @@ use crate::{
     dns::Query,
     packet::{bound, masked},
     scratch::Scratch,
+    table::Table,
 };
 
 /// What the table says about the question name.
@@ -25,15 +28,15 @@ pub enum Found {
 }
 
 #[inline(always)]
-pub fn find(query: &Query, scratch: &Scratch) -> Result<Found, Counter> {
+pub fn find(query: &Query, scratch: &Scratch, table: Table) -> Result<Found, Counter> {
     // One comparison site for both cases keeps the verifier's work linear.
-    let (entry, len, exact) = match lookup(scratch, query.name_len) {
+    let (entry, len, exact) = match lookup(scratch, query.name_len, table) {
         Some(entry) => (entry, query.name_len, true),
-        None => apex_of_missing_name(query, scratch)?,
+        None => apex_of_missing_name(query, scratch, table)?,
     };
     if !same_name(entry, scratch, len) {
         // A hash collision with a name the question is not: userspace tells them apart.
-        return Err(Counter::PassUserspace);
+        return Err(Counter::PassCollision);
     }
     Ok(if exact {
         Found::Name(entry)
@@ -45,9 +48,10 @@ pub fn find(query: &Query, scratch: &Scratch) -> Result<Found, Counter> {
 /// The entry whose hash matches the question's suffix of wire length `len`, if any (not yet
 /// confirmed byte by byte).
 #[inline(always)]
-fn lookup(scratch: &Scratch, len: usize) -> Option<&'static NameEntry> {
-    let entry = HPD_NAMES.get_ptr(scratch.suffix_hash(len))?;
-    // SAFETY: BPF_F_NO_PREALLOC: the value stays valid and unchanged for this program run.
+fn lookup(scratch: &Scratch, len: usize, table: Table) -> Option<&'static NameEntry> {
+    let entry = HPD_NAMES.get_ptr(&name_key(scratch.suffix_hash(len), table.generation))?;
+    // SAFETY: the entry belongs to the generation this run reads, which the agent does not write
+    // or free until every run that may read it has ended.
     Some(unsafe { &*entry })
 }
 
@@ -89,6 +93,7 @@ fn same_name(entry: &NameEntry, scratch: &Scratch, len: usize) -> bool {
 fn apex_of_missing_name(
     query: &Query,
     scratch: &Scratch,
+    table: Table,
 ) -> Result<(&'static NameEntry, usize, bool), Counter> {
     let mut j = 1;
     while j <= MAX_ZONE_LABELS {
@@ -98,7 +103,7 @@ fn apex_of_missing_name(
         }
         let offset = *masked(&scratch.label_offset, query.labels - j) as usize;
         let suffix_len = bound(query.name_len.wrapping_sub(offset), NAME_BUF_LEN - 1);
-        if let Some(entry) = lookup(scratch, suffix_len) {
+        if let Some(entry) = lookup(scratch, suffix_len, table) {
             return Ok((entry, suffix_len, false));
         }
         j += 1;

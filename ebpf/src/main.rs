@@ -19,6 +19,7 @@ mod reflect;
 mod rewrite;
 mod scratch;
 mod stats;
+mod table;
 mod udp;
 
 use aya_ebpf::{
@@ -30,25 +31,30 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
     counters::{COUNTER_SLOTS, Counter},
+    generation::{GENERATIONS, Generation},
     limits::{NAMES_CAPACITY, ZONES_CAPACITY},
-    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry, ZoneId},
+    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
 
-/// `BPF_F_NO_PREALLOC`: entries are allocated per update and freed after an RCU grace period, so
-/// an update replaces a value atomically for readers (a preallocated map may recycle an element
-/// a reader still holds).
+/// `BPF_F_NO_PREALLOC`: entries are allocated per update, so the map costs memory for the names
+/// it holds, not for its capacity. (Freed elements may be reused at once; that is harmless here
+/// because the agent only writes the generation no program run reads: see `table`.)
 const NO_PREALLOC: u32 = 1;
+
+/// Which generation is active, and the hash seed (`hostport_dns_common::generation`).
+#[map]
+static HPD_GEN: Array<Generation> = Array::with_max_entries(1, 0);
 
 #[map]
 static HPD_NAMES: HashMap<NameKey, NameEntry> =
-    HashMap::with_max_entries(NAMES_CAPACITY, NO_PREALLOC);
+    HashMap::with_max_entries(GENERATIONS * NAMES_CAPACITY, NO_PREALLOC);
+
+/// An array, so that its lookup is inlined by the verifier (no helper call).
+#[map]
+static HPD_ZONES: Array<ZoneEntry> = Array::with_max_entries(GENERATIONS * ZONES_CAPACITY, 0);
 
 #[map]
-static HPD_ZONES: HashMap<ZoneId, ZoneEntry> =
-    HashMap::with_max_entries(ZONES_CAPACITY, NO_PREALLOC);
-
-#[map]
-static HPD_LOCAL: Array<LocalAddrs> = Array::with_max_entries(1, 0);
+static HPD_LOCAL: Array<LocalAddrs> = Array::with_max_entries(GENERATIONS, 0);
 
 #[map]
 static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
@@ -83,11 +89,12 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     let l2 = eth::parse(ctx)?;
     let l3 = ip::parse(ctx, &l2)?;
     let l4 = udp::parse(ctx, &l3)?;
-    ip::ensure_addressed_to_this_host(ctx, &l3)?;
+    let table = table::current()?;
+    ip::ensure_addressed_to_this_host(ctx, &l3, table)?;
     let scratch = scratch::get()?;
-    let query = dns::parse(ctx, &l4, scratch)?;
-    let found = lookup::find(&query, scratch)?;
-    let plan = answer::plan(&query, &found, scratch)?;
+    let query = dns::parse(ctx, &l4, scratch, table)?;
+    let found = lookup::find(&query, scratch, table)?;
+    let plan = answer::plan(&query, &found, scratch, table)?;
     rewrite::into_answer(ctx, &l3, &l4, &query, &plan, scratch)?;
     Ok(plan.counter)
 }

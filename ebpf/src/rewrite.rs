@@ -54,7 +54,7 @@ pub fn into_answer(
     let mut at = question_end;
     if let Some(records) = plan.records {
         if records.len > AAAA_RRS_CAPACITY {
-            return Err(Counter::PassUserspace);
+            return Err(Counter::PassTooLarge);
         }
         copy_to_packet::<AAAA_RRS_CAPACITY>(ctx, l4.udp_offset + at, records.bytes, records.len)?;
         sum += at_offset(records.sum, at);
@@ -164,7 +164,7 @@ fn copy_to_packet<const CAPACITY: usize>(
     // The check tells the verifier what `len <= CAPACITY` already implies.
     let last = bound(whole_words, word_mask);
     if last >= capacity_words {
-        return Err(Counter::PassUserspace);
+        return Err(Counter::PassTooLarge);
     }
     // SAFETY: last < CAPACITY / 8.
     let bytes = unsafe { words.add(last).read() }.to_le_bytes();
@@ -193,7 +193,7 @@ fn write_soa(
 ) -> Result<(usize, u64), Counter> {
     let soa_len = zone.soa_len as usize;
     if soa_len == 0 || soa_len > MAX_SOA_RR_LEN {
-        return Err(Counter::PassUserspace);
+        return Err(Counter::PassTooLarge);
     }
     copy_to_packet::<MAX_SOA_RR_LEN>(ctx, udp_offset + at, zone.soa_rr.as_ptr(), soa_len)?;
     let mut sum = at_offset(zone.soa_csum, at);

@@ -105,6 +105,6 @@ pub fn get() -> Result<&'static mut Scratch, Counter> {
     match HPD_SCRATCH.get_ptr_mut(0) {
         // SAFETY: per-CPU, and XDP runs without preemption: nothing else touches it meanwhile.
         Some(ptr) => Ok(unsafe { &mut *ptr }),
-        None => Err(Counter::PassUserspace),
+        None => Err(Counter::PassNoTable),
     }
 }

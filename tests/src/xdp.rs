@@ -5,7 +5,6 @@ use std::{net::IpAddr, time::Duration};
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData},
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use hostport_dns::{
@@ -13,7 +12,7 @@ use hostport_dns::{
     table::RecordTable,
     xdp::{counters::Counters, loader, local_addrs::compile, writer::MapWriter},
 };
-use hostport_dns_common::{maps, record::LocalAddrs};
+use hostport_dns_common::maps;
 
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
@@ -22,7 +21,7 @@ pub struct Program {
     pub ebpf: Ebpf,
     pub table: RecordTable,
     pub counters: Counters,
-    _writer: MapWriter,
+    pub writer: MapWriter,
 }
 
 impl Program {
@@ -34,19 +33,16 @@ impl Program {
         assert!(warnings.is_empty(), "{warnings:?}");
         let mut ebpf = loader::load(1053).expect("load the XDP program");
         let mut writer = MapWriter::new(&mut ebpf).expect("the name maps");
+        writer
+            .write_local(compile(&local.iter().copied().collect()))
+            .expect("the local addresses");
         writer.write_table(&table).expect("write the table");
-        let mut array: Array<MapData, LocalAddrs> =
-            Array::try_from(ebpf.take_map(maps::LOCAL).expect("the local addresses"))
-                .expect("an array");
-        array
-            .set(0, compile(&local.iter().copied().collect()), 0)
-            .expect("write the local addresses");
         let counters = Counters::new(&mut ebpf).expect("the counters");
         Self {
             ebpf,
             table,
             counters,
-            _writer: writer,
+            writer,
         }
     }
 
@@ -92,19 +88,29 @@ impl Program {
     /// Runs one frame once: the verdict, the frame as the program left it, and the time the
     /// kernel measured.
     pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>, Duration) {
-        let program = self.answering_program();
-        let mut out = vec![0u8; 4096];
-        let result = program
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                repeat: 1,
-                ..Default::default()
-            })
-            .expect("BPF_PROG_TEST_RUN");
-        out.truncate(result.data_size_out as usize);
-        (result.return_value, out, result.duration)
+        run_once(self.answering_program(), frame)
     }
+
+    /// The answering program, for runs from other threads while the table changes.
+    pub fn program(&self) -> &Xdp {
+        self.answering_program()
+    }
+}
+
+/// Runs one frame once through `program`: the verdict, the frame as the program left it, and the
+/// time the kernel measured.
+pub fn run_once(program: &Xdp, frame: &[u8]) -> (u32, Vec<u8>, Duration) {
+    let mut out = vec![0u8; 4096];
+    let result = program
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            repeat: 1,
+            ..Default::default()
+        })
+        .expect("BPF_PROG_TEST_RUN");
+    out.truncate(result.data_size_out as usize);
+    (result.return_value, out, result.duration)
 }
 
 /// One BPF_PROG_TEST_RUN of `frame`: the time the kernel reports.

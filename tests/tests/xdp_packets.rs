@@ -330,7 +330,7 @@ fn a_question_below_the_soa_server_name_is_left_to_userspace() {
     // ns.<zone> would compress against the question: userspace answers those.
     fx.passed(
         &Frame::v4(SERVER_V4).build(&a_query("x.ns.prod.coreha.example")),
-        Counter::PassUserspace,
+        Counter::PassSoaGuard,
     );
 }
 
@@ -344,7 +344,7 @@ fn a_zone_whose_soa_compresses_unpredictably_is_left_to_userspace() {
     );
     fx.passed(
         &Frame::v4(SERVER_V4).build(&a_query("nope.odd.test")),
-        Counter::PassUserspace,
+        Counter::PassSoaInUserspace,
     );
 }
 
@@ -353,7 +353,7 @@ fn a_record_set_larger_than_an_entry_is_left_to_userspace() {
     let fx = fixture();
     fx.passed(
         &Frame::v4(SERVER_V4).build(&a_query("many.prod.coreha.example")),
-        Counter::PassUserspace,
+        Counter::PassLargeSet,
     );
 }
 

@@ -10,7 +10,7 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -83,7 +83,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let stop = StopSignals::install()?;
     let mut dataplane = match (args.xdp_mode, args.interfaces.is_empty()) {
         (XdpMode::Off, _) | (_, true) => None,
-        _ => Some(Dataplane::start(
+        _ => Some(Dataplane::load(
             args.port,
             &args.interfaces,
             args.xdp_mode,
@@ -91,16 +91,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.ebpf_log_level,
         )?),
     };
-    let (writer, local_addrs, counters) = match dataplane.as_mut() {
+    let (writer, counters) = match dataplane.as_mut() {
         Some(dp) => (
-            Some(MapWriter::new(&mut dp.ebpf)?),
-            Some(LocalAddrs::new(&mut dp.ebpf)?),
+            Some(Arc::new(Mutex::new(MapWriter::new(&mut dp.ebpf)?))),
             Some(Counters::new(&mut dp.ebpf)?),
         ),
-        None => (None, None, None),
+        None => (None, None),
     };
-    if let Some(mut local_addrs) = local_addrs {
-        // Before serving: until the node's addresses are known, the kernel answers nothing.
+    if let Some(writer) = &writer {
+        // Before the first table: it carries the node's addresses.
+        let mut local_addrs = LocalAddrs::new(writer.clone());
         local_addrs
             .sync()
             .context("cannot list the node's addresses")?;
@@ -130,6 +130,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             snapshot: snapshot.clone(),
             observed: Instant::now(),
         });
+    }
+
+    // Attached once the table holds what the sources already delivered: before, a previous
+    // agent's pinned program answers from its own complete table, or nothing does (and nothing
+    // is answered wrongly). A source that delivers later (Kubernetes) finds the program passing
+    // everything to userspace until its first complete generation.
+    if let Some(dp) = dataplane.as_mut() {
+        dp.attach()?;
     }
 
     let (updates_tx, updates_rx) = mpsc::channel(64);

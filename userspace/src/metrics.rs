@@ -28,6 +28,19 @@ pub struct Metrics {
     pub table_names: Gauge,
     pub table_records: Gauge,
     pub table_updates: Counter,
+    /// Names in the active generation of the kernel table.
+    pub xdp_table_names: Gauge,
+    /// Names one generation of the kernel table may hold.
+    pub xdp_table_capacity: Gauge,
+    /// Names of the table the kernel table does not hold (their zones did not fit): userspace
+    /// answers them.
+    pub xdp_names_in_userspace: Gauge,
+    /// Names sharing a kernel key with another (userspace answers them).
+    pub xdp_collisions: Gauge,
+    /// Generation switches of the kernel table.
+    pub xdp_generations: Counter,
+    /// Failed kernel table writes (the previous complete generation kept answering).
+    pub xdp_write_errors: Counter,
     /// Seconds from a source change to the table being served (both paths).
     pub propagation: Histogram,
     pub source_synced: Family<SourceLabel, Gauge>,
@@ -62,6 +75,12 @@ impl Metrics {
             table_names: Gauge::default(),
             table_records: Gauge::default(),
             table_updates: Counter::default(),
+            xdp_table_names: Gauge::default(),
+            xdp_table_capacity: Gauge::default(),
+            xdp_names_in_userspace: Gauge::default(),
+            xdp_collisions: Gauge::default(),
+            xdp_generations: Counter::default(),
+            xdp_write_errors: Counter::default(),
             propagation: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             source_synced: Family::default(),
             source_last_sync: Family::default(),
@@ -85,6 +104,36 @@ impl Metrics {
             "table_updates",
             "Record table publications",
             metrics.table_updates.clone(),
+        );
+        registry.register(
+            "xdp_table_names",
+            "Names in the active generation of the kernel table",
+            metrics.xdp_table_names.clone(),
+        );
+        registry.register(
+            "xdp_table_capacity",
+            "Names one generation of the kernel table holds at most",
+            metrics.xdp_table_capacity.clone(),
+        );
+        registry.register(
+            "xdp_names_in_userspace",
+            "Names the kernel table does not hold because their zones did not fit (answered by userspace)",
+            metrics.xdp_names_in_userspace.clone(),
+        );
+        registry.register(
+            "xdp_collisions",
+            "Names sharing a kernel table key with another name (answered by userspace)",
+            metrics.xdp_collisions.clone(),
+        );
+        registry.register(
+            "xdp_generations",
+            "Generation switches of the kernel table",
+            metrics.xdp_generations.clone(),
+        );
+        registry.register(
+            "xdp_write_errors",
+            "Failed kernel table writes; the previous complete generation kept answering",
+            metrics.xdp_write_errors.clone(),
         );
         registry.register(
             "propagation_seconds",

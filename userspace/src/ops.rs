@@ -9,16 +9,20 @@ use std::{
 };
 
 use anyhow::Context;
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray};
 use hickory_proto::{
     op::{Message, Query},
     rr::{Name, RecordType},
 };
 use hostport_dns_common::{
     counters::{COUNTER_SLOTS, Counter},
-    limits::{A_RR_LEN, AAAA_RR_LEN, NAME_BUF_LEN},
+    generation::{Generation, generation_of_key, zone_slot},
+    limits::{A_RR_LEN, AAAA_RR_LEN, NAME_BUF_LEN, ZONES_CAPACITY},
     maps,
-    record::{NAME_FLAG_APEX, NAME_FLAG_USERSPACE, NameEntry, NameKey, ZoneEntry, ZoneId},
+    record::{
+        NAME_FLAG_APEX, NAME_FLAG_COLLISION, NAME_FLAG_LARGE_SET, NameEntry, NameKey, ZoneEntry,
+        ZoneId,
+    },
 };
 use serde::Serialize;
 
@@ -49,13 +53,26 @@ fn open_map(pin_dir: &Path, name: &str) -> anyhow::Result<MapData> {
     })
 }
 
-/// The names the kernel answers for now, sorted.
+/// The generation the kernel answers from now, if one is active.
+fn active_generation(pin_dir: &Path) -> anyhow::Result<Option<u32>> {
+    let state: Array<MapData, Generation> =
+        Array::try_from(Map::Array(open_map(pin_dir, maps::GENERATION)?))?;
+    Ok(state.get(&0, 0)?.active_generation())
+}
+
+/// The names the kernel answers for now (its active generation), sorted.
 pub fn read_records(pin_dir: &Path) -> anyhow::Result<Vec<NameRow>> {
     let names: BpfHashMap<MapData, NameKey, NameEntry> =
         BpfHashMap::try_from(Map::HashMap(open_map(pin_dir, maps::NAMES)?))?;
+    let Some(generation) = active_generation(pin_dir)? else {
+        return Ok(Vec::new());
+    };
     let mut rows = Vec::new();
     for key in names.keys() {
         let key = key?;
+        if generation_of_key(key) != generation {
+            continue;
+        }
         let Ok(entry) = names.get(&key, 0) else {
             continue;
         };
@@ -87,7 +104,7 @@ fn decode(entry: &NameEntry) -> NameRow {
             .filter_map(|rr| <[u8; 16]>::try_from(&rr[12..28]).ok().map(Ipv6Addr::from))
             .collect(),
         apex: entry.flags & NAME_FLAG_APEX != 0,
-        userspace: entry.flags & NAME_FLAG_USERSPACE != 0,
+        userspace: entry.flags & (NAME_FLAG_COLLISION | NAME_FLAG_LARGE_SET) != 0,
     }
 }
 
@@ -107,12 +124,19 @@ fn dotted(wire: &[u8]) -> String {
     if out.is_empty() { ".".into() } else { out }
 }
 
-/// Zone ids the kernel table knows.
+/// Zone ids the kernel table's active generation holds.
 pub fn read_zone_ids(pin_dir: &Path) -> anyhow::Result<Vec<ZoneId>> {
-    let zones: BpfHashMap<MapData, ZoneId, ZoneEntry> =
-        BpfHashMap::try_from(Map::HashMap(open_map(pin_dir, maps::ZONES)?))?;
-    let mut ids: Vec<ZoneId> = zones.keys().collect::<Result<_, _>>()?;
-    ids.sort();
+    let zones: Array<MapData, ZoneEntry> =
+        Array::try_from(Map::Array(open_map(pin_dir, maps::ZONES)?))?;
+    let Some(generation) = active_generation(pin_dir)? else {
+        return Ok(Vec::new());
+    };
+    let mut ids = Vec::new();
+    for id in 0..ZONES_CAPACITY {
+        if zones.get(&zone_slot(generation, id), 0)?.apex_len != 0 {
+            ids.push(id);
+        }
+    }
     Ok(ids)
 }
 

@@ -8,7 +8,7 @@
 
 use std::{
     collections::BTreeMap,
-    sync::Arc,
+    sync::{Arc, Mutex},
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -44,7 +44,8 @@ pub struct Update {
 /// the server and writes it into the kernel maps.
 pub struct Publisher {
     shared: Arc<Shared>,
-    writer: Option<MapWriter>,
+    /// Shared with the local-address follower, the other one who asks for generations.
+    writer: Option<Arc<Mutex<MapWriter>>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     /// Sources that must all deliver once before anything is served.
@@ -65,7 +66,7 @@ enum Compiled {
 impl Publisher {
     pub fn new(
         shared: Arc<Shared>,
-        writer: Option<MapWriter>,
+        writer: Option<Arc<Mutex<MapWriter>>>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
         expected: Vec<&'static str>,
@@ -132,17 +133,37 @@ impl Publisher {
         self.shared.publish(table.clone());
         let names = table.nodes().len();
         let records = table.record_count();
-        if let Some(writer) = self.writer.as_mut() {
-            let written = match &compiled {
-                Compiled::Whole => writer.write_table(&table),
-                Compiled::Names(names) => writer.write_names(&table, names),
-            };
+        if let Some(writer) = self.writer.as_ref() {
+            // A switch waits for the program's running invocations: not on an async worker's
+            // time.
+            let (written, capacity) = tokio::task::block_in_place(|| {
+                let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
+                let written = match &compiled {
+                    Compiled::Whole => writer.write_table(&table),
+                    Compiled::Names(names) => writer.write_names(&table, names),
+                };
+                (written, writer.capacity())
+            });
+            self.metrics.xdp_table_capacity.set(capacity.names as i64);
             match written {
                 Ok(stats) => {
+                    self.metrics.xdp_generations.inc();
+                    self.metrics.xdp_table_names.set(stats.names_held as i64);
+                    self.metrics
+                        .xdp_names_in_userspace
+                        .set(stats.names_left_out as i64);
+                    self.metrics.xdp_collisions.set(stats.collisions as i64);
                     if stats.collisions > 0 {
                         warn!(
                             collisions = stats.collisions,
                             "name hash collisions: those names are answered by userspace"
+                        );
+                    }
+                    if stats.names_left_out > 0 {
+                        warn!(
+                            names = stats.names_left_out,
+                            capacity = capacity.names,
+                            "the kernel table is full: the zones that do not fit are answered by userspace"
                         );
                     }
                     info!(
@@ -156,7 +177,11 @@ impl Publisher {
                     );
                 }
                 Err(err) => {
-                    error!(%err, "writing the XDP maps failed; userspace answers meanwhile")
+                    self.metrics.xdp_write_errors.inc();
+                    error!(
+                        %err,
+                        "writing the kernel table failed; its previous complete generation keeps answering"
+                    )
                 }
             }
         } else {

@@ -16,13 +16,14 @@ use hostport_dns_common::{
     dns::{
         CLASS_IN, HEADER_LEN, POINTER_MARK, POINTER_TO_QUESTION, RR_FIXED_LEN, TYPE_A, TYPE_AAAA,
     },
+    generation::name_key,
     hash::name_hash,
     limits::{
         A_RR_LEN, A_RRS_CAPACITY, AAAA_RR_LEN, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, MAX_SOA_PATCHES,
         MAX_SOA_RR_LEN, NAME_BUF_LEN,
     },
     record::{
-        NAME_FLAG_APEX, NAME_FLAG_USERSPACE, NameEntry, NameKey, SoaPatch,
+        NAME_FLAG_APEX, NAME_FLAG_COLLISION, NAME_FLAG_LARGE_SET, NameEntry, NameKey, SoaPatch,
         ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId,
     },
 };
@@ -36,9 +37,10 @@ use crate::{
 /// Type and class after the question name.
 const QTYPE_QCLASS_LEN: usize = 4;
 
-/// What the kernel's maps hold, as the writer keeps track of it. Zone entries are kept whole
-/// (there are few); of a name entry only the name it holds, not its kilobyte of bytes: an entry
-/// is rebuilt from the table whenever a change touches its name.
+/// What one generation of the kernel's maps holds, as the writer keeps track of it. Keys are
+/// those of generation 0 ([`name_key`]); the writer sets the generation bit as it writes. Zone
+/// entries are kept whole (there are few); of a name entry only the name it holds, not its
+/// kilobyte of bytes: an entry is rebuilt from the table whenever a change touches its name.
 pub struct Image {
     /// Per key, the lower-case wire name whose entry the kernel holds.
     pub names: HashMap<NameKey, Box<[u8]>>,
@@ -46,13 +48,10 @@ pub struct Image {
     /// Keys that two or more names hash to, with those names, sorted. The entry holds the first
     /// name, marked for userspace: the kernel confirms the name, userspace tells them apart.
     shared_keys: HashMap<NameKey, Vec<LowerName>>,
-    key_of: fn(&[u8]) -> NameKey,
-}
-
-impl Default for Image {
-    fn default() -> Self {
-        Self::with_key(name_hash)
-    }
+    /// Per zone id, whether the zone is in the kernel table (see [`admission`]).
+    admitted: Vec<bool>,
+    seed: u64,
+    key_of: fn(u64, &[u8]) -> u64,
 }
 
 /// What an update changed in an image: the keys to write (present) or delete (absent).
@@ -64,13 +63,64 @@ pub struct Changes {
 }
 
 impl Image {
+    /// An empty image keyed by the kernel's hash under `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self::with_key(seed, name_hash)
+    }
+
     /// An empty image whose names are keyed by `key_of` (the kernel's hash; tests use others).
-    pub fn with_key(key_of: fn(&[u8]) -> NameKey) -> Self {
+    pub fn with_key(seed: u64, key_of: fn(u64, &[u8]) -> u64) -> Self {
         Self {
             names: HashMap::default(),
             zones: HashMap::default(),
             shared_keys: HashMap::default(),
+            admitted: Vec::new(),
+            seed,
             key_of,
+        }
+    }
+
+    /// The hash seed the keys are made with.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// An empty image with the same keys and the zones `admitted` (per zone id) in the kernel.
+    pub fn fresh(&self, admitted: Vec<bool>) -> Self {
+        let mut image = Self::with_key(self.seed, self.key_of);
+        image.admitted = admitted;
+        image
+    }
+
+    /// Which zones are in the kernel table, per zone id.
+    pub fn admitted(&self) -> &[bool] {
+        &self.admitted
+    }
+
+    fn admits(&self, zone: ZoneId) -> bool {
+        self.admitted.get(zone as usize).copied().unwrap_or(false)
+    }
+
+    /// Names of the table that are not in the kernel table (their zones did not fit).
+    pub fn names_left_out(&self, table: &RecordTable) -> usize {
+        if self.admitted.iter().all(|a| *a) {
+            return 0;
+        }
+        table
+            .nodes()
+            .filter(|(_, node)| !self.admits(node.zone))
+            .count()
+    }
+
+    /// The entry the kernel should hold under `key`, if any.
+    pub fn entry_at(&self, table: &RecordTable, key: NameKey) -> Option<NameEntry> {
+        match self.shared_keys.get(&key) {
+            Some(owners) => {
+                let mut entry = entry_for(table, owners.first()?)?;
+                entry.flags |= NAME_FLAG_COLLISION;
+                Some(entry)
+            }
+            None => entry_for(table, &owner_of(self.names.get(&key)?)?),
         }
     }
 
@@ -103,7 +153,10 @@ impl Image {
     pub fn refresh_zones(&mut self, table: &RecordTable) -> Vec<ZoneId> {
         let mut changed = Vec::new();
         for zone in table.zones() {
-            let entry = zone_entry(zone);
+            if !self.admits(zone.id) {
+                continue;
+            }
+            let entry = zone_entry(zone, self.seed);
             if self
                 .zones
                 .get(&zone.id)
@@ -116,7 +169,7 @@ impl Image {
         let gone: Vec<ZoneId> = self
             .zones
             .keys()
-            .filter(|id| table.zones().get(**id as usize).is_none())
+            .filter(|id| table.zones().get(**id as usize).is_none() || !self.admits(**id))
             .copied()
             .collect();
         for id in gone {
@@ -149,8 +202,10 @@ impl Image {
         mut write: impl FnMut(NameKey, Option<&NameEntry>),
     ) {
         let wire = wire_name(name);
-        let key = (self.key_of)(&wire);
-        let exists = table.node_lower(name).is_some();
+        let key = name_key((self.key_of)(self.seed, &wire), 0);
+        let exists = table
+            .node_lower(name)
+            .is_some_and(|node| self.admits(node.zone));
         let mut owners = match self.shared_keys.remove(&key) {
             Some(owners) => owners,
             None => match self.names.get(&key) {
@@ -167,7 +222,7 @@ impl Image {
             [] => None,
             [only] => entry_for(table, only),
             [first, ..] => entry_for(table, first).map(|mut entry| {
-                entry.flags |= NAME_FLAG_USERSPACE;
+                entry.flags |= NAME_FLAG_COLLISION;
                 entry
             }),
         };
@@ -188,6 +243,39 @@ impl Image {
     }
 }
 
+/// Which zones of `table` the kernel table holds, per zone id: all of them when they fit, else
+/// the zones in order as long as their names fit in `names_capacity` and their number in
+/// `zones_capacity`. A zone is in whole or not at all, so that the kernel never answers NXDOMAIN
+/// for a name it merely lacks: it passes every query of a zone left out (no apex, no zone).
+pub fn admission(table: &RecordTable, names_capacity: usize, zones_capacity: usize) -> Vec<bool> {
+    let zones = table.zones().len();
+    if table.nodes().len() <= names_capacity && zones <= zones_capacity {
+        return vec![true; zones];
+    }
+    let mut names = vec![0usize; zones];
+    for (_, node) in table.nodes() {
+        if let Some(count) = names.get_mut(node.zone as usize) {
+            *count += 1;
+        }
+    }
+    let mut room = names_capacity;
+    names
+        .iter()
+        .enumerate()
+        .map(|(id, count)| {
+            let fits = id < zones_capacity && *count <= room;
+            if fits {
+                room -= count;
+            }
+            fits
+        })
+        .collect()
+}
+
+/// The seed the unit tests hash with.
+#[cfg(test)]
+pub const TEST_SEED: u64 = 0x6a09_e667_f3bc_c908;
+
 /// The whole table in kernel form, keyed by the kernel's hash, with every entry (for tests: the
 /// writer never holds them all).
 #[cfg(test)]
@@ -198,9 +286,9 @@ fn build_entries(table: &RecordTable) -> (Image, HashMap<NameKey, NameEntry>) {
 #[cfg(test)]
 fn build_entries_with(
     table: &RecordTable,
-    key_of: fn(&[u8]) -> NameKey,
+    key_of: fn(u64, &[u8]) -> u64,
 ) -> (Image, HashMap<NameKey, NameEntry>) {
-    let mut image = Image::with_key(key_of);
+    let mut image = Image::with_key(TEST_SEED, key_of).fresh(vec![true; table.zones().len()]);
     image.refresh_zones(table);
     let mut entries = HashMap::default();
     image.place_all(table, |key, entry| match entry {
@@ -281,7 +369,7 @@ fn name_entry(name: &LowerName, node: &Node, zone: &Zone) -> NameEntry {
         .collect();
     if a.len() > A_RRS_CAPACITY || aaaa.len() > AAAA_RRS_CAPACITY {
         // More records than an entry holds: userspace answers this name.
-        entry.flags |= NAME_FLAG_USERSPACE;
+        entry.flags |= NAME_FLAG_LARGE_SET;
         return entry;
     }
     entry.a_rrs[..a.len()].copy_from_slice(&a);
@@ -308,10 +396,11 @@ fn answer_rr(rtype: u16, ttl: u32, address: &[u8]) -> Vec<u8> {
 
 /// The zone's SOA record as a template: encoded by hickory for a question that is the apex
 /// itself, its compression pointers turned into patches relative to the question's length.
-pub fn zone_entry(zone: &Zone) -> ZoneEntry {
+pub fn zone_entry(zone: &Zone, seed: u64) -> ZoneEntry {
     let mut entry = ZoneEntry::EMPTY;
     let apex = &zone.spec.apex;
     let apex_wire = wire_name(&LowerName::new(apex));
+    entry.apex_hash = name_hash(seed, &apex_wire);
     entry.apex_len = apex_wire.len() as u16;
     entry.apex_labels = apex.num_labels() as u16;
     match soa_template(zone, apex_wire.len()) {
@@ -324,7 +413,7 @@ pub fn zone_entry(zone: &Zone) -> ZoneEntry {
         }
         None => entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE,
     }
-    match guards(zone) {
+    match guards(zone, seed) {
         Some(guards) => {
             for (i, (hash, len)) in guards.iter().enumerate() {
                 entry.guards[i] = *hash;
@@ -405,7 +494,7 @@ fn skip_name(bytes: &[u8], mut offset: usize, patches: &mut Vec<(usize, u16)>) -
 
 /// Names under the apex that, ending a question, would make the SOA compress differently:
 /// every suffix, longer than the apex, of the server and mailbox names inside the zone.
-fn guards(zone: &Zone) -> Option<Vec<(u64, u16)>> {
+fn guards(zone: &Zone, seed: u64) -> Option<Vec<(u64, u16)>> {
     let apex = &zone.spec.apex;
     let mut guards: Vec<(u64, u16)> = Vec::new();
     for name in [&zone.spec.soa.mname, &zone.spec.soa.rname] {
@@ -415,7 +504,7 @@ fn guards(zone: &Zone) -> Option<Vec<(u64, u16)>> {
         let mut suffix = name.to_lowercase();
         while suffix.num_labels() > apex.num_labels() {
             let wire = wire_name(&LowerName::new(&suffix));
-            let guard = (name_hash(&wire), wire.len() as u16);
+            let guard = (name_hash(seed, &wire), wire.len() as u16);
             if !guards.contains(&guard) {
                 guards.push(guard);
             }
@@ -468,7 +557,7 @@ mod tests {
             &records,
         ));
         let wire = b"\x03web\x07example\x00";
-        let entry = &entries[&name_hash(wire)];
+        let entry = &entries[&name_key(name_hash(TEST_SEED, wire), 0)];
         assert_eq!(entry.name_len as usize, wire.len());
         assert_eq!(&entry.name[NAME_BUF_LEN - wire.len()..], wire);
         assert!(
@@ -521,8 +610,8 @@ mod tests {
             ZoneSpec::with_defaults(name("example.")),
             &records,
         ));
-        let entry = &entries[&name_hash(b"\x03big\x07example\x00")];
-        assert_ne!(entry.flags & NAME_FLAG_USERSPACE, 0);
+        let entry = &entries[&name_key(name_hash(TEST_SEED, b"\x03big\x07example\x00"), 0)];
+        assert_ne!(entry.flags & NAME_FLAG_LARGE_SET, 0);
     }
 
     fn a(owner: &str, ip: &str) -> SourceRecord {
@@ -563,13 +652,13 @@ mod tests {
     }
 
     /// Keys by wire length: names of one length collide.
-    fn weak_key(wire: &[u8]) -> NameKey {
-        wire.len() as NameKey
+    fn weak_key(_seed: u64, wire: &[u8]) -> u64 {
+        (wire.len() as u64) << 1
     }
 
     #[test]
     fn refreshing_the_changed_names_gives_what_a_full_build_gives() {
-        for key_of in [name_hash as fn(&[u8]) -> NameKey, weak_key] {
+        for key_of in [name_hash as fn(u64, &[u8]) -> u64, weak_key] {
             let (mut builder, _) =
                 crate::table::TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
             builder.finish();
@@ -609,9 +698,9 @@ mod tests {
         builder.add([&one, &other]);
         builder.finish();
         let (mut image, entries) = build_entries_with(builder.table(), weak_key);
-        let key = weak_key(b"\x02aa\x07example\x00");
+        let key = weak_key(TEST_SEED, b"\x02aa\x07example\x00");
         assert_eq!(image.collisions(), 1);
-        assert_ne!(entries[&key].flags & NAME_FLAG_USERSPACE, 0);
+        assert_ne!(entries[&key].flags & NAME_FLAG_COLLISION, 0);
         builder.remove([&one]);
         let changed = builder.finish();
         let changes = image.refresh(builder.table(), &changed);
@@ -619,7 +708,7 @@ mod tests {
             panic!("one entry to write");
         };
         assert_eq!(*changed_key, key);
-        assert_eq!(entry.flags & NAME_FLAG_USERSPACE, 0);
+        assert_eq!(entry.flags & NAME_FLAG_COLLISION, 0);
         assert_eq!(stored_name(entry), b"\x02bb\x07example\x00");
         assert_eq!(image.collisions(), 0);
     }

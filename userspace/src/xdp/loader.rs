@@ -12,8 +12,9 @@ use aya::{
     },
 };
 use hostport_dns_common::{
+    generation::Generation,
     maps,
-    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry, ZoneId},
+    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
 use tracing::{info, warn};
 
@@ -84,23 +85,28 @@ pub struct Dataplane {
     pub attachments: Vec<(String, &'static str)>,
     /// Where the maps and links are pinned, if they are.
     pub pin_dir: Option<PathBuf>,
+    /// Interfaces to attach to, and how.
+    interfaces: Vec<String>,
+    mode: XdpMode,
 }
 
 /// Maps kept across agent restarts, with the key and value sizes this build expects.
-fn pinned_maps() -> [(&'static str, usize, usize); 4] {
+fn pinned_maps() -> [(&'static str, usize, usize); 5] {
     [
+        (maps::GENERATION, size_of::<u32>(), size_of::<Generation>()),
         (maps::NAMES, size_of::<NameKey>(), size_of::<NameEntry>()),
-        (maps::ZONES, size_of::<ZoneId>(), size_of::<ZoneEntry>()),
+        (maps::ZONES, size_of::<u32>(), size_of::<ZoneEntry>()),
         (maps::LOCAL, size_of::<u32>(), size_of::<LocalAddrs>()),
         (maps::COUNTERS, size_of::<u32>(), size_of::<u64>()),
     ]
 }
 
 impl Dataplane {
-    /// Loads the program for `port` and attaches it to every interface in `interfaces`. With
-    /// `pin_dir`, the maps and links are pinned there, and whatever a previous agent pinned is
-    /// adopted: its maps keep their table, its links get the new program atomically.
-    pub fn start(
+    /// Loads the program for `port`, to be attached to every interface in `interfaces` by
+    /// [`Dataplane::attach`] (once its table holds what it should answer). With `pin_dir`, the
+    /// maps and links are pinned there, and whatever a previous agent pinned is adopted: its maps
+    /// keep their table, its links get the new program atomically.
+    pub fn load(
         port: u16,
         interfaces: &[String],
         mode: XdpMode,
@@ -118,26 +124,35 @@ impl Dataplane {
         if log != EbpfLogLevel::Off {
             forward_logs(&mut ebpf);
         }
-        let program = xdp_program(&mut ebpf)?;
-        let mut attachments = Vec::new();
-        for interface in &interfaces {
-            let used = match pin_dir {
-                Some(dir) => attach_pinned(program, interface, mode, &link_pin(dir, interface))?,
-                None => attach(program, interface, mode)?.0,
+        Ok(Self {
+            ebpf,
+            attachments: Vec::new(),
+            pin_dir: pin_dir.map(Path::to_path_buf),
+            interfaces,
+            mode,
+        })
+    }
+
+    /// Attaches the program to its interfaces (pinned links get it atomically, so a previous
+    /// agent's program answers until this moment).
+    pub fn attach(&mut self) -> Result<(), XdpError> {
+        let program = xdp_program(&mut self.ebpf)?;
+        for interface in &self.interfaces {
+            let used = match &self.pin_dir {
+                Some(dir) => {
+                    attach_pinned(program, interface, self.mode, &link_pin(dir, interface))?
+                }
+                None => attach(program, interface, self.mode)?.0,
             };
             info!(
                 interface,
                 mode = used,
-                pinned = pin_dir.is_some(),
+                pinned = self.pin_dir.is_some(),
                 "XDP program attached"
             );
-            attachments.push((interface.clone(), used));
+            self.attachments.push((interface.clone(), used));
         }
-        Ok(Self {
-            ebpf,
-            attachments,
-            pin_dir: pin_dir.map(Path::to_path_buf),
-        })
+        Ok(())
     }
 }
 

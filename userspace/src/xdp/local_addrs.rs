@@ -1,59 +1,48 @@
-//! Keeps the XDP program's local-address array equal to the node's addresses, VIPs included:
-//! only packets for these addresses are answered in the kernel. It is rewritten whenever the
-//! kernel announces an address change (netlink) and checked every few seconds regardless.
+//! Keeps the XDP program's local addresses equal to the node's addresses, VIPs included: only
+//! packets for these addresses are answered in the kernel. They are part of the table's
+//! generation, so the map writer writes them; this follower tells it whenever the kernel announces
+//! an address change (netlink), and checks every few seconds regardless.
 
 use std::{
     collections::BTreeSet,
     net::IpAddr,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
-use aya::{
-    Ebpf,
-    maps::{Array, MapData},
-};
 use hostport_dns_common::{
     limits::{MAX_LOCAL_V4, MAX_LOCAL_V6},
-    maps,
     record::LocalAddrs as LocalAddrsValue,
 };
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, warn};
 
-use crate::xdp::writer::WriteError;
+use crate::xdp::writer::MapWriter;
 
 /// Re-read the addresses at least this often, in case a netlink message was lost.
 const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Hands the node's addresses to the map writer.
 pub struct LocalAddrs {
-    array: Array<MapData, LocalAddrsValue>,
-    written: Option<LocalAddrsValue>,
+    writer: Arc<Mutex<MapWriter>>,
 }
 
 impl LocalAddrs {
-    pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
-        let map = ebpf
-            .take_map(maps::LOCAL)
-            .ok_or(WriteError::MissingMap(maps::LOCAL))?;
-        let array = Array::try_from(map).map_err(|source| WriteError::Map {
-            map: maps::LOCAL,
-            source,
-        })?;
-        Ok(Self {
-            array,
-            written: None,
-        })
+    pub fn new(writer: Arc<Mutex<MapWriter>>) -> Self {
+        Self { writer }
     }
 
     /// Writes the node's current addresses; returns how many there are.
     pub fn sync(&mut self) -> std::io::Result<usize> {
         let current = node_addresses()?;
         let value = compile(&current);
-        if self.written != Some(value) {
-            self.array.set(0, value, 0).map_err(std::io::Error::other)?;
-            self.written = Some(value);
-        }
+        // A switch waits for the program's running invocations: not on an async worker's time.
+        tokio::task::block_in_place(|| {
+            let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            writer.write_local(value)
+        })
+        .map_err(std::io::Error::other)?;
         Ok(current.len())
     }
 
@@ -65,7 +54,7 @@ impl LocalAddrs {
         loop {
             match self.sync() {
                 Ok(count) => debug!(count, "local addresses synced"),
-                Err(err) => warn!(%err, "cannot list local addresses"),
+                Err(err) => warn!(%err, "cannot write the local addresses"),
             }
             match &watcher {
                 Some(w) => {

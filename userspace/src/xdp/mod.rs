@@ -2,6 +2,7 @@
 //! (one writer), keeping the node's addresses current, reading its counters.
 
 pub mod counters;
+mod grace;
 pub mod image;
 pub mod loader;
 pub mod local_addrs;

@@ -1,26 +1,34 @@
-//! The one writer of the name and zone maps. New and changed entries go first (zones before
-//! names, so that a name never points to a zone the kernel lacks), removals last. Each value is
-//! replaced whole, atomically for the kernel's readers.
+//! The one writer of the kernel's record table: names, zones and the node's addresses, in two
+//! generations (the design is in `hostport_dns_common::generation`). It writes only the
+//! generation no program run reads, switches to it in one store, waits until no run can still
+//! read the one it left, and brings that one up to date with the same change.
 //!
-//! Two ways in: the whole table (the first publication, which may find a previous agent's maps,
-//! and zone changes), compared entry by entry with what the kernel holds; and the names a change
-//! touched, which costs the same however large the table is. Between writes the writer keeps
+//! Two ways to bring a generation up to date: the whole table (the first publication, adopted
+//! pinned maps, zone or capacity changes, and any generation a failed write left unknown),
+//! compared entry by entry with what the kernel holds; and the changes of the names a change
+//! touched, which cost the same however large the table is. Between writes the writer keeps
 //! which name each key holds, not the entries: those are rebuilt from the table when touched.
 
 use hickory_proto::rr::LowerName;
 
 use aya::{
     Ebpf, Pod,
-    maps::{HashMap as BpfHashMap, MapData, MapError},
+    maps::{Array, HashMap as BpfHashMap, MapData, MapError},
 };
 use hostport_dns_common::{
+    generation::{GENERATIONS, Generation, generation_of_key, name_key, zone_slot},
+    limits::{NAMES_CAPACITY, ZONES_CAPACITY},
     maps,
-    record::{NameEntry, NameKey, ZoneEntry, ZoneId},
+    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
+use tracing::warn;
 
 use crate::{
     table::RecordTable,
-    xdp::image::{self, Image},
+    xdp::{
+        grace::Grace,
+        image::{self, Image},
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -29,152 +37,354 @@ pub enum WriteError {
     MissingMap(&'static str),
     #[error("map {map}: {source}")]
     Map { map: &'static str, source: MapError },
+    #[error("waiting for the XDP program's running invocations failed: {0}")]
+    Grace(std::io::Error),
+    #[error("no random hash seed: {0}")]
+    Seed(std::io::Error),
 }
 
-/// What one update changed.
+/// How much of the table one generation may hold. The kernel's maps are sized for
+/// [`NAMES_CAPACITY`] and [`ZONES_CAPACITY`]; a smaller capacity (tests) leaves more to userspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    pub names: usize,
+    pub zones: usize,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Self {
+            names: NAMES_CAPACITY as usize,
+            zones: ZONES_CAPACITY as usize,
+        }
+    }
+}
+
+/// What one publication changed, counted in the generation it switched to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteStats {
+    /// The generation now active.
+    pub generation: u32,
     pub names_written: usize,
     pub names_removed: usize,
     pub zones_written: usize,
-    pub zones_removed: usize,
     /// Names sharing a key with another (answered by userspace).
     pub collisions: usize,
+    /// Names in the kernel table.
+    pub names_held: usize,
+    /// Names of zones that did not fit the kernel table (answered by userspace).
+    pub names_left_out: usize,
 }
 
 pub struct MapWriter {
     names: BpfHashMap<MapData, NameKey, NameEntry>,
-    zones: BpfHashMap<MapData, ZoneId, ZoneEntry>,
-    written: Image,
-    /// Whether the maps hold exactly `written` (false at start, when they may hold a previous
-    /// agent's table, and after a failed write: compare them all on the next one).
-    in_step: bool,
+    zones: Array<MapData, ZoneEntry>,
+    local: Array<MapData, LocalAddrs>,
+    state: Array<MapData, Generation>,
+    grace: Grace,
+    /// What every generation should hold.
+    image: Image,
+    local_addrs: LocalAddrs,
+    /// The table `image` was made from (cheap to keep: its parts are shared).
+    table: Option<RecordTable>,
+    active: Option<u32>,
+    /// Per generation: whether the kernel holds exactly `image` and `local_addrs` in it.
+    in_step: [bool; GENERATIONS as usize],
+    capacity: Capacity,
+}
+
+/// A change to replay into a generation that held the previous state.
+struct Delta<'a> {
+    changes: &'a image::Changes,
+    /// Which generations held the previous state.
+    held_previous: [bool; GENERATIONS as usize],
 }
 
 impl MapWriter {
     /// Takes the maps out of the loaded object. They may hold a previous agent's table (pinned
-    /// maps adopted): the first write compares the whole table with them.
+    /// maps adopted): its active generation keeps answering until the first publication, which
+    /// compares the whole table with what the kernel holds; its hash seed is kept.
     pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
+        Self::with_capacity(ebpf, Capacity::default())
+    }
+
+    pub fn with_capacity(ebpf: &mut Ebpf, capacity: Capacity) -> Result<Self, WriteError> {
+        let map_err = |map| move |source| WriteError::Map { map, source };
+        let names = BpfHashMap::try_from(take(ebpf, maps::NAMES)?).map_err(map_err(maps::NAMES))?;
+        let zones = Array::try_from(take(ebpf, maps::ZONES)?).map_err(map_err(maps::ZONES))?;
+        let local = Array::try_from(take(ebpf, maps::LOCAL)?).map_err(map_err(maps::LOCAL))?;
+        let mut state: Array<MapData, Generation> =
+            Array::try_from(take(ebpf, maps::GENERATION)?).map_err(map_err(maps::GENERATION))?;
+        let held = state.get(&0, 0).map_err(map_err(maps::GENERATION))?;
+        let (seed, active) = if held.seed == 0 {
+            // Fresh maps: a new install.
+            let seed = random_seed()?;
+            state
+                .set(0, Generation::empty(seed), 0)
+                .map_err(map_err(maps::GENERATION))?;
+            (seed, None)
+        } else {
+            (held.seed, held.active_generation())
+        };
         Ok(Self {
-            names: take(ebpf, maps::NAMES)?,
-            zones: take(ebpf, maps::ZONES)?,
-            written: Image::default(),
-            in_step: false,
+            names,
+            zones,
+            local,
+            state,
+            grace: Grace::new().map_err(WriteError::Grace)?,
+            image: Image::new(seed),
+            local_addrs: LocalAddrs::EMPTY,
+            table: None,
+            active,
+            in_step: [false; GENERATIONS as usize],
+            capacity: capacity.clamped(),
         })
     }
 
-    /// Makes the maps hold the whole table: every entry is compared with what the kernel holds
-    /// and written if it differs, and what the table lacks is removed.
-    pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
-        self.in_step = false;
-        let mut image = Image::default();
-        let mut stats = WriteStats::default();
-        let map_err = |map| move |source| WriteError::Map { map, source };
-        image.refresh_zones(table);
-        for (id, entry) in &image.zones {
-            if differs(&self.zones, id, entry) {
-                self.zones
-                    .insert(id, entry, 0)
-                    .map_err(map_err(maps::ZONES))?;
-                stats.zones_written += 1;
-            }
-        }
-        let mut failure = None;
-        let names = &mut self.names;
-        image.place_all(table, |key, entry| {
-            let Some(entry) = entry else { return };
-            if failure.is_none() && differs(names, &key, entry) {
-                match names.insert(key, entry, 0) {
-                    Ok(()) => stats.names_written += 1,
-                    Err(source) => failure = Some(source),
-                }
-            }
-        });
-        if let Some(source) = failure {
-            return Err(map_err(maps::NAMES)(source));
-        }
-        stats.names_removed = remove_unless(&mut self.names, |key| image.names.contains_key(key))
-            .map_err(map_err(maps::NAMES))?;
-        stats.zones_removed = remove_unless(&mut self.zones, |id| image.zones.contains_key(id))
-            .map_err(map_err(maps::ZONES))?;
-        stats.collisions = image.collisions();
-        self.written = image;
-        self.in_step = true;
-        Ok(stats)
+    /// The hash seed of the table.
+    pub fn seed(&self) -> u64 {
+        self.image.seed()
     }
 
-    /// Rewrites the entries of `names` (those a change touched) and the zones' entries.
+    /// The active generation, if one is.
+    pub fn active(&self) -> Option<u32> {
+        self.active
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    /// Makes the kernel answer from the whole of `table`.
+    pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
+        let mut image = self.image.fresh(image::admission(
+            table,
+            self.capacity.names,
+            self.capacity.zones,
+        ));
+        image.refresh_zones(table);
+        image.place_all(table, |_, _| {});
+        self.image = image;
+        self.table = Some(table.clone());
+        self.in_step = [false; GENERATIONS as usize];
+        self.switch(None)
+    }
+
+    /// Makes the kernel answer from `table`, which differs from the last one written in the
+    /// entries of `names` (those a change touched) and possibly in its zones' SOA records.
     pub fn write_names(
         &mut self,
         table: &RecordTable,
         names: &[LowerName],
     ) -> Result<WriteStats, WriteError> {
-        if !self.in_step {
-            // The maps may hold anything: compare them all.
+        let admitted = image::admission(table, self.capacity.names, self.capacity.zones);
+        if admitted != self.image.admitted() {
             return self.write_table(table);
         }
-        let changes = self.written.refresh(table, names);
-        let result = self.write_changes(&changes);
-        self.in_step = result.is_ok();
-        result
+        let held_previous = self.in_step;
+        let changes = self.image.refresh(table, names);
+        self.table = Some(table.clone());
+        self.in_step = [false; GENERATIONS as usize];
+        self.switch(Some(Delta {
+            changes: &changes,
+            held_previous,
+        }))
     }
 
-    /// Writes what `changes` lists: zones first, then names, removals last.
-    fn write_changes(&mut self, changes: &image::Changes) -> Result<WriteStats, WriteError> {
-        let mut stats = WriteStats {
-            collisions: self.written.collisions(),
-            ..WriteStats::default()
+    /// Makes the kernel answer for the node's addresses in `local` (the next generation carries
+    /// them; before the first table is written, the first one will).
+    pub fn write_local(&mut self, local: LocalAddrs) -> Result<(), WriteError> {
+        if bytes_of(&local) == bytes_of(&self.local_addrs) {
+            return Ok(());
+        }
+        self.local_addrs = local;
+        if self.table.is_none() {
+            return Ok(());
+        }
+        let held_previous = self.in_step;
+        self.in_step = [false; GENERATIONS as usize];
+        let nothing = image::Changes::default();
+        self.switch(Some(Delta {
+            changes: &nothing,
+            held_previous,
+        }))
+        .map(drop)
+    }
+
+    /// Brings the inactive generation up to date, switches to it, and brings the one it left up
+    /// to date too. On failure the active generation stays as it was.
+    fn switch(&mut self, delta: Option<Delta>) -> Result<WriteStats, WriteError> {
+        let next = self.active.map_or(0, |g| 1 - g);
+        let mut stats = self.bring_up(next, delta.as_ref())?;
+        self.activate(next)?;
+        let left = 1 - next;
+        if let Err(err) = self.bring_up(left, delta.as_ref()) {
+            // The new generation answers; the one left is rewritten whole before it is used.
+            warn!(%err, generation = left, "bringing the inactive generation up to date failed");
+        }
+        stats.generation = next;
+        stats.collisions = self.image.collisions();
+        stats.names_held = self.image.names.len();
+        stats.names_left_out = match &self.table {
+            Some(table) => self.image.names_left_out(table),
+            None => 0,
         };
-        let map_err = |map| move |source| WriteError::Map { map, source };
-        for id in &changes.zones {
-            if let Some(entry) = self.written.zones.get(id) {
-                self.zones
-                    .insert(id, entry, 0)
-                    .map_err(map_err(maps::ZONES))?;
-                stats.zones_written += 1;
+        Ok(stats)
+    }
+
+    /// Makes `generation` hold the image and the node's addresses: by replaying the change if it
+    /// held the previous state, else by comparing everything.
+    fn bring_up(
+        &mut self,
+        generation: u32,
+        delta: Option<&Delta>,
+    ) -> Result<WriteStats, WriteError> {
+        let stats = match delta {
+            Some(delta) if delta.held_previous[generation as usize] => {
+                self.replay(generation, delta.changes)?
             }
+            _ => self.rewrite(generation)?,
+        };
+        self.local
+            .set(generation, self.local_addrs, 0)
+            .map_err(map_err(maps::LOCAL))?;
+        self.in_step[generation as usize] = true;
+        Ok(stats)
+    }
+
+    /// Applies `changes` to `generation`, in order (a key removed and then given to another name
+    /// in one change ends with the other name).
+    fn replay(
+        &mut self,
+        generation: u32,
+        changes: &image::Changes,
+    ) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats::default();
+        for id in &changes.zones {
+            let entry = self.image.zones.get(id).unwrap_or(&ZoneEntry::EMPTY);
+            self.zones
+                .set(zone_slot(generation, *id), entry, 0)
+                .map_err(map_err(maps::ZONES))?;
+            stats.zones_written += 1;
         }
         for (key, entry) in &changes.names {
-            if let Some(entry) = entry {
-                self.names
-                    .insert(key, entry.as_ref(), 0)
-                    .map_err(map_err(maps::NAMES))?;
-                stats.names_written += 1;
-            }
-        }
-        for (key, entry) in &changes.names {
-            if entry.is_none() {
-                self.names.remove(key).map_err(map_err(maps::NAMES))?;
-                stats.names_removed += 1;
-            }
-        }
-        for id in &changes.zones {
-            if !self.written.zones.contains_key(id) {
-                self.zones.remove(id).map_err(map_err(maps::ZONES))?;
-                stats.zones_removed += 1;
+            let key = name_key(*key, generation);
+            match entry {
+                Some(entry) => {
+                    self.names
+                        .insert(key, entry.as_ref(), 0)
+                        .map_err(map_err(maps::NAMES))?;
+                    stats.names_written += 1;
+                }
+                None => match self.names.remove(&key) {
+                    Ok(()) | Err(MapError::KeyNotFound) => stats.names_removed += 1,
+                    Err(source) => return Err(map_err(maps::NAMES)(source)),
+                },
             }
         }
         Ok(stats)
     }
-}
 
-/// Removes the keys of the kernel's map that `keep` refuses; returns how many.
-fn remove_unless<K: Pod, V: Pod>(
-    map: &mut BpfHashMap<MapData, K, V>,
-    keep: impl Fn(&K) -> bool,
-) -> Result<usize, MapError> {
-    // Collected first: deleting while iterating would restart the kernel's key walk.
-    let stale: Vec<K> = map.keys().flatten().filter(|key| !keep(key)).collect();
-    for key in &stale {
-        map.remove(key)?;
+    /// Makes `generation` hold exactly the image, whatever it held: stale names removed first
+    /// (so that the generation never holds more than its capacity), then every entry compared
+    /// with the kernel's and written where it differs.
+    fn rewrite(&mut self, generation: u32) -> Result<WriteStats, WriteError> {
+        let mut stats = WriteStats::default();
+        let Some(table) = self.table.as_ref() else {
+            return Ok(stats);
+        };
+        for id in 0..self.capacity.zones as u32 {
+            let entry = self.image.zones.get(&id).unwrap_or(&ZoneEntry::EMPTY);
+            let slot = zone_slot(generation, id);
+            let held = self.zones.get(&slot, 0).map_err(map_err(maps::ZONES))?;
+            if bytes_of(&held) != bytes_of(entry) {
+                self.zones
+                    .set(slot, entry, 0)
+                    .map_err(map_err(maps::ZONES))?;
+                stats.zones_written += 1;
+            }
+        }
+        // Collected first: deleting while iterating would restart the kernel's key walk.
+        let stale: Vec<NameKey> = self
+            .names
+            .keys()
+            .flatten()
+            .filter(|key| {
+                generation_of_key(*key) == generation
+                    && !self.image.names.contains_key(&name_key(*key, 0))
+            })
+            .collect();
+        for key in &stale {
+            self.names.remove(key).map_err(map_err(maps::NAMES))?;
+        }
+        stats.names_removed = stale.len();
+        for key in self.image.names.keys() {
+            let Some(entry) = self.image.entry_at(table, *key) else {
+                continue;
+            };
+            let key = name_key(*key, generation);
+            let differs = self
+                .names
+                .get(&key, 0)
+                .map_or(true, |held| bytes_of(&held) != bytes_of(&entry));
+            if differs {
+                self.names
+                    .insert(key, entry, 0)
+                    .map_err(map_err(maps::NAMES))?;
+                stats.names_written += 1;
+            }
+        }
+        Ok(stats)
     }
-    Ok(stale.len())
+
+    /// The atomic switch: one store of the active generation, then the wait until no program run
+    /// can still be reading the one it replaces.
+    fn activate(&mut self, generation: u32) -> Result<(), WriteError> {
+        let state = Generation {
+            seed: self.image.seed(),
+            active: generation,
+            reserved: 0,
+        };
+        self.state
+            .set(0, state, 0)
+            .map_err(map_err(maps::GENERATION))?;
+        self.active = Some(generation);
+        self.grace.wait().map_err(WriteError::Grace)
+    }
+
+    /// Makes the kernel answer nothing (every packet passed): the state before the first table.
+    pub fn deactivate(&mut self) -> Result<(), WriteError> {
+        self.state
+            .set(0, Generation::empty(self.image.seed()), 0)
+            .map_err(map_err(maps::GENERATION))?;
+        self.active = None;
+        self.grace.wait().map_err(WriteError::Grace)
+    }
 }
 
-/// Whether the kernel's map lacks `key` or holds other bytes under it.
-fn differs<K: Pod, V: Pod>(map: &BpfHashMap<MapData, K, V>, key: &K, value: &V) -> bool {
-    map.get(key, 0)
-        .map_or(true, |held| bytes_of(&held) != bytes_of(value))
+impl Capacity {
+    /// No more than the kernel's maps hold.
+    fn clamped(self) -> Self {
+        Self {
+            names: self.names.min(NAMES_CAPACITY as usize),
+            zones: self.zones.min(ZONES_CAPACITY as usize),
+        }
+    }
+}
+
+fn map_err(map: &'static str) -> impl Fn(MapError) -> WriteError {
+    move |source| WriteError::Map { map, source }
+}
+
+/// A random, non-zero hash seed (zero marks fresh maps).
+fn random_seed() -> Result<u64, WriteError> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom(2) writes at most the buffer's length into it.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        return Err(WriteError::Seed(std::io::Error::last_os_error()));
+    }
+    Ok(u64::from_ne_bytes(bytes).max(1))
 }
 
 /// The bytes of a plain-old-data value.
@@ -183,10 +393,6 @@ pub fn bytes_of<V: Pod>(value: &V) -> &[u8] {
     unsafe { std::slice::from_raw_parts((value as *const V).cast::<u8>(), size_of::<V>()) }
 }
 
-pub fn take<K: Pod, V: Pod>(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-) -> Result<BpfHashMap<MapData, K, V>, WriteError> {
-    let map = ebpf.take_map(name).ok_or(WriteError::MissingMap(name))?;
-    BpfHashMap::try_from(map).map_err(|source| WriteError::Map { map: name, source })
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, WriteError> {
+    ebpf.take_map(name).ok_or(WriteError::MissingMap(name))
 }
