@@ -5,12 +5,18 @@ use std::{net::IpAddr, time::Duration};
 
 use aya::{
     Ebpf,
+    maps::Map,
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use hostport_dns::{
     sources::file,
     table::RecordTable,
-    xdp::{counters::Counters, loader, local_addrs::compile, writer::MapWriter},
+    xdp::{
+        counters::Counters,
+        loader,
+        local_addrs::compile,
+        writer::{Capacity, MapWriter},
+    },
 };
 use hostport_dns_common::maps;
 
@@ -22,6 +28,8 @@ pub struct Program {
     pub table: RecordTable,
     pub counters: Counters,
     pub writer: MapWriter,
+    /// Kernel id of the name map (to open it beside the writer).
+    pub names_map_id: u32,
 }
 
 impl Program {
@@ -31,18 +39,35 @@ impl Program {
         let snapshot = file::parse(records_yaml, "test zones".as_ref()).expect("valid zones");
         let (table, warnings) = RecordTable::compile(&snapshot.zones, snapshot.records());
         assert!(warnings.is_empty(), "{warnings:?}");
+        Self::load_table(table, local, Capacity::default())
+    }
+
+    /// Loads the program and writes `table` with a writer of `capacity`.
+    pub fn load_table(table: RecordTable, local: &[IpAddr], capacity: Capacity) -> Self {
+        let mut program = Self::unwritten(local, capacity);
+        program.writer.write_table(&table).expect("write the table");
+        program.table = table;
+        program
+    }
+
+    /// Loads the program with no table written yet (only the local addresses handed over).
+    pub fn unwritten(local: &[IpAddr], capacity: Capacity) -> Self {
         let mut ebpf = loader::load(1053).expect("load the XDP program");
-        let mut writer = MapWriter::new(&mut ebpf).expect("the name maps");
+        let names_map_id = match ebpf.map(maps::NAMES).expect("the name map") {
+            Map::HashMap(data) => data.info().expect("the name map's info").id(),
+            _ => panic!("the name map is a hash map"),
+        };
+        let mut writer = MapWriter::with_capacity(&mut ebpf, capacity).expect("the maps");
         writer
             .write_local(compile(&local.iter().copied().collect()))
             .expect("the local addresses");
-        writer.write_table(&table).expect("write the table");
         let counters = Counters::new(&mut ebpf).expect("the counters");
         Self {
             ebpf,
-            table,
+            table: RecordTable::compile(&[], []).0,
             counters,
             writer,
+            names_map_id,
         }
     }
 

@@ -1,0 +1,561 @@
+//! The kernel table while it changes: every answer the XDP program gives equals, byte for byte,
+//! the userspace server's answer from one of the tables that were current while it ran; nothing
+//! is answered before the first complete table; what does not fit is left to userspace; a name
+//! whose key holds another name is passed.
+//!
+//! Queries run through the real program (BPF_PROG_TEST_RUN) from a thread on every CPU while a
+//! writer changes the table as fast as it can.
+
+use std::{
+    collections::BTreeSet,
+    net::IpAddr,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use hickory_proto::rr::{LowerName, Name};
+use hostport_dns::{
+    records::{RecordData, SourceRecord},
+    server::answer::{Transport, respond},
+    table::RecordTable,
+    xdp::{image::wire_name, local_addrs::compile, writer::Capacity},
+    zone::ZoneSpec,
+};
+use hostport_dns_common::{
+    counters::Counter,
+    generation::name_key,
+    hash::name_hash,
+    record::{NameEntry, NameKey},
+};
+use hostport_dns_tests::{
+    packet::{Frame, QueryBuilder, parse_checked},
+    require_root,
+    xdp::{Program, XDP_PASS, XDP_TX, run_once},
+};
+
+const SERVER_A: &str = "198.18.0.1";
+const SERVER_B: &str = "198.18.0.2";
+const TYPE_A: u16 = 1;
+const TYPE_AAAA: u16 = 28;
+const RCODE_NXDOMAIN: u8 = 3;
+
+fn name(text: &str) -> Name {
+    Name::from_ascii(text).expect("a name")
+}
+
+/// A small deterministic generator (xorshift64*): the test needs no cryptographic randomness,
+/// and a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The zones the writer adds and removes, and the names that may exist in each.
+const ZONES: [&str; 3] = ["t0.example.", "t1.example.", "t2.example."];
+const NAMES_PER_ZONE: usize = 12;
+
+fn owner(zone: &str, i: usize) -> String {
+    // Every third name sits below an empty non-terminal, which comes and goes with it.
+    if i % 3 == 0 {
+        format!("x.e{i}.{zone}")
+    } else {
+        format!("n{i}.{zone}")
+    }
+}
+
+/// One state of the world the writer publishes: which zones, which records, which addresses
+/// are this host's.
+struct State {
+    table: RecordTable,
+    local: BTreeSet<IpAddr>,
+}
+
+fn random_state(rng: &mut Rng) -> State {
+    let mut zones = vec![ZoneSpec::with_defaults(name(ZONES[0]))];
+    for apex in &ZONES[1..] {
+        if rng.below(4) != 0 {
+            zones.push(ZoneSpec::with_defaults(name(apex)));
+        }
+    }
+    let mut records = Vec::new();
+    for zone in &zones {
+        let apex = zone.apex.to_ascii();
+        for i in 0..NAMES_PER_ZONE {
+            if rng.below(3) == 0 {
+                continue;
+            }
+            let owner = name(&owner(&apex, i));
+            // A, AAAA or both, 1 to 4 of each: positive answers, NODATA and NXDOMAIN all change.
+            let kinds = rng.below(3);
+            for k in 0..=rng.below(4) {
+                let k = k as u8;
+                let host = rng.below(200) as u8 + 1;
+                if kinds != 1 {
+                    records.push(SourceRecord {
+                        name: owner.clone(),
+                        ttl: None,
+                        data: RecordData::A([198, 18, 100 + k, host].into()),
+                    });
+                }
+                if kinds != 0 {
+                    records.push(SourceRecord {
+                        name: owner.clone(),
+                        ttl: None,
+                        data: RecordData::Aaaa(
+                            format!("2001:db8::{k}:{host}").parse().expect("v6"),
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    let (table, warnings) = RecordTable::compile(&zones, &records);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let mut local = BTreeSet::from([SERVER_A.parse().expect("v4")]);
+    if rng.below(2) == 0 {
+        local.insert(SERVER_B.parse().expect("v4"));
+    }
+    State { table, local }
+}
+
+/// Every name a state can have (the writer refreshes them all: a superset of what changed).
+fn every_name() -> Vec<LowerName> {
+    let mut names = Vec::new();
+    for zone in ZONES {
+        names.push(LowerName::new(&name(zone)));
+        for i in 0..NAMES_PER_ZONE {
+            let full = name(&owner(zone, i));
+            names.push(LowerName::new(&full));
+            names.push(LowerName::new(&full.base_name()));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+struct Probe {
+    frame: Vec<u8>,
+    dns: Vec<u8>,
+    dst: IpAddr,
+    qname: Name,
+}
+
+/// Queries for every name that may exist, a name below each (NXDOMAIN), the apexes and a name
+/// outside every zone, of type A and AAAA, to both addresses.
+fn probes() -> Vec<Probe> {
+    let mut names: Vec<String> = Vec::new();
+    for zone in ZONES {
+        names.push(zone.to_owned());
+        names.push(format!("missing.{zone}"));
+        for i in 0..NAMES_PER_ZONE {
+            names.push(owner(zone, i));
+        }
+    }
+    names.push("elsewhere.test.".into());
+    let mut probes = Vec::new();
+    for dst in [SERVER_A, SERVER_B] {
+        for qname in &names {
+            for qtype in [TYPE_A, TYPE_AAAA] {
+                // Mixed case: the answer repeats the question as asked.
+                let asked = if qtype == TYPE_A {
+                    qname.to_uppercase()
+                } else {
+                    qname.clone()
+                };
+                let dns = QueryBuilder::new(&asked, qtype).edns(1232, false).bytes();
+                probes.push(Probe {
+                    frame: Frame::v4(dst).build(&dns),
+                    dns,
+                    dst: dst.parse().expect("v4"),
+                    qname: name(qname),
+                });
+            }
+        }
+    }
+    probes
+}
+
+/// What each probe must get from the kernel in one state: the userspace answer's bytes, or a
+/// pass (not this host, or no zone of the state holds the name).
+fn expected(state: &State, probes: &[Probe]) -> Vec<Option<Vec<u8>>> {
+    probes
+        .iter()
+        .map(|probe| {
+            if !state.local.contains(&probe.dst) || state.table.zone_for(&probe.qname).is_none() {
+                return None;
+            }
+            let answer = respond(&probe.dns, Some(&state.table), Transport::Udp)
+                .expect("userspace answers");
+            Some(answer.bytes)
+        })
+        .collect()
+}
+
+/// The published generations' expectations, and the counters that bracket a run: a run that
+/// began after `published` reached `lo` and ended before `pending` passed `hi` read one of the
+/// generations `lo..=hi`.
+struct History {
+    expected: RwLock<Vec<Arc<Vec<Option<Vec<u8>>>>>>,
+    pending: AtomicU64,
+    published: AtomicU64,
+    done: AtomicBool,
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    runs: u64,
+    answered: u64,
+    passed: u64,
+    mismatches: u64,
+    first_mismatch: Option<String>,
+}
+
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs every probe over and over until the writer is done, checking each result against the
+/// generations that were current while it ran.
+fn read_while_changing(program: &aya::programs::Xdp, probes: &[Probe], history: &History) -> Tally {
+    let mut tally = Tally::default();
+    while !history.done.load(Ordering::SeqCst) {
+        for (i, probe) in probes.iter().enumerate() {
+            let lo = history.published.load(Ordering::SeqCst);
+            let (verdict, out, _) = run_once(program, &probe.frame);
+            let hi = history.pending.load(Ordering::SeqCst);
+            let candidates: Vec<Option<Vec<u8>>> = {
+                let expected = history.expected.read().unwrap_or_else(|e| e.into_inner());
+                (lo..=hi)
+                    .filter_map(|g| expected.get(g as usize).map(|e| e[i].clone()))
+                    .collect()
+            };
+            tally.runs += 1;
+            let fine = match verdict {
+                XDP_TX => {
+                    tally.answered += 1;
+                    let dns = parse_checked(&out).dns;
+                    candidates.iter().any(|c| c.as_deref() == Some(dns.as_slice()))
+                }
+                XDP_PASS => {
+                    tally.passed += 1;
+                    out == probe.frame && candidates.iter().any(Option::is_none)
+                }
+                other => panic!("verdict {other}"),
+            };
+            if !fine {
+                tally.mismatches += 1;
+                tally.first_mismatch.get_or_insert_with(|| {
+                    format!(
+                        "probe {i} ({} to {}), generations {lo}..={hi}, verdict {verdict}: {}",
+                        probe.qname,
+                        probe.dst,
+                        hex(&out)
+                    )
+                });
+            }
+        }
+    }
+    tally
+}
+
+#[test]
+fn every_answer_while_the_table_changes_is_the_answer_of_a_current_generation() {
+    require_root();
+    let probes = probes();
+    let names = every_name();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let first = random_state(&mut rng);
+    let local: Vec<IpAddr> = first.local.iter().copied().collect();
+    let mut program = Program::load_table(first.table.clone(), &local, Capacity::default());
+    let history = History {
+        expected: RwLock::new(vec![Arc::new(expected(&first, &probes))]),
+        pending: AtomicU64::new(0),
+        published: AtomicU64::new(0),
+        done: AtomicBool::new(false),
+    };
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let max_generations = 4000u64;
+    let Program { ebpf, writer, .. } = &mut program;
+    let xdp: &aya::programs::Xdp = ebpf
+        .program(hostport_dns_common::maps::PROGRAM)
+        .expect("the program")
+        .try_into()
+        .expect("XDP");
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    let (tallies, generations, zone_switches, local_switches) = thread::scope(|scope| {
+        let readers: Vec<_> = (0..cpus)
+            .map(|cpu| {
+                let (probes, history) = (&probes, &history);
+                scope.spawn(move || {
+                    pin_to_cpu(cpu);
+                    read_while_changing(xdp, probes, history)
+                })
+            })
+            .collect();
+        let mut current = first;
+        let (mut generation, mut zone_switches, mut local_switches) = (0u64, 0u64, 0u64);
+        while Instant::now() < deadline && generation < max_generations {
+            let mut next = random_state(&mut rng);
+            // Half the steps change only the records or only the addresses.
+            let change = rng.below(4);
+            if change == 0 {
+                next.local = current.local.clone();
+            }
+            let table_changed = change != 1;
+            if !table_changed {
+                next.table = current.table.clone();
+            }
+            let zones_changed = next.table.zones().len() != current.table.zones().len()
+                || next
+                    .table
+                    .zones()
+                    .iter()
+                    .zip(current.table.zones())
+                    .any(|(a, b)| a.spec.apex != b.spec.apex);
+            let local_changed = next.local != current.local;
+            // Records and addresses are separate generations: one switch each.
+            let mut steps = Vec::new();
+            if local_changed {
+                let state = State {
+                    table: current.table.clone(),
+                    local: next.local.clone(),
+                };
+                steps.push((state, true));
+            }
+            if table_changed {
+                let state = State {
+                    table: next.table.clone(),
+                    local: next.local.clone(),
+                };
+                steps.push((state, false));
+            }
+            for (state, addresses_only) in steps {
+                let expectation = Arc::new(expected(&state, &probes));
+                generation += 1;
+                history
+                    .expected
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(expectation);
+                history.pending.store(generation, Ordering::SeqCst);
+                if addresses_only {
+                    writer
+                        .write_local(compile(&state.local))
+                        .expect("write the addresses");
+                } else {
+                    writer
+                        .write_names(&state.table, &names)
+                        .expect("write the table");
+                }
+                history.published.store(generation, Ordering::SeqCst);
+            }
+            zone_switches += u64::from(zones_changed);
+            local_switches += u64::from(local_changed);
+            current = next;
+        }
+        history.done.store(true, Ordering::SeqCst);
+        let tallies: Vec<Tally> = readers
+            .into_iter()
+            .map(|r| r.join().expect("a reader"))
+            .collect();
+        (tallies, generation, zone_switches, local_switches)
+    });
+    let runs: u64 = tallies.iter().map(|t| t.runs).sum();
+    let answered: u64 = tallies.iter().map(|t| t.answered).sum();
+    let passed: u64 = tallies.iter().map(|t| t.passed).sum();
+    let mismatches: u64 = tallies.iter().map(|t| t.mismatches).sum();
+    println!(
+        "torture: {runs} queries on {cpus} CPUs ({answered} answered, {passed} passed), \
+         {generations} generations ({zone_switches} with other zones, {local_switches} with other \
+         addresses), {mismatches} mismatches"
+    );
+    assert!(generations > 50, "the writer made too few generations");
+    assert!(answered > 0 && passed > 0, "both verdicts were exercised");
+    assert!(zone_switches > 0 && local_switches > 0);
+    let first = tallies.iter().find_map(|t| t.first_mismatch.clone());
+    assert_eq!(mismatches, 0, "first mismatch: {first:?}");
+}
+
+/// 100k names under one zone.
+fn big_table(names: usize) -> RecordTable {
+    let zone = ZoneSpec::with_defaults(name("big.example."));
+    let records: Vec<SourceRecord> = (0..names)
+        .map(|i| SourceRecord {
+            name: name(&format!("h{i}.big.example.")),
+            ttl: None,
+            data: RecordData::A([198, 18, (i >> 8) as u8 % 250 + 1, i as u8].into()),
+        })
+        .collect();
+    RecordTable::compile(&[zone], &records).0
+}
+
+#[test]
+fn no_name_of_the_first_table_is_nxdomain_while_it_is_written() {
+    require_root();
+    let table = big_table(100_000);
+    let mut program = Program::unwritten(&[SERVER_A.parse().expect("v4")], Capacity::default());
+    let frames: Vec<Vec<u8>> = (0..200)
+        .map(|i| {
+            let dns = QueryBuilder::new(&format!("h{}.big.example", i * 499), TYPE_A).bytes();
+            Frame::v4(SERVER_A).build(&dns)
+        })
+        .collect();
+    let done = AtomicBool::new(false);
+    let Program { ebpf, writer, .. } = &mut program;
+    let xdp: &aya::programs::Xdp = ebpf
+        .program(hostport_dns_common::maps::PROGRAM)
+        .expect("the program")
+        .try_into()
+        .expect("XDP");
+    let (passed, answered, nxdomain) = thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let (mut passed, mut answered, mut nxdomain) = (0u64, 0u64, 0u64);
+            loop {
+                let finished = done.load(Ordering::SeqCst);
+                for frame in &frames {
+                    let (verdict, out, _) = run_once(xdp, frame);
+                    if verdict == XDP_TX {
+                        answered += 1;
+                        let dns = parse_checked(&out).dns;
+                        if dns[3] & 0x0f == RCODE_NXDOMAIN {
+                            nxdomain += 1;
+                        }
+                    } else {
+                        passed += 1;
+                    }
+                }
+                if finished {
+                    return (passed, answered, nxdomain);
+                }
+            }
+        });
+        // Let the reader see the empty table first.
+        thread::sleep(Duration::from_millis(50));
+        writer.write_table(&table).expect("write 100k names");
+        done.store(true, Ordering::SeqCst);
+        reader.join().expect("the reader")
+    });
+    println!("first fill: {passed} passed, {answered} answered, {nxdomain} NXDOMAIN");
+    assert!(passed > 0, "queries ran before the table was complete");
+    assert!(answered >= frames.len() as u64, "queries ran after it");
+    assert_eq!(nxdomain, 0);
+    assert!(program.counters.get(Counter::PassNoTable) >= passed);
+}
+
+fn a_record(owner: &str, address: [u8; 4]) -> SourceRecord {
+    SourceRecord {
+        name: name(owner),
+        ttl: None,
+        data: RecordData::A(address.into()),
+    }
+}
+
+#[test]
+fn zones_beyond_the_capacity_are_left_to_userspace_whole() {
+    require_root();
+    let zones = [
+        ZoneSpec::with_defaults(name("a.example.")),
+        ZoneSpec::with_defaults(name("b.example.")),
+    ];
+    let mut records: Vec<SourceRecord> = (0..10)
+        .map(|i| a_record(&format!("h{i}.a.example."), [198, 18, 1, i]))
+        .collect();
+    records.extend((0..40).map(|i| a_record(&format!("h{i}.b.example."), [198, 18, 2, i])));
+    let (table, _) = RecordTable::compile(&zones, &records);
+    let capacity = Capacity {
+        names: 30,
+        zones: 256,
+    };
+    let mut program =
+        Program::load_table(table.clone(), &[SERVER_A.parse().expect("v4")], capacity);
+    let query = |owner: &str| {
+        let dns = QueryBuilder::new(owner, TYPE_A).bytes();
+        let (verdict, out, _) = program.run(&Frame::v4(SERVER_A).build(&dns));
+        (verdict, out, dns)
+    };
+    // The zone that fits is answered by XDP, as userspace would.
+    for owner in ["h3.a.example", "missing.a.example"] {
+        let (verdict, out, dns) = query(owner);
+        assert_eq!(verdict, XDP_TX, "{owner}");
+        let userspace = respond(&dns, Some(&table), Transport::Udp).expect("an answer");
+        assert_eq!(hex(&parse_checked(&out).dns), hex(&userspace.bytes));
+    }
+    // The one that does not is passed whole: its names and its missing names alike, never an
+    // NXDOMAIN from the kernel for a name that exists.
+    let before = program.counters.get(Counter::PassNotInZone);
+    for owner in ["h3.b.example", "h39.b.example", "missing.b.example", "b.example"] {
+        let (verdict, _, _) = query(owner);
+        assert_eq!(verdict, XDP_PASS, "{owner}");
+    }
+    assert_eq!(program.counters.get(Counter::PassNotInZone), before + 4);
+    let stats = program.writer.write_names(&table, &[]).expect("a write");
+    assert_eq!(stats.names_left_out, 41, "b's 40 names and its apex");
+    assert_eq!(stats.names_held, 11);
+}
+
+#[test]
+fn a_kernel_entry_holding_another_name_is_passed_not_answered() {
+    require_root();
+    let zone = ZoneSpec::with_defaults(name("c.example."));
+    let records = [
+        a_record("one.c.example.", [198, 18, 3, 1]),
+        a_record("two.c.example.", [198, 18, 3, 2]),
+    ];
+    let (table, _) = RecordTable::compile(&[zone], &records);
+    let program = Program::load_table(table.clone(), &[SERVER_A.parse().expect("v4")], Capacity::default());
+    let seed = program.writer.seed();
+    let generation = program.writer.active().expect("a generation is active");
+    let mut names: BpfHashMap<MapData, NameKey, NameEntry> = BpfHashMap::try_from(
+        aya::maps::Map::HashMap(MapData::from_id(program.names_map_id).expect("the name map")),
+    )
+    .expect("a hash map");
+    // Plant two's entry under one's key: what a hash collision the agent missed would look like.
+    let key_of = |owner: &str| {
+        name_key(
+            name_hash(seed, &wire_name(&LowerName::new(&name(owner)))),
+            generation,
+        )
+    };
+    let two = names.get(&key_of("two.c.example."), 0).expect("two's entry");
+    names
+        .insert(key_of("one.c.example."), two, 0)
+        .expect("plant the entry");
+    let run = |owner: &str| {
+        let dns = QueryBuilder::new(owner, TYPE_A).bytes();
+        let (verdict, out, _) = program.run(&Frame::v4(SERVER_A).build(&dns));
+        (verdict, out, dns)
+    };
+    let before = program.counters.get(Counter::PassCollision);
+    let (verdict, _, _) = run("one.c.example");
+    assert_eq!(verdict, XDP_PASS);
+    assert_eq!(program.counters.get(Counter::PassCollision), before + 1);
+    let (verdict, out, dns) = run("two.c.example");
+    assert_eq!(verdict, XDP_TX);
+    let userspace = respond(&dns, Some(&table), Transport::Udp).expect("an answer");
+    assert_eq!(hex(&parse_checked(&out).dns), hex(&userspace.bytes));
+}
