@@ -200,8 +200,8 @@ fn expected(state: &State, probes: &[Probe]) -> Vec<Option<Vec<u8>>> {
             if !state.local.contains(&probe.dst) || state.table.zone_for(&probe.qname).is_none() {
                 return None;
             }
-            let answer = respond(&probe.dns, Some(&state.table), Transport::Udp)
-                .expect("userspace answers");
+            let answer =
+                respond(&probe.dns, Some(&state.table), Transport::Udp).expect("userspace answers");
             Some(answer.bytes)
         })
         .collect()
@@ -259,7 +259,9 @@ fn read_while_changing(program: &aya::programs::Xdp, probes: &[Probe], history: 
                 XDP_TX => {
                     tally.answered += 1;
                     let dns = parse_checked(&out).dns;
-                    candidates.iter().any(|c| c.as_deref() == Some(dns.as_slice()))
+                    candidates
+                        .iter()
+                        .any(|c| c.as_deref() == Some(dns.as_slice()))
                 }
                 XDP_PASS => {
                     tally.passed += 1;
@@ -508,7 +510,12 @@ fn zones_beyond_the_capacity_are_left_to_userspace_whole() {
     // The one that does not is passed whole: its names and its missing names alike, never an
     // NXDOMAIN from the kernel for a name that exists.
     let before = program.counters.get(Counter::PassNotInZone);
-    for owner in ["h3.b.example", "h39.b.example", "missing.b.example", "b.example"] {
+    for owner in [
+        "h3.b.example",
+        "h39.b.example",
+        "missing.b.example",
+        "b.example",
+    ] {
         let (verdict, _, _) = query(owner);
         assert_eq!(verdict, XDP_PASS, "{owner}");
     }
@@ -527,7 +534,11 @@ fn a_kernel_entry_holding_another_name_is_passed_not_answered() {
         a_record("two.c.example.", [198, 18, 3, 2]),
     ];
     let (table, _) = RecordTable::compile(&[zone], &records);
-    let program = Program::load_table(table.clone(), &[SERVER_A.parse().expect("v4")], Capacity::default());
+    let program = Program::load_table(
+        table.clone(),
+        &[SERVER_A.parse().expect("v4")],
+        Capacity::default(),
+    );
     let seed = program.writer.seed();
     let generation = program.writer.active().expect("a generation is active");
     let mut names: BpfHashMap<MapData, NameKey, NameEntry> = BpfHashMap::try_from(
@@ -541,7 +552,9 @@ fn a_kernel_entry_holding_another_name_is_passed_not_answered() {
             generation,
         )
     };
-    let two = names.get(&key_of("two.c.example."), 0).expect("two's entry");
+    let two = names
+        .get(&key_of("two.c.example."), 0)
+        .expect("two's entry");
     names
         .insert(key_of("one.c.example."), two, 0)
         .expect("plant the entry");
