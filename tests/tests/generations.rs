@@ -71,7 +71,7 @@ const NAMES_PER_ZONE: usize = 12;
 
 fn owner(zone: &str, i: usize) -> String {
     // Every third name sits below an empty non-terminal, which comes and goes with it.
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         format!("x.e{i}.{zone}")
     } else {
         format!("n{i}.{zone}")
@@ -191,9 +191,12 @@ fn probes() -> Vec<Probe> {
     probes
 }
 
+/// Per probe: the DNS answer the kernel must send, or `None` for a pass.
+type Expectation = Vec<Option<Vec<u8>>>;
+
 /// What each probe must get from the kernel in one state: the userspace answer's bytes, or a
 /// pass (not this host, or no zone of the state holds the name).
-fn expected(state: &State, probes: &[Probe]) -> Vec<Option<Vec<u8>>> {
+fn expected(state: &State, probes: &[Probe]) -> Expectation {
     probes
         .iter()
         .map(|probe| {
@@ -211,7 +214,7 @@ fn expected(state: &State, probes: &[Probe]) -> Vec<Option<Vec<u8>>> {
 /// began after `published` reached `lo` and ended before `pending` passed `hi` read one of the
 /// generations `lo..=hi`.
 struct History {
-    expected: RwLock<Vec<Arc<Vec<Option<Vec<u8>>>>>>,
+    expected: RwLock<Vec<Arc<Expectation>>>,
     pending: AtomicU64,
     published: AtomicU64,
     done: AtomicBool,
