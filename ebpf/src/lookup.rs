@@ -49,7 +49,7 @@ pub fn find(query: &Query, scratch: &Scratch, table: Table) -> Result<Found, Cou
 /// confirmed byte by byte).
 #[inline(always)]
 fn lookup(scratch: &Scratch, len: usize, table: Table) -> Option<&'static NameEntry> {
-    let entry = HPD_NAMES.get_ptr(&name_key(scratch.suffix_hash(len), table.generation))?;
+    let entry = HPD_NAMES.get_ptr(name_key(scratch.suffix_hash(len), table.generation))?;
     // SAFETY: the entry belongs to the generation this run reads, which the agent does not write
     // or free until every run that may read it has ended.
     Some(unsafe { &*entry })
