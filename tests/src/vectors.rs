@@ -1,4 +1,5 @@
-//! The real client queries and Knot DNS's answers in `../shared/reference/client-queries.hex`.
+//! The real client queries and Knot DNS's answers in `tests/data/client-queries.hex` (where they
+//! came from: `tests/data/README.md`).
 
 /// One captured exchange: the client's query and, where captured, Knot's answer.
 #[derive(Clone, Debug)]
@@ -20,7 +21,7 @@ pub const CAPTURE_ZONE: &str = "zones:
 
 /// Reads every capture. Panics if the file is missing: the tests depend on it.
 pub fn client_queries() -> Vec<Capture> {
-    let path = crate::workspace_root().join("../shared/reference/client-queries.hex");
+    let path = crate::workspace_root().join("tests/data/client-queries.hex");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     parse(&text)
 }
