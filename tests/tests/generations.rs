@@ -229,6 +229,14 @@ struct Tally {
     first_mismatch: Option<String>,
 }
 
+/// The answering program of a loaded object.
+fn answering(ebpf: &aya::Ebpf) -> &aya::programs::Xdp {
+    ebpf.program(hostport_dns_common::maps::PROGRAM)
+        .expect("the program")
+        .try_into()
+        .expect("XDP")
+}
+
 fn pin_to_cpu(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
     unsafe {
@@ -306,11 +314,7 @@ fn every_answer_while_the_table_changes_is_the_answer_of_a_current_generation() 
     let deadline = Instant::now() + Duration::from_secs(6);
     let max_generations = 4000u64;
     let Program { ebpf, writer, .. } = &mut program;
-    let xdp: &aya::programs::Xdp = ebpf
-        .program(hostport_dns_common::maps::PROGRAM)
-        .expect("the program")
-        .try_into()
-        .expect("XDP");
+    let xdp = answering(ebpf);
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     let (tallies, generations, zone_switches, local_switches) = thread::scope(|scope| {
         let readers: Vec<_> = (0..cpus)
@@ -432,11 +436,7 @@ fn no_name_of_the_first_table_is_nxdomain_while_it_is_written() {
         .collect();
     let done = AtomicBool::new(false);
     let Program { ebpf, writer, .. } = &mut program;
-    let xdp: &aya::programs::Xdp = ebpf
-        .program(hostport_dns_common::maps::PROGRAM)
-        .expect("the program")
-        .try_into()
-        .expect("XDP");
+    let xdp = answering(ebpf);
     let (passed, answered, nxdomain) = thread::scope(|scope| {
         let reader = scope.spawn(|| {
             let (mut passed, mut answered, mut nxdomain) = (0u64, 0u64, 0u64);

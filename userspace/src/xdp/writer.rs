@@ -351,15 +351,6 @@ impl MapWriter {
         self.active = Some(generation);
         self.grace.wait().map_err(WriteError::Grace)
     }
-
-    /// Makes the kernel answer nothing (every packet passed): the state before the first table.
-    pub fn deactivate(&mut self) -> Result<(), WriteError> {
-        self.state
-            .set(0, Generation::empty(self.image.seed()), 0)
-            .map_err(map_err(maps::GENERATION))?;
-        self.active = None;
-        self.grace.wait().map_err(WriteError::Grace)
-    }
 }
 
 impl Capacity {
