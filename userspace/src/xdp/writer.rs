@@ -109,7 +109,6 @@ impl MapWriter {
     }
 
     pub fn with_capacity(ebpf: &mut Ebpf, capacity: Capacity) -> Result<Self, WriteError> {
-        let map_err = |map| move |source| WriteError::Map { map, source };
         let names = BpfHashMap::try_from(take(ebpf, maps::NAMES)?).map_err(map_err(maps::NAMES))?;
         let zones = Array::try_from(take(ebpf, maps::ZONES)?).map_err(map_err(maps::ZONES))?;
         let local = Array::try_from(take(ebpf, maps::LOCAL)?).map_err(map_err(maps::LOCAL))?;
