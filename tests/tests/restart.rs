@@ -1,14 +1,19 @@
 //! Restarts and upgrades without a lost query: with --pin-dir, the program and its maps outlive
 //! the agent, the kernel keeps answering while no agent runs, and the next agent adopts them.
 
-use std::{thread, time::Duration};
+use std::{
+    thread,
+    time::{Duration, Instant},
+};
 
 use hostport_dns_tests::{
     BpfFs, TempDir,
     agent::{Agent, binary},
     clients::dig,
     eventually,
-    netns::{Link, sh},
+    fake_api::{FakeApi, Kind},
+    k8s::PodSpec,
+    netns::{Link, NetNs, sh},
     require_root,
 };
 
@@ -159,4 +164,93 @@ fn a_new_agent_replaces_the_program_under_load_without_losing_a_query() {
     );
     drop(new);
     uninstall(&link, pin_dir);
+}
+
+/// An upgrade that changes the map layout, with a source slow to deliver (the API server takes
+/// seconds to list): the old program keeps answering from its own table until the new agent has
+/// written its first complete one, and only then is it replaced.
+#[test]
+fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written() {
+    require_root();
+    let ns = NetNs::new("upgrade");
+    let api = FakeApi::start(Some(&ns));
+    api.apply(
+        Kind::Pod,
+        PodSpec::ingress("web-1", "ingress", "web", "node-1", "198.18.7.1").to_json(),
+    );
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir();
+    let pin_dir = pin_dir.to_str().expect("UTF-8");
+    let dir = TempDir::new("upgrade");
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: prod.coreha.example\nkubernetes:\n  apiServer: {}\npods:\n  - zone: prod.coreha.example\n",
+            api.url()
+        ),
+    );
+    let name = "web.ingress.prod.coreha.example";
+    let answer = || dig(&ns, "127.0.0.1", 1053, &[name]);
+    let first = Agent::start_on_lo(&ns, &config, &["--pin-dir", pin_dir]);
+    eventually("the pod is served", 10, || {
+        answer().answer_data() == ["198.18.7.1"]
+    });
+    // Attached after its first complete table, which the server may answer from a moment
+    // earlier.
+    eventually("the first agent's program is attached", 10, || {
+        first.logs().contains("XDP program attached")
+    });
+    drop(first);
+    // The pinned maps now look like another layout's: the next agent must start fresh maps,
+    // while the pinned link keeps the old program, and its maps, answering.
+    let mut renamed = 0;
+    for entry in std::fs::read_dir(pin_dir)
+        .expect("the pin directory")
+        .flatten()
+    {
+        let path = entry.path();
+        let file = path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default();
+        if let Some(stem) =
+            file.strip_suffix(&format!("_v{}", hostport_dns_common::maps::LAYOUT_VERSION))
+        {
+            std::fs::rename(&path, path.with_file_name(format!("{stem}_v0")))
+                .expect("rename a pin");
+            renamed += 1;
+        }
+    }
+    assert!(renamed >= 4, "the maps were pinned ({renamed})");
+    assert_eq!(
+        answer().answer_data(),
+        ["198.18.7.1"],
+        "the pinned program answers with no agent running"
+    );
+    api.set_list_delay(Duration::from_secs(4));
+    let second = Agent::start_on_lo(&ns, &config, &["--pin-dir", pin_dir]);
+    // Until its first list arrives the new agent's userspace can only say SERVFAIL: every
+    // answer here is the old program's.
+    let window = Instant::now();
+    let mut answered = 0;
+    while window.elapsed() < Duration::from_secs(3) {
+        let reply = answer();
+        assert_eq!(
+            (reply.status.as_str(), reply.answer_data()),
+            ("NOERROR", vec!["198.18.7.1".to_owned()]),
+            "answered by the old program while the new agent lists; its log:\n{}",
+            second.logs()
+        );
+        answered += 1;
+    }
+    assert!(answered > 5, "queries ran in the window ({answered})");
+    eventually("the new program is attached", 10, || {
+        second.logs().contains("XDP program attached")
+    });
+    let reply = answer();
+    assert_eq!(reply.answer_data(), ["198.18.7.1"], "{reply:?}");
+    drop(second);
+    sh(ns
+        .command(binary().to_str().expect("UTF-8"))
+        .args(["uninstall", "--pin-dir", pin_dir]));
 }

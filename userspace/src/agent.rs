@@ -17,7 +17,7 @@ use std::{
 use anyhow::Context;
 use tokio::{
     signal::unix::{Signal, SignalKind, signal},
-    sync::mpsc,
+    sync::{mpsc, oneshot},
 };
 use tracing::{error, info, warn};
 
@@ -35,7 +35,10 @@ use crate::{
         file_watch::FileWatch,
         kube as kube_source,
     },
-    xdp::{Dataplane, XdpMode, counters::Counters, local_addrs::LocalAddrs, writer::MapWriter},
+    xdp::{
+        Dataplane, XdpError, XdpMode, counters::Counters, local_addrs::LocalAddrs,
+        writer::MapWriter,
+    },
 };
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
@@ -132,12 +135,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         });
     }
 
-    // Attached once the table holds what the sources already delivered: before, a previous
-    // agent's pinned program answers from its own complete table, or nothing does (and nothing
-    // is answered wrongly). A source that delivers later (Kubernetes) finds the program passing
-    // everything to userspace until its first complete generation.
+    // Attached once the kernel table is complete: until then a previous agent's pinned program
+    // answers from its own complete table (an upgrade that changed the map layout), or nothing
+    // does. With a source that delivers later (Kubernetes), that is after its first full list.
+    let (attach_failed_tx, mut attach_failed) = oneshot::channel::<XdpError>();
     if let Some(dp) = dataplane.as_mut() {
-        dp.attach()?;
+        if publisher.kernel_table_active() {
+            dp.attach()?;
+        } else {
+            info!("XDP is attached once the first complete table is written");
+        }
+    }
+    let dataplane = Arc::new(Mutex::new(dataplane));
+    if !publisher.kernel_table_active() {
+        let dataplane = dataplane.clone();
+        publisher.after_first_write(Box::new(move || {
+            let mut dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(Err(err)) = dataplane.as_mut().map(Dataplane::attach) {
+                let _ = attach_failed_tx.send(err);
+            }
+        }));
     }
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
@@ -179,11 +196,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         port = args.port,
         sources = ?sources.expected(),
         metrics = %args.metrics_listen,
-        xdp = ?dataplane.as_ref().map(|d| &d.attachments),
+        xdp = ?dataplane
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|d| d.attachments.clone()),
         "hostport-dns is serving"
     );
 
-    stop.wait().await;
+    tokio::select! {
+        () = stop.wait() => {}
+        Ok(err) = &mut attach_failed => return Err(err.into()),
+    }
+    let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
     match dataplane.as_ref().and_then(|d| d.pin_dir.as_ref()) {
         Some(dir) => info!(
             pin_dir = %dir.display(),

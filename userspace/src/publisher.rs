@@ -53,6 +53,8 @@ pub struct Publisher {
     snapshots: BTreeMap<&'static str, Snapshot>,
     /// The compiler holding the current table, once every source has delivered.
     builder: Option<TableBuilder>,
+    /// Run once, after the first table is in the kernel (the agent attaches XDP there).
+    after_first_write: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// What one publication compiled.
@@ -82,7 +84,25 @@ impl Publisher {
             expected,
             snapshots: BTreeMap::new(),
             builder: None,
+            after_first_write: None,
         }
+    }
+
+    /// Whether the kernel answers from a complete table (written by this agent, or adopted from
+    /// a previous one's pinned maps).
+    pub fn kernel_table_active(&self) -> bool {
+        self.writer.as_ref().is_some_and(|writer| {
+            writer
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .active()
+                .is_some()
+        })
+    }
+
+    /// Runs `then` once, after the next successful write of the kernel table.
+    pub fn after_first_write(&mut self, then: Box<dyn FnOnce() + Send>) {
+        self.after_first_write = Some(then);
     }
 
     pub fn publish(&mut self, update: Update) {
@@ -147,6 +167,9 @@ impl Publisher {
             self.metrics.xdp_table_capacity.set(capacity.names as i64);
             match written {
                 Ok(stats) => {
+                    if let Some(then) = self.after_first_write.take() {
+                        then();
+                    }
                     self.metrics.xdp_generations.inc();
                     self.metrics.xdp_table_names.set(stats.names_held as i64);
                     self.metrics
