@@ -1,16 +1,13 @@
-//! IPv4 (no options, no fragments) and IPv6 (no extension headers), addressed to this host.
+//! IPv4 (no options, no fragments) and IPv6 (no extension headers): parsing the query's header
+//! and turning it around for the answer. Whether it is addressed to this host is `host`'s.
 
 use aya_ebpf::programs::XdpContext;
 use hostport_dns_common::counters::Counter;
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
-use hostport_dns_common::limits::{MAX_LOCAL_V4, MAX_LOCAL_V6};
-
 use crate::{
-    HPD_LOCAL,
     eth::{Family, L2},
     packet::{be16, len, ptr_at},
-    table::Table,
 };
 
 const IPPROTO_UDP: u8 = 17;
@@ -93,64 +90,6 @@ fn parse_v6(ctx: &XdpContext, l3_offset: usize) -> Result<L3, Counter> {
         l4_offset: l3_offset + Ipv6Hdr::LEN,
         payload_len,
     })
-}
-
-/// Only the node's own addresses (VIPs included, which the agent keeps current) are answered:
-/// a query to a pod behind the node, or to a broadcast or multicast address, goes up the stack.
-#[inline(always)]
-pub fn ensure_addressed_to_this_host(
-    ctx: &XdpContext,
-    l3: &L3,
-    table: Table,
-) -> Result<(), Counter> {
-    let local = HPD_LOCAL
-        .get(table.generation)
-        .ok_or(Counter::PassNotForThisHost)?;
-    let found = match l3.family {
-        Family::V4 => {
-            let ip: *mut Ipv4Hdr = ptr_at(ctx, l3.l3_offset)?;
-            // SAFETY: bounds checked by ptr_at.
-            let dst = u32::from_ne_bytes(unsafe { (*ip).dst_addr });
-            let count = local.v4_count as usize;
-            let mut found = false;
-            let mut i = 0;
-            while i < MAX_LOCAL_V4 {
-                if i >= count {
-                    break;
-                }
-                if u32::from_ne_bytes(local.v4[i]) == dst {
-                    found = true;
-                    break;
-                }
-                i += 1;
-            }
-            found
-        }
-        Family::V6 => {
-            let ip: *mut Ipv6Hdr = ptr_at(ctx, l3.l3_offset)?;
-            // SAFETY: bounds checked by ptr_at.
-            let dst = u128::from_ne_bytes(unsafe { (*ip).dst_addr });
-            let count = local.v6_count as usize;
-            let mut found = false;
-            let mut i = 0;
-            while i < MAX_LOCAL_V6 {
-                if i >= count {
-                    break;
-                }
-                if u128::from_ne_bytes(local.v6[i]) == dst {
-                    found = true;
-                    break;
-                }
-                i += 1;
-            }
-            found
-        }
-    };
-    if found {
-        Ok(())
-    } else {
-        Err(Counter::PassNotForThisHost)
-    }
 }
 
 /// Turns the IP header around: addresses swapped, fresh TTL, lengths for the answer, a new

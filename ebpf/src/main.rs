@@ -12,6 +12,7 @@ mod answer;
 mod csum;
 mod dns;
 mod eth;
+mod host;
 mod ip;
 mod lookup;
 mod packet;
@@ -90,7 +91,7 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     let l3 = ip::parse(ctx, &l2)?;
     let l4 = udp::parse(ctx, &l3)?;
     let table = table::current()?;
-    ip::ensure_addressed_to_this_host(ctx, &l3, table)?;
+    host::ensure_addressed_to_this_host(ctx, &l3, table)?;
     let scratch = scratch::get()?;
     let query = dns::parse(ctx, &l4, scratch, table)?;
     let found = lookup::find(&query, scratch, table)?;
