@@ -33,6 +33,7 @@ use hostport_dns_common::{
     record::{NameEntry, NameKey},
 };
 use hostport_dns_tests::{
+    bench::system,
     packet::{Frame, QueryBuilder, parse_checked},
     require_root,
     xdp::{Program, XDP_PASS, XDP_TX, run_once},
@@ -237,15 +238,6 @@ fn answering(ebpf: &aya::Ebpf) -> &aya::programs::Xdp {
         .expect("XDP")
 }
 
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -321,7 +313,7 @@ fn every_answer_while_the_table_changes_is_the_answer_of_a_current_generation() 
             .map(|cpu| {
                 let (probes, history) = (&probes, &history);
                 scope.spawn(move || {
-                    pin_to_cpu(cpu);
+                    system::pin_current_thread(cpu);
                     read_while_changing(xdp, probes, history)
                 })
             })

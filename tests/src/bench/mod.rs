@@ -1,6 +1,7 @@
 //! Benchmarks: figures and ratios against peers run side by side in the same run, never
 //! assertions. `cargo xtask bench <what>` runs them.
 
+pub mod churn;
 pub mod kernel;
 pub mod load;
 pub mod propagation;

@@ -53,6 +53,16 @@ pub fn pin(pid: u32, cpu: usize) {
         .output();
 }
 
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity take valid pointers.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// Sums CPU seconds over a set of pids.
 pub fn total_cpu(pids: &[u32]) -> f64 {
     pids.iter().map(|p| process_cpu_seconds(*p)).sum()

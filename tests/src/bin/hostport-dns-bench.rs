@@ -1,4 +1,4 @@
-//! `cargo xtask bench <xdp|userspace>`: figures and ratios, peers side by side in one run.
+//! `cargo xtask bench <xdp|userspace|propagation|kernel|churn>`: figures and ratios, peers side by side in one run.
 //! Never assertions: these machines are noisy; read the figures.
 
 use std::time::Duration;
@@ -29,6 +29,7 @@ fn main() {
         "xdp" => xdp(),
         "userspace" => userspace(),
         "propagation" => bench::propagation::run(),
+        "churn" => bench::churn::run(),
         "kernel" => {
             let runs = std::env::var("HPD_BENCH_RUNS")
                 .ok()
@@ -38,7 +39,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel> (got {other:?})"
+                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn> (got {other:?})"
             );
             std::process::exit(2);
         }

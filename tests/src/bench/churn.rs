@@ -1,0 +1,239 @@
+//! `bench churn`: what changing the kernel table costs the answers. The XDP program answers
+//! kxdpgun's queries on a veth while a writer changes names at a given rate (each change a new
+//! address for one name, published in batches as generations), side by side with the same run
+//! without changes.
+
+use std::{
+    sync::atomic::{AtomicBool, AtomicU64, Ordering},
+    thread,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Ebpf,
+    programs::{Xdp, XdpMode},
+};
+use hickory_proto::rr::Name;
+use hostport_dns::{
+    records::{RecordData, SourceRecord},
+    table::TableBuilder,
+    xdp::{loader, local_addrs::compile, writer::MapWriter},
+    zone::ZoneSpec,
+};
+use hostport_dns_common::maps;
+
+use crate::{
+    TempDir,
+    bench::{load, print_table, query_file, responders::PORT, system},
+    netns::Link,
+};
+
+/// CPU of the program's receive thread and of the writer: the node's agent shares the CPU that
+/// answers.
+const RESPONDER_CPU: usize = 0;
+const GENERATOR_CPU: usize = 1;
+/// Names the queries ask for (never changed).
+const QUERIED_NAMES: usize = 1000;
+/// Names the writer changes, round robin.
+const CHANGED_NAMES: usize = 10_000;
+/// A publication (one generation) at most this often.
+const BATCH_INTERVAL: Duration = Duration::from_millis(20);
+
+struct Run {
+    rate: u64,
+    answered_per_second: f64,
+    loss: f64,
+    cpu_ns_per_answer: f64,
+    changes_per_second: f64,
+    generations_per_second: f64,
+}
+
+fn record(owner: &str, address: [u8; 4]) -> SourceRecord {
+    SourceRecord {
+        name: Name::from_ascii(owner).expect("a name"),
+        ttl: None,
+        data: RecordData::A(address.into()),
+    }
+}
+
+fn changed_record(i: usize, version: u64) -> SourceRecord {
+    record(
+        &format!("c{i}.churn.bench.example."),
+        [198, 19, (version % 250) as u8 + 1, (i % 250) as u8 + 1],
+    )
+}
+
+pub fn run() {
+    let seconds = 5;
+    let offered = 1_000_000;
+    let rates = [0u64, 1_000, 10_000, 100_000];
+    let runs: Vec<Run> = rates
+        .iter()
+        .map(|rate| measure(*rate, seconds, offered))
+        .collect();
+    let still = runs.first().map_or(f64::NAN, |r| r.answered_per_second);
+    let still_cpu = runs.first().map_or(f64::NAN, |r| r.cpu_ns_per_answer);
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                format!("{}", r.rate),
+                format!("{:.0}", r.changes_per_second),
+                format!("{:.0}", r.generations_per_second),
+                format!("{:.0}", r.answered_per_second),
+                format!("{:.1} %", r.loss * 100.0),
+                format!("{:.2}", r.answered_per_second / still),
+                format!("{:.0}", r.cpu_ns_per_answer),
+                format!("{:.2}", r.cpu_ns_per_answer / still_cpu),
+            ]
+        })
+        .collect();
+    print_table(
+        &format!(
+            "XDP answers while the kernel table changes: kxdpgun on CPU {GENERATOR_CPU}, {offered} q/s offered for \
+             {seconds} s over {QUERIED_NAMES} names; the writer changes {CHANGED_NAMES} other names round robin, \
+             on CPU {RESPONDER_CPU} with the receive thread"
+        ),
+        &[
+            "changes/s asked",
+            "changes/s made",
+            "generations/s",
+            "answered/s",
+            "loss",
+            "vs no changes",
+            "CPU ns/answer",
+            "vs no changes",
+        ],
+        &rows,
+    );
+    println!(
+        "(CPU ns/answer: everything on CPU {RESPONDER_CPU}, the writer included, per answer. A change is a new \
+         address for one name; a generation is one switch, carrying every change since the last.)"
+    );
+}
+
+fn measure(rate: u64, seconds: u64, offered: u64) -> Run {
+    let link = Link::bare("churn");
+    system::threaded_napi(&link.server_ns, &link.server.ifname);
+    system::threaded_napi(&link.client_ns, &link.client.ifname);
+    let (_, queried) = crate::bench::zone(QUERIED_NAMES);
+    let zones = [ZoneSpec::with_defaults(
+        Name::from_ascii("bench.example.").expect("a name"),
+    )];
+    let (mut builder, _) = TableBuilder::new(&zones);
+    let fixed: Vec<SourceRecord> = (0..QUERIED_NAMES)
+        .map(|i| {
+            let name = format!("svc{i}.ns{}.bench.example.", i % 10);
+            record(&name, [198, 18, 100 + (i / 250) as u8, (i % 250) as u8 + 1])
+        })
+        .collect();
+    builder.add(&fixed);
+    let mut current: Vec<SourceRecord> = (0..CHANGED_NAMES).map(|i| changed_record(i, 0)).collect();
+    builder.add(&current);
+    builder.finish();
+
+    let ifname = link.server.ifname.clone();
+    let server = link.server.ipv4;
+    let mut ebpf: Ebpf = link.server_ns.run(move || {
+        let mut ebpf = loader::load(PORT).expect("load the object");
+        let program: &mut Xdp = ebpf
+            .program_mut(maps::PROGRAM)
+            .expect("the program")
+            .try_into()
+            .expect("an XDP program");
+        program
+            .attach(&ifname, XdpMode::Driver)
+            .expect("attach the program");
+        ebpf
+    });
+    let mut writer = MapWriter::new(&mut ebpf).expect("the maps");
+    writer
+        .write_local(compile(&[server.parse().expect("v4")].into()))
+        .expect("the local address");
+    writer.write_table(builder.table()).expect("the table");
+    for pid in system::napi_threads(&link.server.ifname) {
+        system::pin(pid, RESPONDER_CPU);
+    }
+    let dir = TempDir::new("churn");
+    let queries = dir.write("queries.txt", &query_file(&queried, "A"));
+    let pin_client = link.client.ifname.clone();
+    thread::spawn(move || {
+        for _ in 0..20 {
+            thread::sleep(Duration::from_millis(100));
+            for pid in system::napi_threads(&pin_client) {
+                system::pin(pid, GENERATOR_CPU);
+            }
+        }
+    });
+    thread::sleep(Duration::from_millis(200));
+
+    let done = AtomicBool::new(false);
+    let changes = AtomicU64::new(0);
+    let generations = AtomicU64::new(0);
+    let before = system::cpu_busy_seconds(RESPONDER_CPU);
+    let started = Instant::now();
+    let load = thread::scope(|scope| {
+        if rate > 0 {
+            scope.spawn(|| {
+                system::pin_current_thread(RESPONDER_CPU);
+                let mut next = 0usize;
+                let mut version = 0u64;
+                let begin = Instant::now();
+                while !done.load(Ordering::SeqCst) {
+                    let tick = Instant::now();
+                    // Catch up with the rate: as many changes as the time since the start asks.
+                    let due = (begin.elapsed().as_secs_f64() * rate as f64) as u64;
+                    let batch = due.saturating_sub(changes.load(Ordering::SeqCst));
+                    for _ in 0..batch {
+                        let i = next % CHANGED_NAMES;
+                        next += 1;
+                        if i == 0 {
+                            version += 1;
+                        }
+                        let old = std::mem::replace(&mut current[i], changed_record(i, version));
+                        builder.remove([&old]);
+                        builder.add([&current[i]]);
+                    }
+                    if batch > 0 {
+                        let changed = builder.finish();
+                        writer
+                            .write_names(builder.table(), &changed)
+                            .expect("write the change");
+                        changes.fetch_add(batch, Ordering::SeqCst);
+                        generations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if let Some(rest) = BATCH_INTERVAL.checked_sub(tick.elapsed()) {
+                        thread::sleep(rest);
+                    }
+                }
+            });
+        }
+        let load = load::kxdpgun(
+            &link.client_ns,
+            &link.client.ifname,
+            server,
+            PORT,
+            &queries,
+            offered,
+            seconds,
+            GENERATOR_CPU,
+        );
+        done.store(true, Ordering::SeqCst);
+        load
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = system::cpu_busy_seconds(RESPONDER_CPU) - before;
+    drop(ebpf);
+    Run {
+        rate,
+        answered_per_second: load.answered_per_second(),
+        loss: load.loss(),
+        cpu_ns_per_answer: if load.answered == 0 {
+            f64::NAN
+        } else {
+            cpu * 1e9 / load.answered as f64
+        },
+        changes_per_second: changes.load(Ordering::SeqCst) as f64 / elapsed,
+        generations_per_second: generations.load(Ordering::SeqCst) as f64 / elapsed,
+    }
+}
