@@ -46,6 +46,9 @@ struct Run {
     cpu_ns_per_answer: f64,
     changes_per_second: f64,
     generations_per_second: f64,
+    /// Writer time per change: compiling the table, and writing the kernel table.
+    compile_us_per_change: f64,
+    write_us_per_change: f64,
 }
 
 fn record(owner: &str, address: [u8; 4]) -> SourceRecord {
@@ -85,6 +88,8 @@ pub fn run() {
                 format!("{:.2}", r.answered_per_second / still),
                 format!("{:.0}", r.cpu_ns_per_answer),
                 format!("{:.2}", r.cpu_ns_per_answer / still_cpu),
+                format!("{:.1}", r.compile_us_per_change),
+                format!("{:.1}", r.write_us_per_change),
             ]
         })
         .collect();
@@ -103,6 +108,8 @@ pub fn run() {
             "vs no changes",
             "CPU ns/answer",
             "vs no changes",
+            "compile µs/change",
+            "kernel write µs/change",
         ],
         &rows,
     );
@@ -170,6 +177,8 @@ fn measure(rate: u64, seconds: u64, offered: u64) -> Run {
     let done = AtomicBool::new(false);
     let changes = AtomicU64::new(0);
     let generations = AtomicU64::new(0);
+    let compile_ns = AtomicU64::new(0);
+    let write_ns = AtomicU64::new(0);
     let before = system::cpu_busy_seconds(RESPONDER_CPU);
     let started = Instant::now();
     let load = thread::scope(|scope| {
@@ -184,6 +193,7 @@ fn measure(rate: u64, seconds: u64, offered: u64) -> Run {
                     // Catch up with the rate: as many changes as the time since the start asks.
                     let due = (begin.elapsed().as_secs_f64() * rate as f64) as u64;
                     let batch = due.saturating_sub(changes.load(Ordering::SeqCst));
+                    let compiling = Instant::now();
                     for _ in 0..batch {
                         let i = next % CHANGED_NAMES;
                         next += 1;
@@ -196,9 +206,13 @@ fn measure(rate: u64, seconds: u64, offered: u64) -> Run {
                     }
                     if batch > 0 {
                         let changed = builder.finish();
+                        let writing = Instant::now();
+                        compile_ns
+                            .fetch_add((writing - compiling).as_nanos() as u64, Ordering::SeqCst);
                         writer
                             .write_names(builder.table(), &changed)
                             .expect("write the change");
+                        write_ns.fetch_add(writing.elapsed().as_nanos() as u64, Ordering::SeqCst);
                         changes.fetch_add(batch, Ordering::SeqCst);
                         generations.fetch_add(1, Ordering::SeqCst);
                     }
@@ -234,6 +248,17 @@ fn measure(rate: u64, seconds: u64, offered: u64) -> Run {
             cpu * 1e9 / load.answered as f64
         },
         changes_per_second: changes.load(Ordering::SeqCst) as f64 / elapsed,
+        compile_us_per_change: per_change(&compile_ns, &changes),
+        write_us_per_change: per_change(&write_ns, &changes),
         generations_per_second: generations.load(Ordering::SeqCst) as f64 / elapsed,
+    }
+}
+
+fn per_change(nanos: &AtomicU64, changes: &AtomicU64) -> f64 {
+    let changes = changes.load(Ordering::SeqCst);
+    if changes == 0 {
+        f64::NAN
+    } else {
+        nanos.load(Ordering::SeqCst) as f64 / 1e3 / changes as f64
     }
 }

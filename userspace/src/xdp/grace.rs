@@ -7,23 +7,18 @@
 //! 5.0; the kernel's own selftests use it this way): this module keeps a one-slot
 //! `BPF_MAP_TYPE_ARRAY_OF_MAPS`, no program uses it, and [`Grace::wait`] updates its slot.
 //!
-//! aya 0.14 cannot create a map-in-map, so the two maps are made with the `bpf(2)` system call
-//! directly.
+//! aya 0.14 can use a map-in-map but not create one, so the two maps are made with the `bpf(2)`
+//! system call directly.
 
 use std::{
     io,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-/// `bpf(2)` commands and map types (`include/uapi/linux/bpf.h`).
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+use crate::xdp::syscall::{BPF_MAP_CREATE, BPF_MAP_UPDATE_ELEM, attr, bpf};
+
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
 const BPF_MAP_TYPE_ARRAY_OF_MAPS: u32 = 12;
-
-/// Bytes of `union bpf_attr` this module passes (its fields are at the front; the kernel checks
-/// that the rest is zero).
-const ATTR_WORDS: usize = 32;
 
 pub struct Grace {
     outer: OwnedFd,
@@ -41,41 +36,33 @@ impl Grace {
     pub fn wait(&self) -> io::Result<()> {
         let key = 0u32;
         let value = self.inner.as_raw_fd() as u32;
-        let mut attr = [0u64; ATTR_WORDS / 2];
-        attr[0] = self.outer.as_raw_fd() as u64;
-        attr[1] = &key as *const u32 as u64;
-        attr[2] = &value as *const u32 as u64;
-        // flags (attr[3]): BPF_ANY.
-        bpf(BPF_MAP_UPDATE_ELEM, attr.as_ptr().cast()).map(drop)
+        // struct { map_fd: u32, pad; key, value, flags: u64 }; flags BPF_ANY.
+        let mut attr = attr(&[
+            (0, &(self.outer.as_raw_fd() as u32).to_ne_bytes()),
+            (8, &(&key as *const u32 as u64).to_ne_bytes()),
+            (16, &(&value as *const u32 as u64).to_ne_bytes()),
+        ]);
+        bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
     }
 }
 
 /// A one-slot map of 4-byte keys and values (an inner map's fd, for a map-in-map).
 fn create_map(map_type: u32, inner: Option<&OwnedFd>, name: &[u8]) -> io::Result<OwnedFd> {
-    let mut attr = [0u32; ATTR_WORDS];
-    attr[0] = map_type;
-    attr[1] = 4; // key_size
-    attr[2] = 4; // value_size
-    attr[3] = 1; // max_entries
-    attr[5] = inner.map_or(0, |fd| fd.as_raw_fd() as u32); // inner_map_fd
-    // map_name: 16 bytes from word 7, NUL-terminated.
-    let mut name_bytes = [0u8; 16];
+    let inner_fd = inner.map_or(0, |fd| fd.as_raw_fd() as u32);
+    let mut map_name = [0u8; 16];
     let len = name.len().min(15);
-    name_bytes[..len].copy_from_slice(&name[..len]);
-    for (i, chunk) in name_bytes.chunks(4).enumerate() {
-        attr[7 + i] = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-    }
-    let fd = bpf(BPF_MAP_CREATE, attr.as_ptr().cast())?;
+    map_name[..len].copy_from_slice(&name[..len]);
+    // struct { map_type, key_size, value_size, max_entries, map_flags, inner_map_fd,
+    // numa_node: u32; map_name: [u8; 16]; ... }
+    let mut attr = attr(&[
+        (0, &map_type.to_ne_bytes()),
+        (4, &4u32.to_ne_bytes()),
+        (8, &4u32.to_ne_bytes()),
+        (12, &1u32.to_ne_bytes()),
+        (20, &inner_fd.to_ne_bytes()),
+        (28, &map_name),
+    ]);
+    let fd = bpf(BPF_MAP_CREATE, &mut attr)?;
     // SAFETY: a fresh descriptor the kernel gave us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn bpf(cmd: libc::c_long, attr: *const u8) -> io::Result<libc::c_long> {
-    // SAFETY: attr points to ATTR_WORDS * 4 readable bytes laid out as union bpf_attr.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, ATTR_WORDS * 4) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
 }

@@ -6,6 +6,7 @@ mod grace;
 pub mod image;
 pub mod loader;
 pub mod local_addrs;
+mod syscall;
 pub mod writer;
 
 pub use loader::{Dataplane, EbpfLogLevel, XdpError, XdpMode};

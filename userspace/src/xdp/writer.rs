@@ -9,11 +9,14 @@
 //! touched, which cost the same however large the table is. Between writes the writer keeps
 //! which name each key holds, not the entries: those are rebuilt from the table when touched.
 
+use std::os::fd::{AsFd, OwnedFd};
+
 use hickory_proto::rr::LowerName;
+use rustc_hash::FxHashMap;
 
 use aya::{
     Ebpf, Pod,
-    maps::{Array, HashMap as BpfHashMap, MapData, MapError},
+    maps::{Array, HashMap as BpfHashMap, Map, MapData, MapError},
 };
 use hostport_dns_common::{
     generation::{GENERATIONS, Generation, generation_of_key, name_key, zone_slot},
@@ -28,6 +31,7 @@ use crate::{
     xdp::{
         grace::Grace,
         image::{self, Image},
+        syscall,
     },
 };
 
@@ -41,6 +45,11 @@ pub enum WriteError {
     Grace(std::io::Error),
     #[error("no random hash seed: {0}")]
     Seed(std::io::Error),
+    #[error("map {map}: {source}")]
+    Batch {
+        map: &'static str,
+        source: std::io::Error,
+    },
 }
 
 /// How much of the table one generation may hold. The kernel's maps are sized for
@@ -78,6 +87,8 @@ pub struct WriteStats {
 
 pub struct MapWriter {
     names: BpfHashMap<MapData, NameKey, NameEntry>,
+    /// The name map's descriptor, for the batch writes aya does not offer.
+    names_fd: OwnedFd,
     zones: Array<MapData, ZoneEntry>,
     local: Array<MapData, LocalAddrs>,
     state: Array<MapData, Generation>,
@@ -109,7 +120,16 @@ impl MapWriter {
     }
 
     pub fn with_capacity(ebpf: &mut Ebpf, capacity: Capacity) -> Result<Self, WriteError> {
-        let names = BpfHashMap::try_from(take(ebpf, maps::NAMES)?).map_err(map_err(maps::NAMES))?;
+        let names_map = take(ebpf, maps::NAMES)?;
+        let names_fd = match &names_map {
+            Map::HashMap(data) => data.fd().as_fd().try_clone_to_owned(),
+            _ => Err(std::io::Error::other("not a hash map")),
+        }
+        .map_err(|source| WriteError::Batch {
+            map: maps::NAMES,
+            source,
+        })?;
+        let names = BpfHashMap::try_from(names_map).map_err(map_err(maps::NAMES))?;
         let zones = Array::try_from(take(ebpf, maps::ZONES)?).map_err(map_err(maps::ZONES))?;
         let local = Array::try_from(take(ebpf, maps::LOCAL)?).map_err(map_err(maps::LOCAL))?;
         let mut state: Array<MapData, Generation> =
@@ -127,6 +147,7 @@ impl MapWriter {
         };
         Ok(Self {
             names,
+            names_fd,
             zones,
             local,
             state,
@@ -251,8 +272,9 @@ impl MapWriter {
         Ok(stats)
     }
 
-    /// Applies `changes` to `generation`, in order (a key removed and then given to another name
-    /// in one change ends with the other name).
+    /// Applies `changes` to `generation`: what each key ends with (a key removed and then given
+    /// to another name in one change ends with the other name), removals first so that the
+    /// generation never holds more than its capacity, each kind in one system call.
     fn replay(
         &mut self,
         generation: u32,
@@ -266,21 +288,37 @@ impl MapWriter {
                 .map_err(map_err(maps::ZONES))?;
             stats.zones_written += 1;
         }
+        let mut last: FxHashMap<NameKey, Option<&NameEntry>> = FxHashMap::default();
         for (key, entry) in &changes.names {
-            let key = name_key(*key, generation);
+            last.insert(name_key(*key, generation), entry.as_deref());
+        }
+        let (mut keys, mut values, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, entry) in last {
             match entry {
                 Some(entry) => {
-                    self.names
-                        .insert(key, entry.as_ref(), 0)
-                        .map_err(map_err(maps::NAMES))?;
-                    stats.names_written += 1;
+                    keys.push(key);
+                    values.push(*entry);
                 }
-                None => match self.names.remove(&key) {
-                    Ok(()) | Err(MapError::KeyNotFound) => stats.names_removed += 1,
-                    Err(source) => return Err(map_err(maps::NAMES)(source)),
-                },
+                None => gone.push(key),
             }
         }
+        if let Err((done, _)) = syscall::delete_batch(self.names_fd.as_fd(), &gone) {
+            // One key missing stops the batch: the rest one by one, missing ones allowed.
+            for key in &gone[done..] {
+                match self.names.remove(key) {
+                    Ok(()) | Err(MapError::KeyNotFound) => {}
+                    Err(source) => return Err(map_err(maps::NAMES)(source)),
+                }
+            }
+        }
+        syscall::update_batch(self.names_fd.as_fd(), &keys, &values).map_err(|source| {
+            WriteError::Batch {
+                map: maps::NAMES,
+                source,
+            }
+        })?;
+        stats.names_written = keys.len();
+        stats.names_removed = gone.len();
         Ok(stats)
     }
 
