@@ -15,27 +15,19 @@ pub const POINTER_TO_QUESTION: u16 = 0xC000 | QUESTION_OFFSET;
 pub const POINTER_MARK: u16 = 0xC000;
 
 pub const TYPE_A: u16 = 1;
-pub const TYPE_NS: u16 = 2;
-pub const TYPE_SOA: u16 = 6;
-pub const TYPE_PTR: u16 = 12;
 pub const TYPE_AAAA: u16 = 28;
-pub const TYPE_SRV: u16 = 33;
 pub const TYPE_OPT: u16 = 41;
-pub const TYPE_ANY: u16 = 255;
 pub const CLASS_IN: u16 = 1;
 
 pub const RCODE_NOERROR: u8 = 0;
 pub const RCODE_NXDOMAIN: u8 = 3;
 
-// Header flag bits in the 16-bit flags word (host order).
+// Header flag bits in the 16-bit flags word (host order), those the kernel and the answer code
+// use.
 pub const FLAG_QR: u16 = 0x8000;
 pub const OPCODE_MASK: u16 = 0x7800;
 pub const FLAG_AA: u16 = 0x0400;
-pub const FLAG_TC: u16 = 0x0200;
 pub const FLAG_RD: u16 = 0x0100;
-pub const FLAG_RA: u16 = 0x0080;
-pub const FLAG_Z: u16 = 0x0040;
-pub const FLAG_AD: u16 = 0x0020;
 pub const FLAG_CD: u16 = 0x0010;
 pub const RCODE_MASK: u16 = 0x000F;
 

@@ -18,8 +18,6 @@ pub const ZONES: &str = "HPD_ZONES";
 pub const LOCAL: &str = "HPD_LOCAL";
 /// Per-CPU counters indexed by [`crate::counters::Counter`].
 pub const COUNTERS: &str = "HPD_COUNTERS";
-/// Per-CPU scratch space of the program.
-pub const SCRATCH: &str = "HPD_SCRATCH";
 
 /// Name of the XDP program in the object file.
 pub const PROGRAM: &str = "hostport_dns_xdp";

@@ -105,8 +105,6 @@ pub struct ZoneEntry {
     pub guard_lens: [u16; MAX_SOA_GUARDS],
     /// Wire length of the apex, root byte included.
     pub apex_len: u16,
-    /// Labels of the apex (root excluded).
-    pub apex_labels: u16,
     /// `ZONE_FLAG_*` bits.
     pub flags: u16,
     /// Bytes used in `soa_rr`.
@@ -120,7 +118,7 @@ pub struct ZoneEntry {
     /// Where the kernel writes compression pointers into `soa_rr`.
     pub patches: [SoaPatch; MAX_SOA_PATCHES],
     /// Puts `soa_rr` on an 8-byte boundary without implicit padding.
-    pub reserved: [u8; 2],
+    pub reserved: [u8; 4],
     /// The SOA record of the authority section, owner included; pointer bytes are zero until
     /// patched. 8-byte aligned: the kernel copies it a word at a time.
     pub soa_rr: [u8; MAX_SOA_RR_LEN],
@@ -133,14 +131,13 @@ impl ZoneEntry {
         guards: [0; MAX_SOA_GUARDS],
         guard_lens: [0; MAX_SOA_GUARDS],
         apex_len: 0,
-        apex_labels: 0,
         flags: 0,
         soa_len: 0,
         patch_count: 0,
         guard_count: 0,
         soa_csum: 0,
         patches: [SoaPatch { offset: 0, base: 0 }; MAX_SOA_PATCHES],
-        reserved: [0; 2],
+        reserved: [0; 4],
         soa_rr: [0; MAX_SOA_RR_LEN],
     };
 }
@@ -173,7 +170,7 @@ const _: () = assert!(
 );
 const _: () = assert!(
     core::mem::size_of::<ZoneEntry>()
-        == 8 + 10 * MAX_SOA_GUARDS + 2 * 7 + 4 * MAX_SOA_PATCHES + MAX_SOA_RR_LEN + 2
+        == 8 + 10 * MAX_SOA_GUARDS + 2 * 6 + 4 * MAX_SOA_PATCHES + MAX_SOA_RR_LEN + 4
 );
 
 const _: () =

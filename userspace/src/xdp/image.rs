@@ -402,7 +402,6 @@ pub fn zone_entry(zone: &Zone, seed: u64) -> ZoneEntry {
     let apex_wire = wire_name(&LowerName::new(apex));
     entry.apex_hash = name_hash(seed, &apex_wire);
     entry.apex_len = apex_wire.len() as u16;
-    entry.apex_labels = apex.num_labels() as u16;
     match soa_template(zone, apex_wire.len()) {
         Some((template, patches)) => {
             entry.soa_rr[..template.len()].copy_from_slice(&template);
