@@ -24,14 +24,36 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed={SKIP}");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let object = out_dir.join("hostport-dns-xdp");
     if env::var_os(SKIP).is_some() {
-        if !object.exists() {
-            std::fs::write(&object, []).expect("write an empty object");
+        for name in ["hostport-dns-xdp", "hostport-dns-xdp-testbed"] {
+            let object = out_dir.join(name);
+            if !object.exists() {
+                std::fs::write(&object, []).expect("write an empty object");
+            }
         }
         return;
     }
     let target_dir = out_dir.join("ebpf-target");
+    // The agent's object, and the test bed's (the same program plus its helpers).
+    for (features, name) in [
+        (None, "hostport-dns-xdp"),
+        (Some("testbed"), "hostport-dns-xdp-testbed"),
+    ] {
+        build_object(&root, &target_dir, features);
+        let built = target_dir.join("bpfel-unknown-none/release/hostport-dns-xdp");
+        let object = out_dir.join(name);
+        std::fs::copy(&built, &object).unwrap_or_else(|e| {
+            panic!(
+                "cannot copy {} to {}: {e}",
+                built.display(),
+                object.display()
+            )
+        });
+    }
+}
+
+/// Builds the eBPF crate with `features`.
+fn build_object(root: &std::path::Path, target_dir: &std::path::Path, features: Option<&str>) {
     let flags = [
         "--cfg=bpf_target_arch=\"x86_64\"",
         "-Cdebuginfo=2",
@@ -40,17 +62,21 @@ fn main() {
         "-Ctarget-feature=+allows-misaligned-mem-access",
     ]
     .join("\x1f");
-    let output = Command::new("rustup")
-        .args([
-            "run",
-            "nightly",
-            "cargo",
-            "build",
-            "--package",
-            "hostport-dns-ebpf",
-            "--bins",
-            "--release",
-        ])
+    let mut cmd = Command::new("rustup");
+    cmd.args([
+        "run",
+        "nightly",
+        "cargo",
+        "build",
+        "--package",
+        "hostport-dns-ebpf",
+        "--bins",
+        "--release",
+    ]);
+    if let Some(features) = features {
+        cmd.args(["--features", features]);
+    }
+    let output = cmd
         .args([
             "--target",
             "bpfel-unknown-none",
@@ -58,8 +84,8 @@ fn main() {
             "build-std=core",
             "--target-dir",
         ])
-        .arg(&target_dir)
-        .current_dir(&root)
+        .arg(target_dir)
+        .current_dir(root)
         .env("CARGO_ENCODED_RUSTFLAGS", flags)
         .env_remove("RUSTC")
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
@@ -73,12 +99,4 @@ fn main() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let built = target_dir.join("bpfel-unknown-none/release/hostport-dns-xdp");
-    std::fs::copy(&built, &object).unwrap_or_else(|e| {
-        panic!(
-            "cannot copy {} to {}: {e}",
-            built.display(),
-            object.display()
-        )
-    });
 }

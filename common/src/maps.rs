@@ -22,10 +22,11 @@ pub const COUNTERS: &str = "HPD_COUNTERS";
 /// Name of the XDP program in the object file.
 pub const PROGRAM: &str = "hostport_dns_xdp";
 
-/// A program that passes every packet (for the far end of a veth pair; see the test bed).
+/// A program that passes every packet (for the far end of a veth pair; in the test bed's object
+/// only).
 pub const PASS_PROGRAM: &str = "hostport_dns_pass";
 
-/// The benchmark ceiling: reflects queries back without DNS work.
+/// The benchmark ceiling: reflects queries back without DNS work (the test bed's object only).
 pub const REFLECT_PROGRAM: &str = "hostport_dns_reflect";
 
 /// Global in the program holding the DNS port, set at load time.

@@ -16,6 +16,7 @@ mod host;
 mod ip;
 mod lookup;
 mod packet;
+#[cfg(feature = "testbed")]
 mod reflect;
 mod rewrite;
 mod scratch;
@@ -102,13 +103,16 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
 
 /// Passes every packet. Attached to the far end of a veth pair, it makes native-mode XDP_TX
 /// frames from this end get delivered (veth hands them only to a peer with a program); the
-/// test bed uses it.
+/// test bed uses it. Only in the test bed's object.
+#[cfg(feature = "testbed")]
 #[xdp]
 pub fn hostport_dns_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 
-/// Benchmark ceiling: reflects DNS queries without any DNS work (see `reflect`).
+/// Benchmark ceiling: reflects DNS queries without any DNS work (see `reflect`). Only in the
+/// test bed's object.
+#[cfg(feature = "testbed")]
 #[xdp]
 pub fn hostport_dns_reflect(ctx: XdpContext) -> u32 {
     reflect::try_reflect(&ctx).unwrap_or(xdp_action::XDP_PASS)

@@ -214,7 +214,7 @@ fn mac_of(ns: &NetNs, ifname: &str) -> String {
 fn attach_pass_program(ns: &NetNs, ifname: &str) -> Ebpf {
     let ifname = ifname.to_owned();
     ns.run(move || {
-        let mut ebpf = Ebpf::load(hostport_dns::EBPF_OBJECT).expect("load the eBPF object");
+        let mut ebpf = Ebpf::load(hostport_dns::TESTBED_OBJECT).expect("load the eBPF object");
         let program: &mut Xdp = ebpf
             .program_mut(hostport_dns_common::maps::PASS_PROGRAM)
             .expect("the pass program")

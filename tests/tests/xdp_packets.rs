@@ -573,3 +573,22 @@ fn a_cookie_option_is_accepted_and_not_echoed() {
     let dns = fx.answered(&Frame::v4(SERVER_V4), &cookie.bytes(), Counter::AnswerA);
     assert_eq!(&dns[dns.len() - 2..], &[0, 0], "no options in our OPT");
 }
+
+#[test]
+fn the_agents_object_holds_only_the_answering_program() {
+    require_root();
+    let agent = aya::Ebpf::load(hostport_dns::EBPF_OBJECT).expect("the agent's object");
+    let programs: Vec<&str> = agent.programs().map(|(name, _)| name).collect();
+    assert_eq!(programs, [hostport_dns_common::maps::PROGRAM]);
+    let testbed = aya::Ebpf::load(hostport_dns::TESTBED_OBJECT).expect("the test bed's object");
+    let mut programs: Vec<&str> = testbed.programs().map(|(name, _)| name).collect();
+    programs.sort();
+    assert_eq!(
+        programs,
+        [
+            hostport_dns_common::maps::PASS_PROGRAM,
+            hostport_dns_common::maps::REFLECT_PROGRAM,
+            hostport_dns_common::maps::PROGRAM,
+        ]
+    );
+}

@@ -21,5 +21,11 @@ pub mod zone;
 pub static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hostport-dns-xdp"));
 
+/// The test bed's object: the same program, plus a pass-through program and the benchmark's
+/// reflector (never loaded by the agent).
+#[doc(hidden)]
+pub static TESTBED_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/hostport-dns-xdp-testbed"));
+
 /// The log target of the XDP program's own records (`--ebpf-log-level`).
 pub const EBPF_LOG_TARGET: &str = "hostport_dns_xdp";

@@ -49,9 +49,10 @@ pub fn lint() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
-    // The eBPF crate only builds for the BPF target, with the nightly.
-    cmd::run(
-        std::process::Command::new("rustup")
+    // The eBPF crate only builds for the BPF target, with the nightly; both of its objects.
+    for features in [None, Some("testbed")] {
+        let mut clippy = std::process::Command::new("rustup");
+        clippy
             .current_dir(cmd::workspace_root())
             .args([
                 "run",
@@ -60,17 +61,15 @@ pub fn lint() -> anyhow::Result<()> {
                 "clippy",
                 "--release",
                 "--package",
-                "hostport-dns-ebpf",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--",
-                "-D",
-                "warnings",
             ])
+            .arg("hostport-dns-ebpf")
+            .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
+            .args(features.map(|f| ["--features", f]).into_iter().flatten())
+            .args(["--", "-D", "warnings"])
             .env_remove("CARGO")
             .env_remove("RUSTC")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER"),
-    )
+            .env_remove("RUSTC_WORKSPACE_WRAPPER");
+        cmd::run(&mut clippy)?;
+    }
+    Ok(())
 }

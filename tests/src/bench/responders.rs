@@ -119,7 +119,10 @@ pub fn start(
 fn attach_reflector(ns: &NetNs, ifname: &str) -> Ebpf {
     let ifname = ifname.to_owned();
     ns.run(move || {
-        let mut ebpf = hostport_dns::xdp::loader::load(PORT).expect("load the object");
+        let mut ebpf = aya::EbpfLoader::new()
+            .override_global(maps::GLOBAL_DNS_PORT, &PORT, true)
+            .load(hostport_dns::TESTBED_OBJECT)
+            .expect("load the test bed's object");
         let program: &mut Xdp = ebpf
             .program_mut(maps::REFLECT_PROGRAM)
             .expect("the reflector")
