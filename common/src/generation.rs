@@ -51,8 +51,12 @@ pub struct Generation {
     pub seed: u64,
     /// The generation the program reads, or [`NO_GENERATION`].
     pub active: u32,
-    /// Keeps the value free of implicit padding.
-    pub reserved: u32,
+    /// Per generation, which label counts its zone apexes have: bit `n - 1` is set when an apex
+    /// of `n` labels (root not counted, at most [`crate::limits::MAX_ZONE_LABELS`]) is in that
+    /// generation. A name not in the table is looked up only at the suffix lengths an apex can
+    /// have: with one zone, one lookup instead of one per label. Written with the rest of the
+    /// generation, while no reader reads it.
+    pub apex_labels: [u16; GENERATIONS as usize],
 }
 
 impl Generation {
@@ -61,7 +65,7 @@ impl Generation {
         Self {
             seed,
             active: NO_GENERATION,
-            reserved: 0,
+            apex_labels: [0; GENERATIONS as usize],
         }
     }
 
@@ -74,6 +78,19 @@ impl Generation {
         }
     }
 }
+
+/// The bit of [`Generation::apex_labels`] that says an apex of `labels` labels is there; None
+/// outside 1..=MAX_ZONE_LABELS.
+#[inline(always)]
+pub const fn apex_label_bit(labels: usize) -> Option<u16> {
+    if labels == 0 || labels > crate::limits::MAX_ZONE_LABELS {
+        None
+    } else {
+        Some(1 << (labels - 1))
+    }
+}
+
+const _: () = assert!(crate::limits::MAX_ZONE_LABELS <= u16::BITS as usize);
 
 /// The bit of a name key that holds the generation.
 const GENERATION_BIT: NameKey = 1;
@@ -110,6 +127,18 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apex_label_bits_cover_exactly_the_label_counts_a_zone_may_have() {
+        assert_eq!(apex_label_bit(0), None, "the root is no zone here");
+        assert_eq!(apex_label_bit(1), Some(1));
+        assert_eq!(apex_label_bit(3), Some(0b100));
+        assert_eq!(
+            apex_label_bit(crate::limits::MAX_ZONE_LABELS),
+            Some(1 << (crate::limits::MAX_ZONE_LABELS - 1))
+        );
+        assert_eq!(apex_label_bit(crate::limits::MAX_ZONE_LABELS + 1), None);
+    }
 
     #[test]
     fn the_generations_keys_of_one_name_never_meet() {

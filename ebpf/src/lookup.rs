@@ -87,8 +87,9 @@ fn same_name(entry: &NameEntry, scratch: &Scratch, len: usize) -> bool {
 }
 
 /// For a name not in the table: the entry of its zone apex and the apex's length. Suffixes are
-/// tried from the shortest up: the first in the table is the apex (zones do not nest). At most
-/// MAX_ZONE_LABELS lookups.
+/// tried from the shortest up, only at label counts some apex of the generation has: the first
+/// in the table is the apex (zones do not nest). At most MAX_ZONE_LABELS lookups, one per
+/// distinct apex label count.
 #[inline(always)]
 fn apex_of_missing_name(
     query: &Query,
@@ -100,6 +101,15 @@ fn apex_of_missing_name(
         // The whole name was looked up already.
         if j >= query.labels {
             break;
+        }
+        // No apex has j labels or more: the name is in no zone.
+        let wanted = table.apex_labels >> (j - 1);
+        if wanted == 0 {
+            break;
+        }
+        if wanted & 1 == 0 {
+            j += 1;
+            continue;
         }
         let offset = *masked(&scratch.label_offset, query.labels - j) as usize;
         let suffix_len = bound(query.name_len.wrapping_sub(offset), NAME_BUF_LEN - 1);

@@ -9,11 +9,13 @@ use hostport_dns_common::{
 
 use crate::HPD_GEN;
 
-/// The generation this run reads, and the hash seed its keys were made with.
+/// The generation this run reads, the hash seed its keys were made with, and the label counts
+/// of its zone apexes ([`Generation::apex_labels`]).
 #[derive(Clone, Copy)]
 pub struct Table {
     pub generation: u32,
     pub seed: u64,
+    pub apex_labels: u16,
 }
 
 /// The active generation, or a pass while there is none (before the agent's first complete
@@ -32,5 +34,12 @@ pub fn current() -> Result<Table, Counter> {
     if generation >= GENERATIONS {
         return Err(Counter::PassNoTable);
     }
-    Ok(Table { generation, seed })
+    // SAFETY: as above; the index is a generation, checked just now.
+    let apex_labels =
+        unsafe { core::ptr::read_volatile((*state).apex_labels.as_ptr().add(generation as usize)) };
+    Ok(Table {
+        generation,
+        seed,
+        apex_labels,
+    })
 }

@@ -16,7 +16,7 @@ use hostport_dns_common::{
     dns::{
         CLASS_IN, HEADER_LEN, POINTER_MARK, POINTER_TO_QUESTION, RR_FIXED_LEN, TYPE_A, TYPE_AAAA,
     },
-    generation::name_key,
+    generation::{apex_label_bit, name_key},
     hash::name_hash,
     limits::{
         A_RR_LEN, A_RRS_CAPACITY, AAAA_RR_LEN, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, MAX_SOA_PATCHES,
@@ -122,6 +122,17 @@ impl Image {
             }
             None => entry_for(table, &owner_of(self.names.get(&key)?)?),
         }
+    }
+
+    /// The label counts of the apexes of the zones in the kernel table, as
+    /// `Generation::apex_labels` holds them.
+    pub fn apex_labels(&self, table: &RecordTable) -> u16 {
+        table
+            .zones()
+            .iter()
+            .filter(|zone| self.admits(zone.id))
+            .filter_map(|zone| apex_label_bit(zone.spec.apex.num_labels() as usize))
+            .fold(0, |mask, bit| mask | bit)
     }
 
     /// Names whose key another name has too (answered by userspace).

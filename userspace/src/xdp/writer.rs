@@ -19,7 +19,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, Map, MapData, MapError},
 };
 use hostport_dns_common::{
-    generation::{GENERATIONS, Generation, generation_of_key, name_key, zone_slot},
+    generation::{GENERATIONS, Generation, NO_GENERATION, generation_of_key, name_key, zone_slot},
     limits::{NAMES_CAPACITY, ZONES_CAPACITY},
     maps,
     record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
@@ -99,6 +99,8 @@ pub struct MapWriter {
     /// The table `image` was made from (cheap to keep: its parts are shared).
     table: Option<RecordTable>,
     active: Option<u32>,
+    /// Per generation, the label counts of its zone apexes, as `HPD_GEN` holds them.
+    apex_labels: [u16; GENERATIONS as usize],
     /// Per generation: whether the kernel holds exactly `image` and `local_addrs` in it.
     in_step: [bool; GENERATIONS as usize],
     capacity: Capacity,
@@ -135,15 +137,14 @@ impl MapWriter {
         let mut state: Array<MapData, Generation> =
             Array::try_from(take(ebpf, maps::GENERATION)?).map_err(map_err(maps::GENERATION))?;
         let held = state.get(&0, 0).map_err(map_err(maps::GENERATION))?;
-        let (seed, active) = if held.seed == 0 {
+        let (seed, active, apex_labels) = if held.seed == 0 {
             // Fresh maps: a new install.
             let seed = random_seed()?;
-            state
-                .set(0, Generation::empty(seed), 0)
-                .map_err(map_err(maps::GENERATION))?;
-            (seed, None)
+            let fresh = Generation::empty(seed);
+            state.set(0, fresh, 0).map_err(map_err(maps::GENERATION))?;
+            (seed, None, fresh.apex_labels)
         } else {
-            (held.seed, held.active_generation())
+            (held.seed, held.active_generation(), held.apex_labels)
         };
         Ok(Self {
             names,
@@ -156,6 +157,7 @@ impl MapWriter {
             local_addrs: LocalAddrs::EMPTY,
             table: None,
             active,
+            apex_labels,
             in_step: [false; GENERATIONS as usize],
             capacity: capacity.clamped(),
         })
@@ -268,6 +270,12 @@ impl MapWriter {
         self.local
             .set(generation, self.local_addrs, 0)
             .map_err(map_err(maps::LOCAL))?;
+        let apex_labels = self.table.as_ref().map_or(0, |t| self.image.apex_labels(t));
+        if self.apex_labels[generation as usize] != apex_labels {
+            self.apex_labels[generation as usize] = apex_labels;
+            // The active generation's fields are written with the values they hold.
+            self.write_state(self.active)?;
+        }
         self.in_step[generation as usize] = true;
         Ok(stats)
     }
@@ -377,16 +385,22 @@ impl MapWriter {
     /// The atomic switch: one store of the active generation, then the wait until no program run
     /// can still be reading the one it replaces.
     fn activate(&mut self, generation: u32) -> Result<(), WriteError> {
+        self.write_state(Some(generation))?;
+        self.active = Some(generation);
+        self.grace.wait().map_err(WriteError::Grace)
+    }
+
+    /// Writes `HPD_GEN`: `active` as the active generation, the seed, each generation's apex
+    /// label counts.
+    fn write_state(&mut self, active: Option<u32>) -> Result<(), WriteError> {
         let state = Generation {
             seed: self.image.seed(),
-            active: generation,
-            reserved: 0,
+            active: active.unwrap_or(NO_GENERATION),
+            apex_labels: self.apex_labels,
         };
         self.state
             .set(0, state, 0)
-            .map_err(map_err(maps::GENERATION))?;
-        self.active = Some(generation);
-        self.grace.wait().map_err(WriteError::Grace)
+            .map_err(map_err(maps::GENERATION))
     }
 }
 
