@@ -81,6 +81,22 @@ impl Knot {
         table: &RecordTable,
         xdp_interface: Option<&str>,
     ) -> Self {
+        let zones: Vec<(String, String)> = table
+            .zones()
+            .iter()
+            .map(|zone| (zone.spec.apex.to_string(), zone_file(table, zone)))
+            .collect();
+        Self::start_zones(ns, addr, &zones, xdp_interface)
+    }
+
+    /// knotd serving zone files given as text, (apex, zone file) each: a reference written
+    /// independently of hostport-dns's compiler.
+    pub fn start_zones(
+        ns: &NetNs,
+        addr: SocketAddr,
+        zones: &[(String, String)],
+        xdp_interface: Option<&str>,
+    ) -> Self {
         let dir = TempDir::new("knot");
         let xdp = match xdp_interface {
             Some(iface) => format!(
@@ -99,12 +115,11 @@ impl Knot {
             addr.port(),
             d = dir.path.display()
         );
-        for zone in table.zones() {
-            let file = dir.write(&format!("{}zone", zone.spec.apex), &zone_file(table, zone));
+        for (apex, text) in zones {
+            let file = dir.write(&format!("{apex}zone"), text);
             let _ = write!(
                 conf,
-                "  - domain: {}\n    file: {}\n    journal-content: none\n    zonefile-sync: -1\n    semantic-checks: off\n",
-                zone.spec.apex,
+                "  - domain: {apex}\n    file: {}\n    journal-content: none\n    zonefile-sync: -1\n    semantic-checks: off\n",
                 file.display()
             );
         }
@@ -122,7 +137,7 @@ impl Knot {
             _dir: dir,
             addr,
         };
-        let probe = QueryBuilder::new(&table.zones()[0].spec.apex.to_string(), 6).bytes();
+        let probe = QueryBuilder::new(&zones[0].0, 6).bytes();
         let deadline = Instant::now() + Duration::from_secs(20);
         while udp_exchange(ns, addr, probe.clone()).is_none() {
             assert!(Instant::now() < deadline, "knotd did not start");

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
-    clients::{Reply, dig, kdig, tcp_exchange, udp_exchange},
+    clients::{Reply, dig, kdig, tcp_exchange, udp_exchange, udp_exchange_connected},
     netns::NetNs,
     packet::QueryBuilder,
     require_root,
@@ -100,7 +100,9 @@ fn the_soa_serial_is_the_same_for_the_same_data() {
             .nth(2)
             .map(str::to_owned)
     };
-    assert_eq!(serial(&a), serial(&b));
+    let serial_a = serial(&a).expect("an SOA answer from the first server");
+    serial_a.parse::<u32>().expect("a serial number");
+    assert_eq!(Some(serial_a), serial(&b));
 }
 
 #[test]
@@ -265,12 +267,22 @@ fn the_question_comes_back_as_asked_and_cookies_are_ignored() {
                 "-p",
                 "1053",
                 "+norec",
+                "+qr",
+                "+cookie",
                 "DEFAULT-Nginx.Ingress.prod.coreha.example",
                 "AAAA",
             ])
             .output()
             .expect("dig");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    // +qr prints the query sent first, up to its size line: it must carry a client cookie.
+    let (query, text) = printed
+        .split_once(";; QUERY SIZE")
+        .unwrap_or_else(|| panic!("dig printed no query:\n{printed}"));
+    assert!(
+        query.contains("; COOKIE: "),
+        "the query carries a cookie:\n{query}"
+    );
     assert!(
         text.contains(";DEFAULT-Nginx.Ingress.prod.coreha.example. IN AAAA"),
         "{text}"
@@ -291,6 +303,39 @@ fn edns_version_1_gets_badvers() {
     let s = server("badvers");
     let reply = s.dig(&["node-1.nodes.prod.coreha.example", "+edns=1", "+noednsneg"]);
     assert_eq!(reply.status, "BADVERS");
+}
+
+#[test]
+fn notify_gets_notauth_with_its_question() {
+    let s = server("notify");
+    let mut notify = QueryBuilder::new("prod.coreha.example", 6);
+    notify.flags = 4 << 11; // opcode NOTIFY, AA clear
+    let query = notify.bytes();
+    let answer = udp_exchange(&s.ns, v4(), query.clone()).expect("an answer");
+    assert_eq!(answer[2] >> 3 & 0x0f, 4, "opcode NOTIFY kept");
+    assert_eq!(
+        answer[3] & 0x0f,
+        9,
+        "NOTAUTH (RFC 1996: no primary is configured)"
+    );
+    assert_eq!(&answer[12..], &query[12..], "the question repeated");
+    assert_eq!(
+        s.agent
+            .metric("hostport_dns_responses", &[("rcode", "NOTAUTH")]),
+        1.0
+    );
+}
+
+#[test]
+fn transfers_get_notimp_over_udp_and_refused_over_tcp() {
+    let s = server("xfr");
+    for qtype in [252u16, 251] {
+        let query = QueryBuilder::new("prod.coreha.example", qtype).bytes();
+        let udp = udp_exchange(&s.ns, v4(), query.clone()).expect("a UDP answer");
+        assert_eq!(udp[3] & 0x0f, 4, "type {qtype} over UDP: NOTIMP");
+        let tcp = tcp_exchange(&s.ns, v4(), vec![query]);
+        assert_eq!(tcp[0][3] & 0x0f, 5, "type {qtype} over TCP: REFUSED");
+    }
 }
 
 #[test]
@@ -343,13 +388,18 @@ fn malformed_queries_get_formerr_or_nothing_and_service_goes_on() {
         ),
     ];
     for (what, query, rcode) in cases {
-        let answer = udp_exchange(&s.ns, v4(), query);
+        let answer = udp_exchange(&s.ns, v4(), query.clone());
         match rcode {
             None => assert!(answer.is_none(), "{what}: no answer expected"),
             Some(rcode) => {
                 let answer = answer.unwrap_or_else(|| panic!("{what}: no answer"));
                 assert_eq!(answer[3] & 0x0f, rcode, "{what}");
                 assert_eq!(&answer[..2], &[0x42, 0x42], "{what}: the ID is kept");
+                if what == "trailing bytes" {
+                    // The question parsed: it comes back, so that the client can match it.
+                    assert_eq!(&answer[4..6], &[0, 1], "{what}: one question");
+                    assert_eq!(&answer[12..], &query[12..query.len() - 2], "{what}");
+                }
             }
         }
     }
@@ -358,13 +408,29 @@ fn malformed_queries_get_formerr_or_nothing_and_service_goes_on() {
 }
 
 #[test]
-fn ipv6_clients_are_served_from_the_address_they_asked() {
-    let s = server("v6");
-    let reply = dig(
-        &s.ns,
-        "::1",
-        PORT,
-        &["default-nginx.ingress.prod.coreha.example", "AAAA"],
-    );
-    assert_eq!(reply.answer_data(), ["2001:db8::c8:1"]);
+fn clients_are_served_from_the_address_they_asked() {
+    let s = server("fromaddr");
+    // Second addresses of each family, added after start: the server listens on the wildcard
+    // address, so only its choice of source address makes the answer come from them.
+    s.ns.ip(&["addr", "add", "2001:db8:ff::53/128", "dev", "lo", "nodad"]);
+    s.ns.ip(&["addr", "add", "198.18.1.53/32", "dev", "lo"]);
+    let name = "default-nginx.ingress.prod.coreha.example";
+    for (server, qtype) in [
+        ("[::1]:1053", 28),
+        ("[2001:db8:ff::53]:1053", 28),
+        ("127.0.0.2:1053", 1),
+        ("198.18.1.53:1053", 1),
+    ] {
+        let server: SocketAddr = server.parse().expect("an address");
+        let answer = udp_exchange_connected(
+            &s.ns,
+            server,
+            QueryBuilder::new(name, qtype).bytes(),
+            std::time::Duration::from_secs(3),
+        )
+        .unwrap_or_else(|| panic!("no answer from {server} itself"));
+        let ancount = u16::from_be_bytes([answer[6], answer[7]]);
+        let expected = if qtype == 28 { 1 } else { 3 };
+        assert_eq!(ancount, expected, "answers from {server}");
+    }
 }

@@ -51,21 +51,42 @@ pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) 
     if flags & FLAG_QR != 0 {
         return None;
     }
-    let Some(request) = parse_whole(query) else {
-        return Some(header_only(id, flags, ResponseCode::FormErr));
+    let (request, mut response, rcode) = match parse(query) {
+        Parsed::Whole(request) => {
+            let mut response = response_to(&request);
+            let rcode = fill(&request, &mut response, table, transport);
+            (request, response, rcode)
+        }
+        // The message parsed but more follows it: FORMERR, with the question repeated so that
+        // the client can match it.
+        Parsed::Trailing(request) => {
+            let mut response = response_to(&request);
+            response.metadata.authoritative = false;
+            (request, response, ResponseCode::FormErr)
+        }
+        Parsed::Unreadable => return Some(header_only(id, flags, ResponseCode::FormErr)),
     };
     let qtype = request.queries.first().map(|q| q.query_type);
-    let mut response = response_to(&request);
-    let rcode = fill(&request, &mut response, table);
     response.metadata.response_code = rcode;
     Some(encode(response, &request, transport, qtype))
 }
 
-/// The message, if it parses and nothing follows it.
-fn parse_whole(bytes: &[u8]) -> Option<Message> {
+/// What the query bytes hold.
+enum Parsed {
+    /// A message and nothing after it.
+    Whole(Message),
+    /// A message followed by bytes that belong to no section.
+    Trailing(Message),
+    Unreadable,
+}
+
+fn parse(bytes: &[u8]) -> Parsed {
     let mut decoder = BinDecoder::new(bytes);
-    let message = Message::read(&mut decoder).ok()?;
-    decoder.is_empty().then_some(message)
+    match Message::read(&mut decoder) {
+        Ok(message) if decoder.is_empty() => Parsed::Whole(message),
+        Ok(message) => Parsed::Trailing(message),
+        Err(_) => Parsed::Unreadable,
+    }
 }
 
 /// A response skeleton: ID and opcode kept, QR and AA set, RD and CD copied, the question and an
@@ -91,7 +112,17 @@ fn response_to(request: &Message) -> Message {
 }
 
 /// Fills the answer's sections and returns its rcode.
-fn fill(request: &Message, response: &mut Message, table: Option<&RecordTable>) -> ResponseCode {
+fn fill(
+    request: &Message,
+    response: &mut Message,
+    table: Option<&RecordTable>,
+    transport: Transport,
+) -> ResponseCode {
+    if request.metadata.op_code == OpCode::Notify {
+        // RFC 1996 §3.10: a NOTIFY from no configured primary; this server has none.
+        response.metadata.authoritative = false;
+        return ResponseCode::NotAuth;
+    }
     if request.metadata.op_code != OpCode::Query {
         response.metadata.authoritative = false;
         return ResponseCode::NotImp;
@@ -110,9 +141,16 @@ fn fill(request: &Message, response: &mut Message, table: Option<&RecordTable>) 
         response.metadata.authoritative = false;
         return ResponseCode::FormErr;
     }
-    if question.query_class != DNSClass::IN
-        || matches!(question.query_type, RecordType::AXFR | RecordType::IXFR)
-    {
+    if matches!(question.query_type, RecordType::AXFR | RecordType::IXFR) {
+        response.metadata.authoritative = false;
+        // A transfer over UDP is not a thing (AXFR: RFC 5936 §4.2; as Knot answers, IXFR too);
+        // over TCP there is nothing to transfer to anyone yet.
+        return match transport {
+            Transport::Udp => ResponseCode::NotImp,
+            Transport::Tcp => ResponseCode::Refused,
+        };
+    }
+    if question.query_class != DNSClass::IN {
         response.metadata.authoritative = false;
         return ResponseCode::Refused;
     }

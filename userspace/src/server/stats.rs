@@ -12,8 +12,9 @@ pub const QTYPES: [&str; 9] = [
     "A", "AAAA", "SRV", "SOA", "NS", "PTR", "ANY", "other", "none",
 ];
 /// Rcodes counted by name.
-pub const RCODES: [&str; 8] = [
-    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "other",
+pub const RCODES: [&str; 9] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "NOTAUTH", "BADVERS",
+    "other",
 ];
 pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
 
@@ -84,7 +85,8 @@ fn rcode_index(rcode: ResponseCode) -> usize {
         ResponseCode::NXDomain => 3,
         ResponseCode::NotImp => 4,
         ResponseCode::Refused => 5,
-        ResponseCode::BADVERS => 6,
-        _ => 7,
+        ResponseCode::NotAuth => 6,
+        ResponseCode::BADVERS => 7,
+        _ => 8,
     }
 }
