@@ -234,7 +234,23 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
 
 /// Sums the samples of `name` (a counter's `_total` included) whose labels contain `labels`.
 pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
+    // A family that is not there, or a label it does not have, is a test gone stale (a renamed
+    // metric or label), not a zero.
+    // A histogram's or summary's series (`_count`, `_sum`, `_bucket`) belong to its family.
+    let family = ["_count", "_sum", "_bucket"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(name);
+    let declared = text.lines().any(|l| {
+        let declared = l.strip_prefix("# TYPE ").and_then(|t| t.split(' ').next());
+        declared == Some(name) || declared == Some(family)
+    });
+    assert!(
+        declared,
+        "no metric family {name} in the exposition:\n{text}"
+    );
+    let series: Vec<(Vec<(&str, &str)>, f64)> = text
+        .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|line| {
             let (series, value) = line.rsplit_once(' ')?;
@@ -245,10 +261,28 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
             if metric != name && metric != format!("{name}_total") {
                 return None;
             }
-            let matches = labels
-                .iter()
-                .all(|(k, v)| label_text.split(',').any(|p| p == format!("{k}=\"{v}\"")));
-            matches.then(|| value.parse::<f64>().ok()).flatten()
+            let pairs = label_text
+                .split(',')
+                .filter_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    Some((k, v.trim_matches('"')))
+                })
+                .collect();
+            Some((pairs, value.parse::<f64>().ok()?))
         })
+        .collect();
+    for (key, _) in labels {
+        assert!(
+            series.is_empty()
+                || series
+                    .iter()
+                    .any(|(pairs, _)| pairs.iter().any(|(k, _)| k == key)),
+            "metric family {name} has no label {key}:\n{text}"
+        );
+    }
+    series
+        .iter()
+        .filter(|(pairs, _)| labels.iter().all(|l| pairs.contains(l)))
+        .map(|(_, value)| value)
         .sum()
 }

@@ -54,7 +54,10 @@ pub struct TempDir {
 impl TempDir {
     pub fn new(tag: &str) -> Self {
         let path = std::env::temp_dir().join(format!("hpd-{tag}-{}", netns::unique_suffix()));
-        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        // create_dir, not create_dir_all: a directory that exists already belongs to another run,
+        // which would delete it under this one.
+        std::fs::create_dir(&path)
+            .unwrap_or_else(|e| panic!("create the temporary directory {}: {e}", path.display()));
         Self { path }
     }
 

@@ -16,7 +16,7 @@ use aya::{
 pub fn unique_suffix() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
-        "{}{}",
+        "{}-{}",
         std::process::id() % 100_000,
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
