@@ -84,8 +84,8 @@ struct ApiState {
     compacted_below: u64,
     /// Everything answers 503 and open watches close.
     outage: bool,
-    /// Lists wait this long before answering.
-    list_delay: Duration,
+    /// Lists wait while this is set (see [`FakeApi::hold_lists`]).
+    lists_held: bool,
     /// Every request line, for checking what the agent asked for.
     requests: Vec<String>,
     /// Requests without the expected bearer token.
@@ -278,9 +278,23 @@ impl FakeApi {
         let _ = self.changes.send(());
     }
 
-    /// Makes lists answer only after `delay`.
-    pub fn set_list_delay(&self, delay: Duration) {
-        self.lock().list_delay = delay;
+    /// Makes every list (not watches) wait until [`FakeApi::release_lists`]: a slow API server
+    /// whose first answer comes exactly when the test says.
+    pub fn hold_lists(&self) {
+        self.lock().lists_held = true;
+    }
+
+    pub fn release_lists(&self) {
+        self.lock().lists_held = false;
+    }
+
+    /// Lists asked for so far (watches not counted).
+    pub fn list_requests(&self) -> usize {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| !r.contains("watch=true") && !r.contains("watch=1"))
+            .count()
     }
 
     /// The requests seen so far ("GET /api/v1/pods?...").
@@ -403,7 +417,7 @@ async fn list_or_watch(
     namespace: Option<String>,
 ) -> Response {
     let selector = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""));
-    let (outage, delay) = {
+    let outage = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         let query_text: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
         s.requests.push(format!(
@@ -412,7 +426,7 @@ async fn list_or_watch(
             namespace.as_deref().unwrap_or("*"),
             query_text.join("&")
         ));
-        (s.outage, s.list_delay)
+        s.outage
     };
     if outage {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
@@ -440,8 +454,8 @@ async fn list_or_watch(
             Duration::from_secs(timeout),
         );
     }
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
+    while state.lock().unwrap_or_else(|p| p.into_inner()).lists_held {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let s = state.lock().unwrap_or_else(|p| p.into_inner());
     let items: Vec<&Value> = s

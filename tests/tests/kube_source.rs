@@ -2,8 +2,6 @@
 //! agent: records follow pods and EndpointSlices, nothing is served before the first full list,
 //! and answers survive API outages and relists.
 
-use std::time::Duration;
-
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
@@ -86,7 +84,7 @@ fn ingress_pods(api: &FakeApi) {
 }
 
 #[test]
-fn ready_pods_become_records_and_leave_when_not_ready_or_deleted() {
+fn ready_running_pods_become_records_and_leave_when_not_ready_terminating_or_deleted() {
     let c = cluster("kpods", ingress_pods, "", &[]);
     eventually("both pods", 10, || {
         c.addresses("default-nginx.ingress") == ["198.18.0.11", "198.18.0.12"]
@@ -108,6 +106,27 @@ fn ready_pods_become_records_and_leave_when_not_ready_or_deleted() {
     eventually("a new pod", 10, || {
         c.addresses("default-nginx.ingress") == ["198.18.0.13"]
     });
+    // Still Ready, but being deleted: it stops serving.
+    back.terminating = true;
+    c.api.apply(Kind::Pod, back.to_json());
+    eventually("the terminating pod to leave", 10, || {
+        c.dig(&[&format!("default-nginx.ingress.{ZONE}")]).status == "NXDOMAIN"
+    });
+    // Ready but not Running (a finished pod keeps its last Ready condition): applied before a
+    // Running one, so the answer that shows the Running pod also shows whether it was kept.
+    for (name, phase, ip) in [
+        ("nginx-3", "Succeeded", "198.18.0.14"),
+        ("nginx-4", "Pending", "198.18.0.15"),
+        ("nginx-5", "Running", "198.18.0.16"),
+    ] {
+        let mut pod = PodSpec::ingress(name, "ingress", "default-nginx", "cp-3", ip);
+        pod.phase = phase.into();
+        c.api.apply(Kind::Pod, pod.to_json());
+    }
+    eventually("only the running pod", 10, || {
+        !c.addresses("default-nginx.ingress").is_empty()
+    });
+    assert_eq!(c.addresses("default-nginx.ingress"), ["198.18.0.16"]);
     assert!(
         c.agent.metric("hostport_dns_responses", &[("path", "xdp")]) > 0.0,
         "answered from XDP too"
@@ -143,7 +162,7 @@ fn nothing_but_servfail_before_the_first_full_list() {
     let ns = NetNs::new("kslow");
     let api = FakeApi::start(Some(&ns));
     ingress_pods(&api);
-    api.set_list_delay(Duration::from_secs(4));
+    api.hold_lists();
     let dir = TempDir::new("kslow");
     let file = dir.write("agent.yaml", &config(&api, ""));
     let agent = Agent::start(
@@ -167,6 +186,8 @@ fn nothing_but_servfail_before_the_first_full_list() {
     );
     let (status, body) = agent.http_get("/readyz");
     assert_eq!(status, 503, "{body}");
+    assert!(api.list_requests() > 0, "the agent is waiting for a list");
+    api.release_lists();
     eventually("the records after the slow list", 15, || {
         dig(
             &ns,
@@ -284,7 +305,8 @@ fn endpoint_slices_serve_the_api_servers_and_keep_the_last_answer() {
         60,
         "EndpointSlice records carry their own TTL"
     );
-    // Every endpoint not ready: split-brain protection keeps the last answer.
+    // One endpoint after the other not ready: split-brain protection keeps the last non-empty
+    // answer, the one that stayed ready longest.
     c.api.apply(
         Kind::EndpointSlice,
         endpoint_slice(
@@ -294,6 +316,9 @@ fn endpoint_slices_serve_the_api_servers_and_keep_the_last_answer() {
             &[("198.18.0.11", Some(false), "cp-0")],
         ),
     );
+    eventually("the not-ready endpoint to leave", 10, || {
+        c.addresses("api") == ["198.18.0.12"]
+    });
     c.api.apply(
         Kind::EndpointSlice,
         endpoint_slice(
@@ -309,13 +334,10 @@ fn endpoint_slices_serve_the_api_servers_and_keep_the_last_answer() {
             &[("source", "default/kubernetes")],
         ) == 1.0
     });
-    // The last non-empty answer the agent saw (both, or the one that stayed ready longest).
-    let kept = c.addresses("api");
-    assert!(!kept.is_empty(), "the API server name must not go empty");
-    assert!(
-        kept.iter()
-            .all(|a| a == "198.18.0.11" || a == "198.18.0.12"),
-        "{kept:?}"
+    assert_eq!(
+        c.addresses("api"),
+        ["198.18.0.12"],
+        "the API server name keeps its last answer"
     );
 }
 

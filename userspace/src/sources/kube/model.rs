@@ -171,3 +171,164 @@ impl NodeInfo {
         info
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "ingress.cluster/name";
+
+    /// A pod of the ingress, running and Ready on node-a, patched by `edit`.
+    fn pod(edit: impl FnOnce(&mut serde_json::Value)) -> Pod {
+        let mut pod = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "ingress-1", "namespace": "edge", "labels": {KEY: "public"}},
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{
+                    "name": "proxy",
+                    "ports": [
+                        {"name": "https", "containerPort": 8443, "hostPort": 443},
+                        {"containerPort": 53, "hostPort": 53, "protocol": "UDP"},
+                        {"containerPort": 9000}
+                    ]
+                }]
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"}
+                ],
+                "hostIP": "198.18.0.1",
+                "hostIPs": [{"ip": "198.18.0.1"}, {"ip": "2001:db8::1"}],
+                "podIP": "198.19.0.5",
+                "podIPs": [{"ip": "198.19.0.5"}]
+            }
+        });
+        edit(&mut pod);
+        serde_json::from_value(pod).expect("a valid Pod")
+    }
+
+    fn info(pod: &Pod) -> PodInfo {
+        PodInfo::from_pod(pod, KEY).expect("the pod carries the label")
+    }
+
+    #[test]
+    fn a_running_ready_pod_serves_with_its_fields() {
+        let p = info(&pod(|_| {}));
+        assert_eq!(
+            p,
+            PodInfo {
+                namespace: "edge".into(),
+                label_value: "public".into(),
+                node_name: Some("node-a".into()),
+                serving: true,
+                host_network: false,
+                host_ips: vec![
+                    "198.18.0.1".parse().unwrap(),
+                    "2001:db8::1".parse().unwrap()
+                ],
+                pod_ips: vec!["198.19.0.5".parse().unwrap()],
+                host_ports: vec![
+                    HostPort {
+                        name: Some("https".into()),
+                        protocol: "tcp".into(),
+                        port: 443
+                    },
+                    HostPort {
+                        name: None,
+                        protocol: "udp".into(),
+                        port: 53
+                    },
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn a_terminating_pod_does_not_serve() {
+        let p = info(&pod(|p| {
+            p["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z".into();
+        }));
+        assert!(!p.serving);
+    }
+
+    #[test]
+    fn only_the_running_phase_serves() {
+        for phase in ["Pending", "Succeeded", "Failed", "Unknown"] {
+            let p = info(&pod(|p| p["status"]["phase"] = phase.into()));
+            assert!(!p.serving, "phase {phase}");
+        }
+        let no_status = info(&pod(|p| {
+            p.as_object_mut().unwrap().remove("status");
+        }));
+        assert!(!no_status.serving);
+        assert!(no_status.host_ips.is_empty() && no_status.pod_ips.is_empty());
+    }
+
+    #[test]
+    fn a_pod_that_is_not_ready_does_not_serve() {
+        for ready in ["False", "Unknown"] {
+            let p = info(&pod(|p| {
+                p["status"]["conditions"][1]["status"] = ready.into()
+            }));
+            assert!(!p.serving, "Ready={ready}");
+        }
+        let no_conditions = info(&pod(|p| {
+            p["status"].as_object_mut().unwrap().remove("conditions");
+        }));
+        assert!(!no_conditions.serving);
+    }
+
+    #[test]
+    fn a_pod_without_the_label_is_not_kept() {
+        let other = pod(|p| p["metadata"]["labels"] = serde_json::json!({"app": "web"}));
+        assert_eq!(PodInfo::from_pod(&other, KEY), None);
+        let unlabelled = pod(|p| {
+            p["metadata"].as_object_mut().unwrap().remove("labels");
+        });
+        assert_eq!(PodInfo::from_pod(&unlabelled, KEY), None);
+    }
+
+    #[test]
+    fn single_address_fields_stand_in_for_missing_lists_and_bad_addresses_are_skipped() {
+        let p = info(&pod(|p| {
+            let status = p["status"].as_object_mut().unwrap();
+            status.remove("hostIPs");
+            status.remove("podIPs");
+        }));
+        assert_eq!(p.host_ips, vec!["198.18.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(p.pod_ips, vec!["198.19.0.5".parse::<IpAddr>().unwrap()]);
+        let bad = info(&pod(|p| {
+            p["status"]["hostIPs"] = serde_json::json!([{"ip": "not-an-ip"}, {"ip": "198.18.0.7"}]);
+            p["status"]["podIP"] = "999.1.1.1".into();
+            p["status"].as_object_mut().unwrap().remove("podIPs");
+        }));
+        assert_eq!(bad.host_ips, vec!["198.18.0.7".parse::<IpAddr>().unwrap()]);
+        assert!(bad.pod_ips.is_empty());
+    }
+
+    #[test]
+    fn host_ports_out_of_range_or_zero_are_not_host_ports() {
+        let p = info(&pod(|p| {
+            p["spec"]["containers"][0]["ports"] = serde_json::json!([
+                {"containerPort": 80, "hostPort": 0},
+                {"containerPort": 81, "hostPort": 70000},
+                {"containerPort": 82, "hostPort": -1},
+                {"containerPort": 83, "hostPort": 8083, "protocol": "SCTP"}
+            ]);
+            p["spec"]["hostNetwork"] = true.into();
+        }));
+        assert!(p.host_network);
+        assert_eq!(
+            p.host_ports,
+            vec![HostPort {
+                name: None,
+                protocol: "sctp".into(),
+                port: 8083
+            }]
+        );
+    }
+}
