@@ -135,7 +135,13 @@ mod tests {
         set_time(old);
         let (mut watch, _) = FileWatch::open(&path).unwrap();
         assert!(!watch.is_racy());
-        assert_eq!(watch.check(false).unwrap(), None);
+        // Other content behind the same stamp: reading the file would see it, so None shows
+        // that the old, unchanged stamp kept the file from being read.
+        std::fs::write(&path, "web: 198.18.0.9\n").unwrap();
+        set_time(old);
+        assert_eq!(watch.check(false).unwrap(), None, "not read");
+        std::fs::write(&path, "web: 198.18.0.1\n").unwrap();
+        set_time(old);
         set_time(SystemTime::now());
         assert_eq!(watch.check(false).unwrap(), None, "same content");
         assert_eq!(

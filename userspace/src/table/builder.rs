@@ -375,8 +375,67 @@ mod tests {
             .collect()
     }
 
+    /// What the table's nodes must be, worked out without the builder: every record's name in
+    /// its zone with its sorted, distinct addresses and lowest TTL; every name between it and
+    /// the apex as an empty non-terminal; the apexes; nothing outside the zones.
+    fn expected_nodes<'a>(
+        zones: &[ZoneSpec],
+        records: impl IntoIterator<Item = &'a SourceRecord>,
+    ) -> BTreeMap<LowerName, Node> {
+        let mut apexes: Vec<&Name> = zones.iter().map(|z| &z.apex).collect();
+        apexes.sort();
+        let mut nodes: BTreeMap<LowerName, Node> = BTreeMap::new();
+        for (id, apex) in apexes.iter().enumerate() {
+            let node = Node {
+                zone: id as u32,
+                apex: true,
+                ..Node::default()
+            };
+            nodes.insert(LowerName::new(apex), node);
+        }
+        for record in records {
+            let Some(zone) = apexes.iter().position(|a| a.zone_of(&record.name)) else {
+                continue;
+            };
+            let mut name = record.name.clone();
+            while name.num_labels() > apexes[zone].num_labels() {
+                nodes.entry(LowerName::new(&name)).or_insert(Node {
+                    zone: zone as u32,
+                    ..Node::default()
+                });
+                name = name.base_name();
+            }
+            let node = nodes
+                .get_mut(&LowerName::new(&record.name))
+                .expect("inserted");
+            match &record.data {
+                RecordData::A(a) => node.a.push(*a),
+                RecordData::Aaaa(a) => node.aaaa.push(*a),
+                RecordData::Srv(s) => node.srv.push(s.clone()),
+            }
+            node.ttl = match (node.ttl, record.ttl) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        for node in nodes.values_mut() {
+            node.a.sort();
+            node.a.dedup();
+            node.aaaa.sort();
+            node.aaaa.dedup();
+            node.srv.sort();
+            node.srv.dedup();
+        }
+        nodes
+    }
+
+    /// The glue of `zones()`: b.example.'s name server address.
+    fn glue() -> Vec<SourceRecord> {
+        vec![a("ns.b.example.", "198.18.9.53", None)]
+    }
+
     #[test]
-    fn any_sequence_of_groups_gives_the_table_a_fresh_compile_gives() {
+    fn any_sequence_of_groups_gives_the_nodes_of_a_model_and_the_table_of_a_fresh_compile() {
         let zones = zones();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let (mut builder, _) = TableBuilder::new(&zones);
@@ -395,6 +454,17 @@ mod tests {
             let mut changed = builder.finish();
             let (fresh, _) = RecordTable::compile(&zones, live.iter().flatten());
             assert_eq!(builder.table(), &fresh, "step {step}");
+            let held: BTreeMap<LowerName, Node> = builder
+                .table()
+                .nodes()
+                .map(|(name, node)| (name.clone(), node.clone()))
+                .collect();
+            let glue = glue();
+            assert_eq!(
+                held,
+                expected_nodes(&zones, live.iter().flatten().chain(&glue)),
+                "step {step}"
+            );
             // The names reported are exactly those whose node differs.
             let after = builder.table();
             let mut differ: Vec<LowerName> = before
