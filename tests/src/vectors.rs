@@ -10,14 +10,23 @@ pub struct Capture {
     pub knot_answer: Option<Vec<u8>>,
 }
 
-/// The zone Knot served when the captures were made, as a record file (3 A records per name).
+/// The zone Knot served when the captures were made (`tests/data/prod.coreha.example.zone`,
+/// written by hand), as a record file.
 pub const CAPTURE_ZONE: &str = "zones:
   - name: prod.coreha.example
     ttl: 5
     records:
       default-nginx.ingress: [198.18.200.1, 198.18.200.2, 198.18.200.3]
       svc1.ns1: [198.18.101.5, 198.18.101.6, 198.18.101.7]
+      v6.ns1: [\"2001:db8::5\", \"2001:db8::6\"]
 ";
+
+impl Capture {
+    /// Whether the query was sent over IPv6 (its heading says so).
+    pub fn over_ipv6(&self) -> bool {
+        self.client.contains("IPv6")
+    }
+}
 
 /// Reads every capture. Panics if the file is missing: the tests depend on it.
 pub fn client_queries() -> Vec<Capture> {
@@ -70,8 +79,9 @@ mod tests {
     #[test]
     fn the_captures_hold_queries_and_answers() {
         let captures = super::client_queries();
-        assert!(captures.len() >= 8, "{captures:?}");
-        assert!(captures.iter().filter(|c| c.knot_answer.is_some()).count() >= 4);
+        assert!(captures.len() >= 14, "{captures:?}");
+        assert!(captures.iter().filter(|c| c.knot_answer.is_some()).count() >= 10);
+        assert!(captures.iter().any(|c| c.over_ipv6()));
         for capture in &captures {
             assert!(capture.query.len() > 12);
         }
