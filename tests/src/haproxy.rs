@@ -32,11 +32,14 @@ impl Haproxy {
         let prefer = resolve_prefer
             .map(|p| format!(" resolve-prefer {p}"))
             .unwrap_or_default();
+        // Failed lookups are held 1 s, not HAProxy's 30 s: a silent or failing agent shows as
+        // lost backends within seconds, as a test needs to see it.
         let config = format!(
             "global\n  stats socket {} mode 600 level admin\n\
              defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 5s\n  timeout server 5s\n\
              resolvers agent\n  nameserver hpd {nameserver}\n  accepted_payload_size 8192\n  resolve_retries 3\n  \
-             timeout resolve 1s\n  timeout retry 1s\n  hold valid 10s\n\
+             timeout resolve 1s\n  timeout retry 1s\n  hold valid 10s\n  \
+             hold nx 1s\n  hold other 1s\n  hold refused 1s\n  hold timeout 1s\n\
              backend ingress\n  server-template srv {slots} {name}:443 resolvers agent init-addr none{prefer}\n",
             socket.display()
         );

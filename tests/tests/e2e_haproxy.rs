@@ -8,6 +8,7 @@ use std::time::Duration;
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
+    clients::dig,
     eventually,
     fake_api::{FakeApi, Kind},
     haproxy::Haproxy,
@@ -78,7 +79,10 @@ fn haproxy_follows_the_ingress_pods_through_xdp_and_survives_an_api_outage() {
     eventually("the agent to lose the API server", 15, || {
         agent.metric("hostport_dns_source_connected", &[("source", "kubernetes")]) == 0.0
     });
-    // HAProxy polls every second; through ten seconds of outage it keeps both backends.
+    // HAProxy polls every second and holds a failed lookup for only 1 s: through ten seconds of
+    // outage it keeps both backends only if the agent keeps answering them. Asked directly, the
+    // agent answers them from XDP.
+    let xdp_answers = || agent.metric("hostport_dns_responses", &[("path", "xdp"), ("type", "A")]);
     for _ in 0..10 {
         std::thread::sleep(Duration::from_secs(1));
         assert_eq!(
@@ -86,6 +90,11 @@ fn haproxy_follows_the_ingress_pods_through_xdp_and_survives_an_api_outage() {
             ["198.18.0.12", "198.18.0.13"],
             "backends lost during the API outage"
         );
+        let before = xdp_answers();
+        let direct = dig(&link.client_ns, link.server.ipv4, 1053, &[NAME, "A"]);
+        assert_eq!(direct.status, "NOERROR");
+        assert_eq!(direct.answer_data(), ["198.18.0.12", "198.18.0.13"]);
+        assert!(xdp_answers() > before, "answered by XDP during the outage");
     }
     api.set_outage(false);
     api.delete(Kind::Pod, "ingress", "nginx-3");
