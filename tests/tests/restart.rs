@@ -23,18 +23,39 @@ fn start(link: &Link, records: &str, pin_dir: &str) -> Agent {
     Agent::start_native(link, &["--records", records], &["--pin-dir", pin_dir])
 }
 
-/// dnsperf from the client namespace for `seconds`, at a bounded rate: (sent, lost).
-fn load(link: &Link, dir: &TempDir, seconds: u64) -> thread::JoinHandle<(u64, u64)> {
-    let queries = dir.write(
-        "queries.txt",
-        "web.prod.coreha.example A\napi.prod.coreha.example A\nweb.prod.coreha.example AAAA\n",
-    );
-    let mut cmd = link.client_ns.command("dnsperf");
-    cmd.args(["-s", link.server.ipv4, "-p", "1053", "-d"])
-        .arg(&queries)
-        .args(["-l", &seconds.to_string(), "-Q", "2000", "-t", "2"]);
-    thread::spawn(move || {
-        let out = sh(&mut cmd);
+/// dnsperf from the client namespace at a bounded rate, running until [`Load::stop`].
+struct Load {
+    /// None once stopped.
+    child: Option<std::process::Child>,
+}
+
+impl Load {
+    fn start(link: &Link, dir: &TempDir) -> Self {
+        let queries = dir.write(
+            "queries.txt",
+            "web.prod.coreha.example A\napi.prod.coreha.example A\nweb.prod.coreha.example AAAA\n",
+        );
+        let child = link
+            .client_ns
+            .command("dnsperf")
+            .args(["-s", link.server.ipv4, "-p", "1053", "-d"])
+            .arg(&queries)
+            // Longer than any test: the load ends when the test says so.
+            .args(["-l", "300", "-Q", "2000", "-t", "2"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start dnsperf");
+        Self { child: Some(child) }
+    }
+
+    /// Stops the load (SIGINT: dnsperf prints its totals, counting the queries still in flight
+    /// as interrupted, not lost) and returns (sent, lost).
+    fn stop(mut self) -> (u64, u64) {
+        let child = self.child.take().expect("stopped once");
+        // SAFETY: a plain kill(2) of our own child, which has not been waited for.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let out = child.wait_with_output().expect("dnsperf's output");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let number = |label: &str| {
             text.lines()
@@ -44,7 +65,25 @@ fn load(link: &Link, dir: &TempDir, seconds: u64) -> thread::JoinHandle<(u64, u6
                 .unwrap_or_else(|| panic!("no {label:?} in dnsperf's output:\n{text}"))
         };
         (number("Queries sent:"), number("Queries lost:"))
-    })
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The restart tests one at a time: each measures a swap under load, which a second test's
+/// agents starting on the same two cores would blur.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn uninstall(link: &Link, pin_dir: &str) {
@@ -65,6 +104,7 @@ fn xdp_program_id(link: &Link) -> Option<u64> {
 #[test]
 fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
     require_root();
+    let _serial = one_at_a_time();
     let link = Link::new("restart");
     let bpffs = BpfFs::mount();
     let pin_dir = bpffs.pin_dir();
@@ -73,7 +113,7 @@ fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
     let records = dir.write("records.yaml", RECORDS);
     let records = records.to_str().expect("UTF-8");
     let first = start(&link, records, pin_dir);
-    let load = load(&link, &dir, 8);
+    let load = Load::start(&link, &dir);
     thread::sleep(Duration::from_secs(2));
     // SIGKILL: no chance to clean up.
     drop(first);
@@ -122,7 +162,9 @@ fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
         &["old.prod.coreha.example"],
     );
     assert_eq!(old.status, "NXDOMAIN", "{old:?}");
-    let (sent, lost) = load.join().expect("the load finished");
+    // The load ran through the adoption (logged before start returned) and a second past it.
+    thread::sleep(Duration::from_secs(1));
+    let (sent, lost) = load.stop();
     assert!(sent > 10_000, "the load ran ({sent} queries)");
     assert_eq!(lost, 0, "queries lost across kill -9 and restart");
     drop(second);
@@ -137,6 +179,7 @@ fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
 #[test]
 fn a_new_agent_replaces_the_program_under_load_without_losing_a_query() {
     require_root();
+    let _serial = one_at_a_time();
     let link = Link::new("upgrade");
     let bpffs = BpfFs::mount();
     let pin_dir = bpffs.pin_dir();
@@ -146,16 +189,23 @@ fn a_new_agent_replaces_the_program_under_load_without_losing_a_query() {
     let records = records.to_str().expect("UTF-8");
     let old = start(&link, records, pin_dir);
     let old_program = xdp_program_id(&link).expect("a program attached");
-    let load = load(&link, &dir, 6);
+    let load = Load::start(&link, &dir);
     thread::sleep(Duration::from_secs(2));
     let new = start(&link, records, pin_dir);
+    assert!(
+        new.logs().contains("adopted"),
+        "the new agent adopts the pinned link:\n{}",
+        new.logs()
+    );
     let new_program = xdp_program_id(&link).expect("a program attached");
     assert_ne!(
         old_program, new_program,
         "the link runs the new agent's program"
     );
     assert_eq!(old.stop(), Some(0));
-    let (sent, lost) = load.join().expect("the load finished");
+    // The load ran through the swap and the old agent's exit, and a second past them.
+    thread::sleep(Duration::from_secs(1));
+    let (sent, lost) = load.stop();
     assert!(sent > 5_000, "the load ran ({sent} queries)");
     assert_eq!(lost, 0, "queries lost across the upgrade");
     assert!(
@@ -172,6 +222,7 @@ fn a_new_agent_replaces_the_program_under_load_without_losing_a_query() {
 #[test]
 fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written() {
     require_root();
+    let _serial = one_at_a_time();
     let ns = NetNs::new("upgrade");
     let api = FakeApi::start(Some(&ns));
     api.apply(
@@ -227,7 +278,7 @@ fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written()
         ["198.18.7.1"],
         "the pinned program answers with no agent running"
     );
-    api.set_list_delay(Duration::from_secs(4));
+    api.hold_lists();
     let second = Agent::start_on_lo(&ns, &config, &["--pin-dir", pin_dir]);
     // Until its first list arrives the new agent's userspace can only say SERVFAIL: every
     // answer here is the old program's.
@@ -244,6 +295,11 @@ fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written()
         answered += 1;
     }
     assert!(answered > 5, "queries ran in the window ({answered})");
+    assert!(
+        api.list_requests() > 0,
+        "the new agent is waiting for its list"
+    );
+    api.release_lists();
     eventually("the new program is attached", 10, || {
         second.logs().contains("XDP program attached")
     });
