@@ -22,7 +22,7 @@ use hostport_dns_tests::{
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{ConfigMap, Service, ServiceAccount},
-    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
+    rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject},
 };
 use serde_yaml_ng::Value;
 
@@ -57,9 +57,15 @@ fn render(values: &str) -> Vec<Value> {
     documents(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// Every YAML document of `text`; a document that does not parse fails the test (it would be
+/// a manifest the cluster rejects, not one to skip).
 fn documents(text: &str) -> Vec<Value> {
     serde_yaml_ng::Deserializer::from_str(text)
-        .filter_map(|d| Value::deserialize(d).ok())
+        .enumerate()
+        .map(|(i, d)| {
+            Value::deserialize(d)
+                .unwrap_or_else(|e| panic!("YAML document {i} does not parse: {e}"))
+        })
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -289,30 +295,110 @@ fn chart_values_reach_the_agent_configuration_exactly() {
     );
 }
 
-/// (resource, verb, namespace or "*")
-type Permission = (String, String, String);
+/// (API group, resource, verb, namespace or "*")
+type Permission = (String, String, String, String);
 
+/// The DaemonSet's service account, as (namespace, name): the identity the agent calls with.
+fn agent_identity(docs: &[Value]) -> (String, String) {
+    let daemonsets = of_kind(docs, "DaemonSet");
+    assert_eq!(daemonsets.len(), 1, "one DaemonSet");
+    let ds: DaemonSet = typed(daemonsets[0]);
+    let namespace = ds.metadata.namespace.expect("the DaemonSet's namespace");
+    let account = ds
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.service_account_name)
+        .unwrap_or_else(|| "default".into());
+    let accounts: Vec<ServiceAccount> = of_kind(docs, "ServiceAccount")
+        .into_iter()
+        .map(typed)
+        .collect();
+    assert!(
+        accounts
+            .iter()
+            .any(|a| a.metadata.name.as_deref() == Some(&account)
+                && a.metadata.namespace.as_deref() == Some(&namespace)),
+        "the DaemonSet's service account {namespace}/{account} is in the manifests"
+    );
+    (namespace, account)
+}
+
+/// What the rules bound to the agent's service account allow: ClusterRoles through
+/// ClusterRoleBindings everywhere, Roles and ClusterRoles through RoleBindings in the binding's
+/// namespace. Rules bound to anyone else grant the agent nothing.
 fn granted(docs: &[Value]) -> BTreeSet<Permission> {
+    let (sa_namespace, sa_name) = agent_identity(docs);
+    let binds_agent = |subjects: &Option<Vec<Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == sa_name
+                && s.namespace.as_deref() == Some(&sa_namespace)
+        })
+    };
+    let cluster_roles: Vec<ClusterRole> = of_kind(docs, "ClusterRole")
+        .into_iter()
+        .map(typed)
+        .collect();
+    let roles: Vec<Role> = of_kind(docs, "Role").into_iter().map(typed).collect();
+    let cluster_role = |name: &str| {
+        cluster_roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("a binding names ClusterRole {name}, which is not there"))
+            .rules
+            .clone()
+            .unwrap_or_default()
+    };
     let mut out = BTreeSet::new();
     let mut add = |rules: &[PolicyRule], namespace: &str| {
         for rule in rules {
-            for resource in rule.resources.iter().flatten() {
-                for verb in &rule.verbs {
-                    out.insert((resource.clone(), verb.clone(), namespace.to_owned()));
+            for group in rule.api_groups.iter().flatten() {
+                for resource in rule.resources.iter().flatten() {
+                    for verb in &rule.verbs {
+                        out.insert((
+                            group.clone(),
+                            resource.clone(),
+                            verb.clone(),
+                            namespace.to_owned(),
+                        ));
+                    }
                 }
             }
         }
     };
-    for doc in of_kind(docs, "ClusterRole") {
-        let role: ClusterRole = typed(doc);
-        add(role.rules.as_deref().unwrap_or_default(), "*");
+    for doc in of_kind(docs, "ClusterRoleBinding") {
+        let binding: ClusterRoleBinding = typed(doc);
+        if binds_agent(&binding.subjects) {
+            assert_eq!(binding.role_ref.kind, "ClusterRole");
+            add(&cluster_role(&binding.role_ref.name), "*");
+        }
     }
-    for doc in of_kind(docs, "Role") {
-        let role: Role = typed(doc);
-        add(
-            role.rules.as_deref().unwrap_or_default(),
-            role.metadata.namespace.as_deref().unwrap_or(""),
-        );
+    for doc in of_kind(docs, "RoleBinding") {
+        let binding: RoleBinding = typed(doc);
+        if !binds_agent(&binding.subjects) {
+            continue;
+        }
+        let namespace = binding.metadata.namespace.clone().expect("a namespace");
+        let rules = match binding.role_ref.kind.as_str() {
+            "ClusterRole" => cluster_role(&binding.role_ref.name),
+            "Role" => roles
+                .iter()
+                .find(|r| {
+                    r.metadata.name.as_deref() == Some(binding.role_ref.name.as_str())
+                        && r.metadata.namespace.as_deref() == Some(namespace.as_str())
+                })
+                .unwrap_or_else(|| {
+                    panic!(
+                        "RoleBinding {namespace}/{:?} names a missing Role",
+                        binding.metadata.name
+                    )
+                })
+                .rules
+                .clone()
+                .unwrap_or_default(),
+            other => panic!("a RoleBinding to a {other}"),
+        };
+        add(&rules, &namespace);
     }
     out
 }
@@ -324,10 +410,11 @@ fn used(api: &FakeApi) -> BTreeSet<Permission> {
         .filter_map(|r| {
             let mut words = r.split_whitespace();
             let (_, kind, rest) = (words.next()?, words.next()?, words.next()?);
-            let resource = match kind {
-                "Pod" => "pods",
-                "Node" => "nodes",
-                "EndpointSlice" => "endpointslices",
+            // The group each is served under (the fake serves them at the real paths).
+            let (group, resource) = match kind {
+                "Pod" => ("", "pods"),
+                "Node" => ("", "nodes"),
+                "EndpointSlice" => ("discovery.k8s.io", "endpointslices"),
                 _ => return None, // GET /version: allowed to every authenticated client by default
             };
             let (namespace, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -336,7 +423,12 @@ fn used(api: &FakeApi) -> BTreeSet<Permission> {
             } else {
                 "list"
             };
-            Some((resource.to_owned(), verb.to_owned(), namespace.to_owned()))
+            Some((
+                group.to_owned(),
+                resource.to_owned(),
+                verb.to_owned(),
+                namespace.to_owned(),
+            ))
         })
         .collect()
 }
@@ -396,21 +488,20 @@ fn assert_rbac_is_exact(tag: &str, values: &str) {
     });
     let lists = used(&api)
         .iter()
-        .filter(|(_, verb, _)| verb == "list")
+        .filter(|(_, _, verb, _)| verb == "list")
         .count();
     eventually("a watch for every list", 10, || {
         used(&api)
             .iter()
-            .filter(|(_, verb, _)| verb == "watch")
+            .filter(|(_, _, verb, _)| verb == "watch")
             .count()
             == lists
     });
     let granted = granted(&docs);
     let used = used(&api);
-    let allowed = |(resource, verb, namespace): &Permission| {
-        granted.contains(&(resource.clone(), verb.clone(), "*".to_owned()))
-            || (namespace != "*"
-                && granted.contains(&(resource.clone(), verb.clone(), namespace.clone())))
+    let allowed = |(group, resource, verb, namespace): &Permission| {
+        let with = |ns: &str| (group.clone(), resource.clone(), verb.clone(), ns.to_owned());
+        granted.contains(&with("*")) || (namespace != "*" && granted.contains(&with(namespace)))
     };
     let denied: Vec<_> = used.iter().filter(|p| !allowed(p)).collect();
     assert!(
@@ -422,7 +513,7 @@ fn assert_rbac_is_exact(tag: &str, values: &str) {
         .filter(|g| {
             !used
                 .iter()
-                .any(|u| u.0 == g.0 && u.1 == g.1 && (g.2 == "*" || g.2 == u.2))
+                .any(|u| u.0 == g.0 && u.1 == g.1 && u.2 == g.2 && (g.3 == "*" || g.3 == u.3))
         })
         .collect();
     assert!(

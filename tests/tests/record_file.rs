@@ -59,9 +59,16 @@ fn an_edited_file_is_served_from_both_paths() {
     eventually("the new addresses", || {
         web(&ns) == ["198.18.5.2", "198.18.5.3"]
     });
-    assert!(
-        agent.metric("hostport_dns_responses", &[("path", "xdp")]) >= 2.0,
-        "answered by XDP after the reload"
+    // Once the new answer is seen, one more query: XDP answers it (its count rises by exactly
+    // one) with the new addresses, and userspace (TCP) agrees.
+    let xdp = || agent.metric("hostport_dns_responses", &[("path", "xdp")]);
+    let before = xdp();
+    assert_eq!(web(&ns), ["198.18.5.2", "198.18.5.3"]);
+    assert_eq!(xdp(), before + 1.0, "answered by XDP after the reload");
+    assert_eq!(
+        dig(&ns, "127.0.0.1", 1053, &["+tcp", "web.reload.example"]).answer_data(),
+        ["198.18.5.2", "198.18.5.3"],
+        "userspace over TCP after the reload"
     );
 }
 
