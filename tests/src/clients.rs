@@ -208,6 +208,25 @@ pub fn udp_exchange(ns: &NetNs, server: SocketAddr, query: Vec<u8>) -> Option<Ve
     })
 }
 
+/// Like [`udp_exchange`], from a *connected* socket, which takes answers only from `server`:
+/// None unless the answer came from the address and port it was sent to.
+pub fn udp_exchange_connected(
+    ns: &NetNs,
+    server: SocketAddr,
+    query: Vec<u8>,
+    timeout: Duration,
+) -> Option<Vec<u8>> {
+    ns.run(move || {
+        let socket = udp_socket_for(server, timeout)?;
+        socket.connect(server).ok()?;
+        socket.send(&query).ok()?;
+        let mut buf = vec![0u8; 65535];
+        let n = socket.recv(&mut buf).ok()?;
+        buf.truncate(n);
+        Some(buf)
+    })
+}
+
 /// Sends each query over one TCP connection from inside the namespace and returns the answers.
 pub fn tcp_exchange(ns: &NetNs, server: SocketAddr, queries: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     ns.run(move || {

@@ -1,14 +1,24 @@
 //! Real packets through the real kernel path: the agent in one namespace, dig and kdig in
 //! another, a veth pair between them. The metrics prove which path answered.
 
+use std::{
+    net::{Ipv4Addr, SocketAddr},
+    time::Duration,
+};
+
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
-    clients::{dig, kdig},
+    clients::{dig, kdig, udp_exchange_connected},
+    eventually,
     netns::{BEHIND_SERVER_V4, Link, NetNs},
+    packet::QueryBuilder,
     require_root,
     vectors::CAPTURE_ZONE,
 };
+
+const TYPE_A: u16 = 1;
+const TYPE_TXT: u16 = 16;
 
 const PORT: u16 = 1053;
 
@@ -184,6 +194,79 @@ fn a_query_for_an_address_behind_the_node_is_never_answered() {
         1.0
     );
     assert_eq!(xdp_answers(&agent) + userspace_answers(&agent), 0.0);
+}
+
+/// An address the server gets after the agent started: the XDP address set follows netlink.
+const VIP: &str = "198.18.0.100";
+
+#[test]
+fn a_vip_added_after_start_is_answered_by_xdp_and_from_itself_until_it_goes() {
+    require_root();
+    let link = Link::new("vip");
+    let dir = TempDir::new("vip");
+    let agent = start(&link, &dir, "native");
+    let name = "default-nginx.ingress.prod.coreha.example";
+    // The client reaches the VIP at the server's MAC, also once it is gone (no ARP to ask).
+    link.client_ns.ip(&[
+        "neigh",
+        "replace",
+        VIP,
+        "lladdr",
+        &link.server.mac,
+        "dev",
+        &link.client.ifname,
+    ]);
+    let vip_on = |verb: &str| {
+        link.server_ns.ip(&[
+            "addr",
+            verb,
+            &format!("{VIP}/32"),
+            "dev",
+            &link.server.ifname,
+        ])
+    };
+    vip_on("add");
+    eventually("XDP to answer the VIP", 10, || {
+        let before = xdp_answers(&agent);
+        let reply = dig(&link.client_ns, VIP, PORT, &[name, "A"]);
+        reply.answer_data() == ["198.18.200.1", "198.18.200.2", "198.18.200.3"]
+            && xdp_answers(&agent) == before + 1.0
+    });
+    // A type XDP passes: userspace answers it, from the VIP (the connected socket takes nothing
+    // else), NODATA.
+    let vip = SocketAddr::from((VIP.parse::<Ipv4Addr>().expect("an address"), PORT));
+    let before = userspace_answers(&agent);
+    let answer = udp_exchange_connected(
+        &link.client_ns,
+        vip,
+        QueryBuilder::new(name, TYPE_TXT).bytes(),
+        Duration::from_secs(3),
+    )
+    .expect("an answer from the VIP itself");
+    assert_eq!(
+        (answer[3] & 0x0f, &answer[6..8]),
+        (0, &[0u8, 0][..]),
+        "NODATA"
+    );
+    assert_eq!(userspace_answers(&agent), before + 1.0, "from userspace");
+    // Gone: XDP passes what is sent to it as not for this host, and nothing answers.
+    vip_on("del");
+    let not_for_this_host = || {
+        agent.metric(
+            "hostport_dns_xdp_passed",
+            &[("reason", "not_for_this_host")],
+        )
+    };
+    eventually("XDP to pass queries for the old VIP", 15, || {
+        let before = not_for_this_host();
+        let answer = udp_exchange_connected(
+            &link.client_ns,
+            vip,
+            QueryBuilder::new(name, TYPE_A).bytes(),
+            Duration::from_millis(500),
+        );
+        answer.is_none() && not_for_this_host() == before + 1.0
+    });
 }
 
 #[test]
