@@ -20,6 +20,8 @@ pub struct Haproxy {
 impl Haproxy {
     /// HAProxy resolving `name` with `slots` server slots through the DNS server at
     /// `nameserver` ("ip:port"); `resolve_prefer` is None for HAProxy's default (AAAA, then A).
+    /// A name starting with `_` is HAProxy's SRV mode: ports from the SRV records, addresses from
+    /// the additional section; other names get port 443.
     pub fn start(
         ns: &NetNs,
         nameserver: &str,
@@ -32,6 +34,11 @@ impl Haproxy {
         let prefer = resolve_prefer
             .map(|p| format!(" resolve-prefer {p}"))
             .unwrap_or_default();
+        let target = if name.starts_with('_') {
+            name.to_owned()
+        } else {
+            format!("{name}:443")
+        };
         // Failed lookups are held 1 s, not HAProxy's 30 s: a silent or failing agent shows as
         // lost backends within seconds, as a test needs to see it.
         let config = format!(
@@ -40,7 +47,7 @@ impl Haproxy {
              resolvers agent\n  nameserver hpd {nameserver}\n  accepted_payload_size 8192\n  resolve_retries 3\n  \
              timeout resolve 1s\n  timeout retry 1s\n  hold valid 10s\n  \
              hold nx 1s\n  hold other 1s\n  hold refused 1s\n  hold timeout 1s\n\
-             backend ingress\n  server-template srv {slots} {name}:443 resolvers agent init-addr none{prefer}\n",
+             backend ingress\n  server-template srv {slots} {target} resolvers agent init-addr none{prefer}\n",
             socket.display()
         );
         let config_path = dir.write("haproxy.cfg", &config);
@@ -71,6 +78,35 @@ impl Haproxy {
         let mut out = String::new();
         let _ = stream.read_to_string(&mut out);
         out
+    }
+
+    /// "address:port" of each server slot that holds an address, sorted.
+    pub fn backend_endpoints(&self) -> Vec<String> {
+        let state = self.command("show servers state ingress");
+        let Some(header) = state.lines().find(|l| l.starts_with("# be_id")) else {
+            return Vec::new();
+        };
+        let column = |name: &str| {
+            header
+                .trim_start_matches("# ")
+                .split_whitespace()
+                .position(|c| c == name)
+        };
+        let (Some(addr), Some(port)) = (column("srv_addr"), column("srv_port")) else {
+            return Vec::new();
+        };
+        let mut endpoints: Vec<String> = state
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                let (address, port) = (*fields.get(addr)?, *fields.get(port)?);
+                (address.parse::<std::net::IpAddr>().is_ok() && address != "0.0.0.0")
+                    .then(|| format!("{address}:{port}"))
+            })
+            .collect();
+        endpoints.sort();
+        endpoints
     }
 
     /// The addresses the backend's server slots hold now, sorted.

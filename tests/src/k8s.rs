@@ -15,6 +15,7 @@ pub struct PodSpec {
     pub phase: String,
     pub host_port: Option<(String, u16)>,
     pub terminating: bool,
+    pub host_network: bool,
 }
 
 impl PodSpec {
@@ -31,6 +32,7 @@ impl PodSpec {
             phase: "Running".into(),
             host_port: Some(("https".into(), 443)),
             terminating: false,
+            host_network: false,
         }
     }
 
@@ -52,7 +54,7 @@ impl PodSpec {
         }
         json!({
             "metadata": metadata,
-            "spec": {"nodeName": self.node, "containers": [{"name": "controller", "image": "controller:1", "ports": ports}]},
+            "spec": {"nodeName": self.node, "hostNetwork": self.host_network, "containers": [{"name": "controller", "image": "controller:1", "ports": ports}]},
             "status": {
                 "phase": self.phase,
                 "hostIP": self.host_ip,
@@ -65,8 +67,19 @@ impl PodSpec {
     }
 }
 
-/// An EndpointSlice of `namespace/service` with one endpoint per (address, ready, node).
+/// An IPv4 EndpointSlice of `namespace/service` with one endpoint per (address, ready, node).
 pub fn endpoint_slice(
+    namespace: &str,
+    name: &str,
+    service: &str,
+    endpoints: &[(&str, Option<bool>, &str)],
+) -> Value {
+    endpoint_slice_of("IPv4", namespace, name, service, endpoints)
+}
+
+/// An EndpointSlice of `address_type` ("IPv4", "IPv6", "FQDN").
+pub fn endpoint_slice_of(
+    address_type: &str,
     namespace: &str,
     name: &str,
     service: &str,
@@ -84,7 +97,7 @@ pub fn endpoint_slice(
         .collect();
     json!({
         "metadata": {"name": name, "namespace": namespace, "labels": {"kubernetes.io/service-name": service}},
-        "addressType": "IPv4",
+        "addressType": address_type,
         "endpoints": endpoints,
         "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
     })

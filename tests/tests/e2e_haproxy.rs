@@ -152,3 +152,52 @@ fn haproxy_with_ipv4_preference_asks_only_for_a() {
         0.0
     );
 }
+
+#[test]
+fn haproxy_in_srv_mode_takes_ports_from_srv_and_addresses_from_the_additional_section() {
+    require_root();
+    let link = Link::new("e2esrv");
+    let api = FakeApi::start(Some(&link.server_ns));
+    // A named hostPort other than 443, so that the port can only come from the SRV record.
+    for i in [1, 2] {
+        let mut pod = PodSpec::ingress(
+            &format!("nginx-{i}"),
+            "ingress",
+            "default-nginx",
+            &format!("cp-{i}"),
+            &format!("198.18.0.{}", 10 + i),
+        );
+        pod.host_port = Some(("https".into(), 8443));
+        api.apply(Kind::Pod, pod.to_json());
+    }
+    let dir = TempDir::new("e2esrv");
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n",
+            api.url()
+        ),
+    );
+    let agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
+    let haproxy = Haproxy::start(
+        &link.client_ns,
+        &format!("{}:1053", link.server.ipv4),
+        &format!("_https._tcp.{NAME}"),
+        4,
+        None,
+    );
+    eventually("HAProxy to learn both pods from SRV", 15, || {
+        haproxy.backend_endpoints() == ["198.18.0.11:8443", "198.18.0.12:8443"]
+    });
+    api.delete(Kind::Pod, "ingress", "nginx-1");
+    eventually("HAProxy to drop the deleted pod", 15, || {
+        haproxy.backend_endpoints() == ["198.18.0.12:8443"]
+    });
+    assert!(
+        agent.metric(
+            "hostport_dns_responses",
+            &[("path", "userspace"), ("type", "SRV")]
+        ) > 0.0,
+        "SRV answered by userspace"
+    );
+}

@@ -8,7 +8,7 @@ use hostport_dns_tests::{
     clients::{Reply, dig},
     eventually,
     fake_api::{FakeApi, Kind},
-    k8s::{PodSpec, endpoint_slice, node},
+    k8s::{PodSpec, endpoint_slice, endpoint_slice_of, node},
     netns::NetNs,
     require_root,
 };
@@ -415,5 +415,171 @@ fn watches_select_by_label_and_ask_for_bookmarks() {
     assert!(
         !requests.iter().any(|r| r.starts_with("GET Node")),
         "no node watch without a node address source"
+    );
+}
+
+/// An agent on `config` (a whole configuration; `{api}` stands for the fake API server's URL).
+fn cluster_with_config(tag: &str, prepare: impl FnOnce(&FakeApi), config: &str) -> Cluster {
+    require_root();
+    let ns = NetNs::new(tag);
+    let api = FakeApi::start(Some(&ns));
+    prepare(&api);
+    let dir = TempDir::new(tag);
+    let file = dir.write("agent.yaml", &config.replace("{api}", &api.url()));
+    let agent = Agent::start_on_lo(&ns, &file, &[]);
+    Cluster {
+        agent,
+        api,
+        ns,
+        _dir: dir,
+    }
+}
+
+#[test]
+fn pod_options_select_values_addresses_and_srv_on_the_wire() {
+    let config = "zones:
+  - name: value.example
+  - name: host.example
+  - name: pod.example
+  - name: auto.example
+  - name: nosrv.example
+kubernetes:
+  apiServer: {api}
+pods:
+  - { zone: value.example, labelValue: public }
+  - { zone: host.example, address: host }
+  - { zone: pod.example, address: pod }
+  - { zone: auto.example }
+  - { zone: nosrv.example, srv: false }
+";
+    let c = cluster_with_config(
+        "kpodopt",
+        |api| {
+            // With a hostPort; without one; on the host network (its pod address made different
+            // from the node's, to tell them apart).
+            let public = PodSpec::ingress("p1", "edge", "public", "cp-1", "198.18.0.11");
+            let mut internal = PodSpec::ingress("p2", "edge", "internal", "cp-2", "198.18.0.12");
+            internal.host_port = None;
+            internal.pod_ip = "198.19.0.2".into();
+            let mut hostnet = PodSpec::ingress("p3", "edge", "hostnet", "cp-3", "198.18.0.13");
+            hostnet.host_port = None;
+            hostnet.host_network = true;
+            hostnet.pod_ip = "198.19.0.3".into();
+            for pod in [public, internal, hostnet] {
+                api.apply(Kind::Pod, pod.to_json());
+            }
+        },
+        config,
+    );
+    let a = |name: &str| c.dig(&[name, "A"]);
+    eventually("the pods to be served", 10, || {
+        a("public.edge.auto.example").answer_data() == ["198.18.0.11"]
+    });
+    // labelValue: only that value.
+    assert_eq!(
+        a("public.edge.value.example").answer_data(),
+        ["198.18.0.11"]
+    );
+    assert_eq!(a("internal.edge.value.example").status, "NXDOMAIN");
+    // address: host, whatever the pod declares.
+    assert_eq!(
+        a("internal.edge.host.example").answer_data(),
+        ["198.18.0.12"]
+    );
+    // address: pod, even with a hostPort.
+    assert_eq!(a("public.edge.pod.example").answer_data(), ["198.19.0.1"]);
+    assert_eq!(a("internal.edge.pod.example").answer_data(), ["198.19.0.2"]);
+    // auto: the node for hostPort and hostNetwork pods, the pod otherwise.
+    assert_eq!(
+        a("internal.edge.auto.example").answer_data(),
+        ["198.19.0.2"]
+    );
+    assert_eq!(
+        a("hostnet.edge.auto.example").answer_data(),
+        ["198.18.0.13"]
+    );
+    // srv: false: no SRV names (where the default has them).
+    assert_eq!(
+        c.dig(&["_https._tcp.public.edge.auto.example", "SRV"])
+            .answer_data(),
+        ["0 1 443 cp-1.nodes.auto.example."]
+    );
+    assert_eq!(
+        c.dig(&["_https._tcp.public.edge.nosrv.example", "SRV"])
+            .status,
+        "NXDOMAIN"
+    );
+    assert_eq!(
+        a("public.edge.nosrv.example").answer_data(),
+        ["198.18.0.11"]
+    );
+}
+
+#[test]
+fn endpoint_slice_options_select_the_family_and_may_let_a_name_go_empty() {
+    let config = format!(
+        "zones:
+  - name: {ZONE}
+kubernetes:
+  apiServer: {{api}}
+endpointSlices:
+  - {{ zone: {ZONE}, hostnames: [api6], addressType: IPv6 }}
+  - {{ zone: {ZONE}, hostnames: [api-nokeep], keepLastNonEmpty: false }}
+"
+    );
+    let c = cluster_with_config(
+        "kslopt",
+        |api| {
+            api.apply(
+                Kind::EndpointSlice,
+                endpoint_slice(
+                    "default",
+                    "kubernetes-a",
+                    "kubernetes",
+                    &[("198.18.0.11", Some(true), "cp-0")],
+                ),
+            );
+            api.apply(
+                Kind::EndpointSlice,
+                endpoint_slice_of(
+                    "IPv6",
+                    "default",
+                    "kubernetes-v6",
+                    "kubernetes",
+                    &[("2001:db8::11", Some(true), "cp-0")],
+                ),
+            );
+        },
+        &config,
+    );
+    eventually("the API server names", 10, || {
+        c.addresses("api-nokeep") == ["198.18.0.11"]
+    });
+    // IPv6: only the IPv6 slice's addresses.
+    assert_eq!(
+        c.dig(&[&format!("api6.{ZONE}"), "AAAA"]).answer_data(),
+        ["2001:db8::11"]
+    );
+    let a = c.dig(&[&format!("api6.{ZONE}"), "A"]);
+    assert_eq!((a.status.as_str(), a.answer.len()), ("NOERROR", 0), "{a:?}");
+    // keepLastNonEmpty: false: with no ready endpoint the name goes.
+    c.api.apply(
+        Kind::EndpointSlice,
+        endpoint_slice(
+            "default",
+            "kubernetes-a",
+            "kubernetes",
+            &[("198.18.0.11", Some(false), "cp-0")],
+        ),
+    );
+    eventually("the name to go empty", 10, || {
+        c.dig(&[&format!("api-nokeep.{ZONE}"), "A"]).status == "NXDOMAIN"
+    });
+    assert_eq!(
+        c.agent.metric(
+            "hostport_dns_kept_last_answer",
+            &[("source", "default/kubernetes")]
+        ),
+        0.0
     );
 }

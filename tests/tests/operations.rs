@@ -222,6 +222,16 @@ fn ebpf_logs_reach_the_agent_log_only_when_asked_for() {
     assert!(logs.contains(&from_program), "{logs}");
     drop(traced);
 
+    // Debug: the passes (debug records), not the answers (trace records).
+    let debug = agent_after_two_queries(&link, &records, &["--ebpf-log-level", "debug"]);
+    eventually("the pass record in the agent log", 10, || {
+        debug.logs().contains("passed: unsupported_type")
+    });
+    // The answer's record would have been read before the later pass's.
+    let logs = debug.logs();
+    assert!(!logs.contains("answered: a"), "{logs}");
+    drop(debug);
+
     // Off by default, even with the agent's own log at its most verbose.
     let quiet = agent_after_two_queries(&link, &records, &["--log-level", "trace"]);
     // One more query the program would log (a pass), its answer awaited: the program ran and any

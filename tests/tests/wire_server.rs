@@ -434,3 +434,46 @@ fn clients_are_served_from_the_address_they_asked() {
         assert_eq!(ancount, expected, "answers from {server}");
     }
 }
+
+#[test]
+fn listen_and_udp_workers_choose_the_sockets() {
+    require_root();
+    let ns = NetNs::new("listen");
+    let dir = TempDir::new("listen");
+    let file = dir.write("records.yaml", ZONE);
+    let _agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+            "--listen",
+            "127.0.0.1",
+            "--udp-workers",
+            "3",
+        ],
+    );
+    let name = "node-1.nodes.prod.coreha.example";
+    let query = QueryBuilder::new(name, 1).bytes();
+    assert!(udp_exchange(&ns, v4(), query.clone()).is_some());
+    let v6: SocketAddr = "[::1]:1053".parse().expect("an address");
+    assert_eq!(
+        udp_exchange_connected(&ns, v6, query, std::time::Duration::from_secs(1)),
+        None,
+        "nothing listens on ::1"
+    );
+    // Three UDP sockets on the one address (SO_REUSEPORT), one TCP listener.
+    let sockets = |proto: &str| {
+        let out = hostport_dns_tests::netns::sh(
+            ns.command("ss")
+                .args(["-Hln", proto, "sport", "=", ":1053"]),
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split_whitespace().nth(3).unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sockets("-u"), ["127.0.0.1:1053"; 3]);
+    assert_eq!(sockets("-t"), ["127.0.0.1:1053"]);
+}

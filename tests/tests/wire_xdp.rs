@@ -287,6 +287,42 @@ fn the_readme_command_answers_dig_on_loopback() {
         ["198.18.200.1", "198.18.200.2", "198.18.200.3"]
     );
     assert_eq!(xdp_answers(&agent), 1.0, "generic XDP on lo answered");
+    // The README's own check lines, run as written.
+    let readme = std::fs::read_to_string(hostport_dns_tests::workspace_root().join("README.md"))
+        .expect("README.md");
+    let lines: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("dig @127.0.0.1") || l.starts_with("curl -s localhost:9253"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "the README's dig, SRV dig and curl lines: {lines:?}"
+    );
+    let run = |line: &str| {
+        let out = hostport_dns_tests::netns::sh(ns.command("sh").args(["-c", line]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let a = run(lines[0]);
+    assert!(
+        a.contains("status: NOERROR") && a.contains("198.18.200.1"),
+        "{a}"
+    );
+    let srv = run(lines[1]);
+    assert!(
+        srv.contains("status: NOERROR")
+            && srv.contains("IN SRV 0 1 443 node-1.nodes.demo.hostport.example."),
+        "{srv}"
+    );
+    assert!(
+        srv.contains("ADDITIONAL SECTION"),
+        "the targets' addresses: {srv}"
+    );
+    let metrics = run(lines[2]);
+    assert!(
+        metrics.contains("hostport_dns_responses_total{path=\"xdp\""),
+        "{metrics}"
+    );
 }
 
 #[test]
@@ -319,4 +355,67 @@ fn stopping_the_agent_detaches_the_program() {
     assert!(attached(&link));
     assert_eq!(agent.stop(), Some(0));
     assert!(!attached(&link), "the program must be gone after SIGTERM");
+}
+
+/// The ID of the XDP program on `ifname` in `ns`, if one is attached.
+fn xdp_program_on(ns: &NetNs, ifname: &str) -> Option<u64> {
+    let out = ns.ip(&["-j", "link", "show", ifname]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    json[0]["xdp"]["prog"]["id"].as_u64()
+}
+
+#[test]
+fn interface_auto_is_the_default_routes_and_several_interfaces_all_answer() {
+    require_root();
+    let link = Link::new("ifauto");
+    let dir = TempDir::new("ifauto");
+    let file = dir.write("records.yaml", &records());
+    let name = "default-nginx.ingress.prod.coreha.example";
+    let addresses = ["198.18.200.1", "198.18.200.2", "198.18.200.3"];
+    link.server_ns
+        .ip(&["route", "add", "default", "via", link.client.ipv4]);
+    {
+        let agent = Agent::start(
+            &link.server_ns,
+            &[
+                "--records",
+                file.to_str().expect("UTF-8"),
+                "--interface",
+                "auto",
+                "--xdp-mode",
+                "native",
+            ],
+        );
+        assert!(
+            xdp_program_on(&link.server_ns, &link.server.ifname).is_some(),
+            "auto: attached to the default route's interface"
+        );
+        assert_eq!(xdp_program_on(&link.server_ns, "lo"), None);
+        let reply = dig(&link.client_ns, link.server.ipv4, PORT, &[name, "A"]);
+        assert_eq!(reply.answer_data(), addresses);
+        assert_eq!(xdp_answers(&agent), 1.0);
+    }
+    // Both interfaces named: both answer from XDP (generic mode, which lo needs).
+    let agent = Agent::start(
+        &link.server_ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            &link.server.ifname,
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    assert!(xdp_program_on(&link.server_ns, &link.server.ifname).is_some());
+    assert!(xdp_program_on(&link.server_ns, "lo").is_some());
+    let over_veth = dig(&link.client_ns, link.server.ipv4, PORT, &[name, "A"]);
+    assert_eq!(over_veth.answer_data(), addresses);
+    assert_eq!(xdp_answers(&agent), 1.0, "on the veth");
+    let over_lo = dig(&link.server_ns, "127.0.0.1", PORT, &[name, "A"]);
+    assert_eq!(over_lo.answer_data(), addresses);
+    assert_eq!(xdp_answers(&agent), 2.0, "on lo");
+    assert_eq!(userspace_answers(&agent), 0.0);
 }
