@@ -81,6 +81,24 @@ impl Agent {
         api: std::net::SocketAddr,
         config: &Path,
     ) -> Self {
+        let mut args: Vec<String> = ["run", "--log-format", "json", "--metrics-listen"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        args.push(METRICS_ADDR.into());
+        args.extend(on_lo(config).into_iter().map(str::to_owned));
+        Self::start_in_pod(ns, service_account, api, &args)
+    }
+
+    /// The agent as a pod runs it: the service-account files mounted as for
+    /// [`Agent::start_in_cluster`], KUBERNETES_SERVICE_HOST/PORT pointing at `service`, and
+    /// `args` as the container's (the subcommand included).
+    pub fn start_in_pod(
+        ns: &NetNs,
+        service_account: &Path,
+        service: std::net::SocketAddr,
+        args: &[String],
+    ) -> Self {
         let home = service_account.join("home");
         std::fs::create_dir_all(&home).expect("create an empty HOME");
         let mut cmd = ns.command("unshare");
@@ -96,15 +114,10 @@ impl Agent {
              exec \"$@\"",
             service_account.to_str().expect("a UTF-8 path"),
             binary().to_str().expect("a UTF-8 path"),
-            "run",
-            "--log-format",
-            "json",
-            "--metrics-listen",
-            METRICS_ADDR,
         ])
-        .args(on_lo(config))
-        .env("KUBERNETES_SERVICE_HOST", api.ip().to_string())
-        .env("KUBERNETES_SERVICE_PORT", api.port().to_string())
+        .args(args)
+        .env("KUBERNETES_SERVICE_HOST", service.ip().to_string())
+        .env("KUBERNETES_SERVICE_PORT", service.port().to_string())
         .env("HOME", &home)
         .env_remove("KUBECONFIG");
         Self::spawn(cmd, Some(ns.name.clone()))

@@ -49,8 +49,13 @@ impl ApiCredentials {
     /// Generates a CA, a serving certificate for 127.0.0.1 and two client certificates (one
     /// signed by an unrelated CA), written as PEM files into `dir`.
     pub fn generate(dir: &TempDir) -> Self {
+        Self::generate_for(dir, &["127.0.0.1"])
+    }
+
+    /// As [`ApiCredentials::generate`], the serving certificate for `addresses`.
+    pub fn generate_for(dir: &TempDir, addresses: &[&str]) -> Self {
         let (ca, ca_key) = certificate_authority("fake-apiserver-ca");
-        let (server, server_key) = signed("kube-apiserver", &["127.0.0.1"], false, &ca, &ca_key);
+        let (server, server_key) = signed("kube-apiserver", addresses, false, &ca, &ca_key);
         let (client, client_key) = signed("system:hostport-dns", &[], true, &ca, &ca_key);
         let (other_ca, other_ca_key) = certificate_authority("another-ca");
         let (stranger, stranger_key) =

@@ -99,6 +99,8 @@ pub struct Access {
     pub tls: Option<tokio_rustls::rustls::ServerConfig>,
     /// Requests must carry `Authorization: Bearer <token>`; others get 401 Unauthorized.
     pub bearer_token: Option<String>,
+    /// Where to listen; default 127.0.0.1 on a free port.
+    pub bind: Option<SocketAddr>,
 }
 
 /// A running fake API server, stopped on drop.
@@ -148,9 +150,10 @@ impl FakeApi {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind");
+                let bind = access
+                    .bind
+                    .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+                let listener = tokio::net::TcpListener::bind(bind).await.expect("bind");
                 addr_tx
                     .send(listener.local_addr().expect("an address"))
                     .expect("report the address");

@@ -66,6 +66,7 @@ fn https_api_with_a_pod(
         Access {
             tls: Some(credentials.server_config(require_client_certificate)),
             bearer_token: bearer_token.map(str::to_owned),
+            bind: None,
         },
     );
     let pod = PodSpec::ingress("nginx-0", "ingress", "default-nginx", "cp-0", POD_IP);

@@ -13,8 +13,9 @@ use hostport_dns::{
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
+    api_tls::ApiCredentials,
     eventually,
-    fake_api::{FakeApi, Kind},
+    fake_api::{Access, FakeApi, Kind},
     k8s::{PodSpec, endpoint_slice, node},
     netns::{NetNs, sh},
     require_root, workspace_root,
@@ -534,4 +535,109 @@ fn rbac_covers_exactly_what_the_agent_calls_with_namespaced_pods_and_node_addres
         "rbacns",
         "pods:\n  - zone: ingress.example.com\n    namespaces: [ingress]\nendpointSlices:\n  - zone: ingress.example.com\n    hostnames: [api]\n    addressSource: node-internal\n",
     );
+}
+
+/// The chart's container command line as the kubelet runs it: `$(VAR)` references expanded from
+/// the container's environment (`env`: the values the kubelet would set).
+fn kubelet_expanded(args: &[String], env: &[(&str, &str)]) -> Vec<String> {
+    args.iter()
+        .map(|arg| {
+            env.iter().fold(arg.clone(), |arg, (name, value)| {
+                arg.replace(&format!("$({name})"), value)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn the_charts_api_server_url_with_host_ip_set_reaches_the_api_server() {
+    require_root();
+    const HOST_IP: &str = "198.18.0.1";
+    const TOKEN: &str = "chart-token";
+    let docs = render("");
+    let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
+    let container = ds
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers[0].clone())
+        .expect("a container");
+    // HOST_IP is the node's address, from the downward API.
+    let host_ip_env = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "HOST_IP")
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone());
+    assert_eq!(host_ip_env.as_deref(), Some("status.hostIP"));
+    let args = kubelet_expanded(
+        container.args.as_deref().expect("args"),
+        &[("HOST_IP", HOST_IP)],
+    );
+    assert!(
+        args.contains(&format!("--api-server=https://{HOST_IP}:6443")),
+        "{args:?}"
+    );
+
+    let ns = NetNs::new("chartapi");
+    ns.ip(&["addr", "add", &format!("{HOST_IP}/32"), "dev", "lo"]);
+    let dir = TempDir::new("chartapi");
+    let credentials = ApiCredentials::generate_for(&dir, &[HOST_IP]);
+    let api = FakeApi::start_with(
+        Some(&ns),
+        Access {
+            tls: Some(credentials.server_config(false)),
+            bearer_token: Some(TOKEN.into()),
+            bind: Some(format!("{HOST_IP}:6443").parse().expect("an address")),
+        },
+    );
+    api.apply(
+        Kind::Pod,
+        PodSpec::ingress("p", "ingress", "default-nginx", "cp-0", "198.18.0.11").to_json(),
+    );
+    // The service-account mount the chart's configuration reads.
+    let service_account = dir.path.join("serviceaccount");
+    std::fs::create_dir_all(&service_account).expect("the service-account folder");
+    std::fs::write(service_account.join("token"), TOKEN).expect("the token");
+    std::fs::copy(&credentials.ca_file, service_account.join("ca.crt")).expect("the CA");
+    std::fs::write(service_account.join("namespace"), "kube-system").expect("the namespace");
+    let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
+    let config = dir.write(
+        "config.yaml",
+        &cm.data
+            .expect("data")
+            .remove("config.yaml")
+            .expect("config.yaml"),
+    );
+    // The chart's arguments, but for the node's paths: its configuration mount, XDP on this
+    // namespace's lo, no pins in the host's bpffs.
+    let args: Vec<String> = args
+        .into_iter()
+        .filter_map(|arg| match arg.split_once('=').map(|(flag, _)| flag) {
+            Some("--config") => Some(format!("--config={}", config.display())),
+            Some("--interface") => Some("--interface=lo".into()),
+            Some("--xdp-mode") => Some("--xdp-mode=generic".into()),
+            Some("--pin-dir") => None,
+            _ => Some(arg),
+        })
+        .collect();
+    // The in-cluster Service address leads nowhere: only --api-server can reach the API.
+    let service: std::net::SocketAddr = "198.18.0.254:443".parse().expect("an address");
+    let agent = Agent::start_in_pod(&ns, &service_account, service, &args);
+    eventually(
+        "the pod's record through the chart's API server URL",
+        15,
+        || {
+            hostport_dns_tests::clients::dig(
+                &ns,
+                "127.0.0.1",
+                1053,
+                &["default-nginx.ingress.ingress.example.com", "A"],
+            )
+            .answer_data()
+                == ["198.18.0.11"]
+        },
+    );
+    assert_eq!(api.unauthorized_requests(), 0, "{}", agent.logs());
 }
