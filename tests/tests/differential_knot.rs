@@ -45,14 +45,35 @@ fn records() -> String {
       _https._tcp.default-nginx.ingress: [{{ port: 443, target: node-1.nodes }}]
   - name: edge.example
     ttl: 30
+    soa: {{ minimum: 10 }}
     records:
       many: [{}]
       seventeen: [{}]
       www: 198.18.51.1
+{}    srv:
+      _https._tcp.pool: [{}]
+      _dup._tcp.pool: [{{ port: 443, target: t1.pool }}, {{ port: 8443, target: t1.pool }}]
 ",
         many().join(", "),
-        seventeen().join(", ")
+        seventeen().join(", "),
+        pool()
+            .iter()
+            .map(|(target, address)| format!("      {target}: {address}\n"))
+            .collect::<String>(),
+        pool()
+            .iter()
+            .map(|(target, _)| format!("{{ port: 443, target: {target} }}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     )
+}
+
+/// Twelve SRV targets with an address each: the SRV records fit 512 bytes, their targets'
+/// addresses do not all fit beside them.
+fn pool() -> Vec<(String, String)> {
+    (1..=12)
+        .map(|i| (format!("t{i}.pool"), format!("198.18.60.{i}")))
+        .collect()
 }
 
 /// The same data as Knot zone files, by hand.
@@ -74,11 +95,17 @@ _https._tcp.default-nginx.ingress  SRV  0 1 443 node-1.nodes
     .to_owned();
     let mut edge = "$ORIGIN edge.example.
 $TTL 30
-@    SOA  ns hostmaster 1 3600 600 86400 30
+@    SOA  ns hostmaster 1 3600 600 86400 10
 @    NS   ns
 www  A    198.18.51.1
+_dup._tcp.pool SRV 0 1 443 t1.pool
+_dup._tcp.pool SRV 0 1 8443 t1.pool
 "
     .to_owned();
+    for (target, address) in pool() {
+        let _ = writeln!(edge, "{target} A {address}");
+        let _ = writeln!(edge, "_https._tcp.pool SRV 0 1 443 {target}");
+    }
     for a in many() {
         let _ = writeln!(edge, "many A {a}");
     }
@@ -114,6 +141,10 @@ const NAMES: &[&str] = &[
     "seventeen.edge.example",
     "nope.edge.example",
     "ns.edge.example",
+    "_https._tcp.pool.edge.example",
+    "_dup._tcp.pool.edge.example",
+    "t1.pool.edge.example",
+    "pool.edge.example",
     "www.example.com",
     "coreha.example",
 ];
@@ -155,6 +186,7 @@ fn xdp_answers(name: &str, qtype: u16, edns: Option<(u16, bool, u8)>) -> bool {
         ("x.deep.empty.prod.coreha.example", 1, 0),
         ("ns1.prod.coreha.example", 1, 0),
         ("www.edge.example", 1, 0),
+        ("t1.pool.edge.example", 1, 0),
         ("many.edge.example", 40, 0),
         ("seventeen.edge.example", 17, 0),
     ];

@@ -29,6 +29,9 @@ const ZONE: &str = "zones:
       _https._tcp.default-nginx.ingress:
         - { port: 443, target: node-1.nodes }
         - { port: 8443, target: node-2.nodes }
+      _both._tcp.default-nginx.ingress:
+        - { port: 443, target: node-1.nodes }
+        - { port: 8443, target: node-1.nodes }
 ";
 
 const PORT: u16 = 1053;
@@ -476,4 +479,64 @@ fn listen_and_udp_workers_choose_the_sockets() {
     };
     assert_eq!(sockets("-u"), ["127.0.0.1:1053"; 3]);
     assert_eq!(sockets("-t"), ["127.0.0.1:1053"]);
+}
+
+#[test]
+fn srv_records_naming_one_target_carry_its_addresses_once() {
+    let s = server("srvdup");
+    let reply = s.dig(&[
+        "_both._tcp.default-nginx.ingress.prod.coreha.example",
+        "SRV",
+    ]);
+    assert_eq!(reply.answer.len(), 2, "{reply:?}");
+    let additional: Vec<String> = reply
+        .additional
+        .iter()
+        .map(|r| format!("{} {} {}", r.name, r.rtype, r.data))
+        .collect();
+    assert_eq!(
+        additional,
+        ["node-1.nodes.prod.coreha.example. A 198.18.200.1"],
+        "{reply:?}"
+    );
+}
+
+#[test]
+fn negative_answers_carry_the_soa_with_the_lower_of_its_ttl_and_minimum() {
+    require_root();
+    let ns = NetNs::new("negttl");
+    let dir = TempDir::new("negttl");
+    let file = dir.write(
+        "records.yaml",
+        "zones:\n  - name: low.example\n    ttl: 300\n    soa: { minimum: 20 }\n    records:\n      www: 198.18.3.1\n  - name: high.example\n    ttl: 15\n    soa: { minimum: 600 }\n    records:\n      www: 198.18.3.2\n",
+    );
+    let _agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    for (zone, negative_ttl, soa_ttl) in [("low.example", 20, 300), ("high.example", 15, 15)] {
+        // NXDOMAIN from XDP, NODATA from userspace (MX): both carry the negative TTL.
+        for (name, qtype, status) in [
+            (format!("nope.{zone}"), "A", "NXDOMAIN"),
+            (format!("www.{zone}"), "MX", "NOERROR"),
+        ] {
+            let reply = dig(&ns, "127.0.0.1", PORT, &[&name, qtype]);
+            assert_eq!(reply.status, status, "{reply:?}");
+            assert_eq!(reply.authority.len(), 1, "{reply:?}");
+            assert_eq!(
+                reply.authority[0].ttl, negative_ttl,
+                "{name} {qtype}: {reply:?}"
+            );
+        }
+        // The SOA asked for itself keeps its own TTL.
+        let soa = dig(&ns, "127.0.0.1", PORT, &[zone, "SOA"]);
+        assert_eq!(soa.answer[0].ttl, soa_ttl, "{soa:?}");
+    }
 }

@@ -178,7 +178,7 @@ fn answer_in_zone(
     let qname = &question.name;
     let apex = spelled_apex(qname, zone);
     let Some(node) = table.node(qname) else {
-        response.add_authority(soa_record(zone, &apex));
+        response.add_authority(negative_soa_record(zone, &apex));
         return ResponseCode::NXDomain;
     };
     let at = AtName {
@@ -204,7 +204,7 @@ fn answer_in_zone(
         qtype => at.records(qtype),
     };
     if answers.is_empty() {
-        response.add_authority(soa_record(zone, &apex));
+        response.add_authority(negative_soa_record(zone, &apex));
     } else {
         response.add_answers(answers);
         response.add_additionals(additionals);
@@ -297,9 +297,15 @@ fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
 }
 
 /// SRV targets' addresses, for the additional section: HAProxy's SRV mode reads them there.
+/// One set per distinct target, however many SRV records name it.
 fn srv_target_addresses(node: &Node, table: &RecordTable) -> Vec<Record> {
     let mut out = Vec::new();
+    let mut targets: Vec<&Name> = Vec::new();
     for srv in &node.srv {
+        if targets.contains(&&srv.target) {
+            continue;
+        }
+        targets.push(&srv.target);
         if let (Some(target), Some(zone)) = (table.node(&srv.target), table.zone_for(&srv.target)) {
             out.extend(addresses_a(&srv.target, target, target.ttl_in(zone)));
             out.extend(addresses_aaaa(&srv.target, target, target.ttl_in(zone)));
@@ -350,6 +356,14 @@ pub fn soa_record(zone: &Zone, apex: &Name) -> Record {
     Record::from_rdata(apex.clone(), zone.spec.ttl, RData::SOA(rdata))
 }
 
+/// The zone's SOA record as negative answers carry it: its TTL is the lower of the SOA's own
+/// and its MINIMUM field, the negative-caching TTL (RFC 2308 §3).
+pub fn negative_soa_record(zone: &Zone, apex: &Name) -> Record {
+    let mut record = soa_record(zone, apex);
+    record.ttl = zone.spec.ttl.min(zone.spec.soa.minimum);
+    record
+}
+
 /// The question's last labels, those of the zone apex, in the question's spelling.
 pub fn spelled_apex(qname: &Name, zone: &Zone) -> Name {
     let mut apex = qname.trim_to(zone.spec.apex.num_labels() as usize);
@@ -369,8 +383,10 @@ pub fn respell(name: &Name, zone: &Zone, apex: &Name) -> Name {
         .unwrap_or_else(|_| name.clone())
 }
 
-/// Encodes the response, truncated (TC=1, no records) if it exceeds what the client takes over
-/// UDP.
+/// Encodes the response within what the client takes over UDP (RFC 2181 §9): additional
+/// records are left out first, a whole RRset at a time from the end, with TC clear (they are
+/// not needed for the answer); only when the answer and authority sections do not fit is the
+/// answer sent truncated: TC=1 and no records.
 fn encode(
     mut response: Message,
     request: &Message,
@@ -386,14 +402,19 @@ fn encode(
                 .clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE) as usize
         }
     };
-    let bytes = response.to_vec().unwrap_or_default();
-    if bytes.len() <= limit && !bytes.is_empty() {
-        return Answer {
-            bytes,
-            rcode,
-            qtype,
-            truncated: false,
-        };
+    loop {
+        let bytes = response.to_vec().unwrap_or_default();
+        if bytes.len() <= limit && !bytes.is_empty() {
+            return Answer {
+                bytes,
+                rcode,
+                qtype,
+                truncated: false,
+            };
+        }
+        if !drop_last_additional_rrset(&mut response) {
+            break;
+        }
     }
     response.answers.clear();
     response.authorities.clear();
@@ -406,6 +427,19 @@ fn encode(
         qtype,
         truncated: true,
     }
+}
+
+/// Removes the last RRset of the additional section (the OPT record is kept apart); false if
+/// there was none.
+fn drop_last_additional_rrset(response: &mut Message) -> bool {
+    let Some(last) = response.additionals.last() else {
+        return false;
+    };
+    let (name, rtype) = (last.name.clone(), last.record_type());
+    response
+        .additionals
+        .retain(|r| r.name != name || r.record_type() != rtype);
+    true
 }
 
 /// An answer with only a header: for queries too broken to echo their question.

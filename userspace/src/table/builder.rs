@@ -53,18 +53,24 @@ impl NameState {
     }
 
     /// The node: record sets sorted and without duplicates (the map's order), the lowest TTL
-    /// a source gave.
-    fn node(&self) -> Node {
+    /// its records have (a record without its own TTL has the zone's, `zone_ttl`): one name's
+    /// records are served with one TTL.
+    fn node(&self, zone_ttl: u32) -> Node {
         let mut node = Node {
             zone: self.zone,
             apex: self.apex,
             ..Node::default()
         };
+        let mut own_ttls = false;
+        let mut zone_ttls = false;
         for (data, ttl) in self.records.keys() {
-            node.ttl = match (node.ttl, *ttl) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            match ttl {
+                Some(ttl) => {
+                    own_ttls = true;
+                    node.ttl = Some(node.ttl.map_or(*ttl, |t| t.min(*ttl)));
+                }
+                None => zone_ttls = true,
+            }
             // The same data with several TTLs comes in a row.
             match data {
                 RecordData::A(a) if node.a.last() != Some(a) => node.a.push(*a),
@@ -72,6 +78,9 @@ impl NameState {
                 RecordData::Srv(s) if node.srv.last() != Some(s) => node.srv.push(s.clone()),
                 _ => {}
             }
+        }
+        if own_ttls && zone_ttls {
+            node.ttl = node.ttl.map(|t| t.min(zone_ttl));
         }
         node
     }
@@ -254,7 +263,10 @@ impl TableBuilder {
         let mut changed = Vec::new();
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
-            let new = self.names.get(&key).map(|s| Arc::new(s.node()));
+            let new = self.names.get(&key).map(|s| {
+                let zone_ttl = self.specs.get(s.zone as usize).map_or(0, |z| z.ttl);
+                Arc::new(s.node(zone_ttl))
+            });
             let old = self.table.nodes.get(&key).cloned();
             if old == new {
                 continue;
@@ -385,6 +397,7 @@ mod tests {
         let mut apexes: Vec<&Name> = zones.iter().map(|z| &z.apex).collect();
         apexes.sort();
         let mut nodes: BTreeMap<LowerName, Node> = BTreeMap::new();
+        let mut held_ttls: BTreeMap<LowerName, Vec<Option<u32>>> = BTreeMap::new();
         for (id, apex) in apexes.iter().enumerate() {
             let node = Node {
                 zone: id as u32,
@@ -413,10 +426,23 @@ mod tests {
                 RecordData::Aaaa(a) => node.aaaa.push(*a),
                 RecordData::Srv(s) => node.srv.push(s.clone()),
             }
-            node.ttl = match (node.ttl, record.ttl) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            held_ttls
+                .entry(LowerName::new(&record.name))
+                .or_insert_with(Vec::new)
+                .push(record.ttl);
+        }
+        // One TTL per name: the lowest of its records', a record without one having its
+        // zone's; None (the zone's) when no record has its own.
+        for (name, ttls) in held_ttls {
+            let node = nodes.get_mut(&name).expect("inserted");
+            let zone_ttl = zones
+                .iter()
+                .find(|z| z.apex == *apexes[node.zone as usize])
+                .map(|z| z.ttl)
+                .expect("the zone");
+            if ttls.iter().any(Option::is_some) {
+                node.ttl = ttls.iter().map(|t| t.unwrap_or(zone_ttl)).min();
+            }
         }
         for node in nodes.values_mut() {
             node.a.sort();

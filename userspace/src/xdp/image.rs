@@ -29,7 +29,7 @@ use hostport_dns_common::{
 };
 
 use crate::{
-    server::answer::soa_record,
+    server::answer::negative_soa_record,
     table::{Node, RecordTable, Zone},
     xdp::writer::bytes_of,
 };
@@ -444,7 +444,7 @@ fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>)
     let apex = &zone.spec.apex;
     let mut message = Message::new(0, MessageType::Response, OpCode::Query);
     message.add_query(Query::query(apex.clone(), RecordType::A));
-    message.add_authority(soa_record(zone, apex));
+    message.add_authority(negative_soa_record(zone, apex));
     let bytes = message.to_vec().ok()?;
     let soa_start = HEADER_LEN + apex_len + QTYPE_QCLASS_LEN;
     let mut template = bytes.get(soa_start..)?.to_vec();
