@@ -428,7 +428,7 @@ mod tests {
             }
             held_ttls
                 .entry(LowerName::new(&record.name))
-                .or_insert_with(Vec::new)
+                .or_default()
                 .push(record.ttl);
         }
         // One TTL per name: the lowest of its records', a record without one having its
