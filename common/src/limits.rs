@@ -76,7 +76,13 @@ pub const MAX_FRONT_LEN: usize = 512;
 
 /// Names one generation of the kernel table holds (the map holds two generations). The agent
 /// checks it before writing: the zones whose names do not fit are left to userspace whole.
-pub const NAMES_CAPACITY: u32 = 262_144;
+///
+/// Cost: the hash map's bucket array has one 16-byte bucket per entry of its capacity
+/// (rounded to a power of two), and every lookup lands in a random bucket. At 2 × 262,144
+/// entries (8 MiB of buckets) `bench xdp` measured 520 ns per packet under load; at
+/// 2 × 131,072 (4 MiB) 477 ns: the cache and TLB misses of a larger array. 131,072 names per
+/// generation is room for 100k names and more.
+pub const NAMES_CAPACITY: u32 = 131_072;
 
 /// Zones one generation of the kernel table holds (the zone array holds two generations).
 pub const ZONES_CAPACITY: u32 = 256;
