@@ -184,6 +184,28 @@ fn nothing_but_servfail_before_the_first_full_list() {
         early.status, "SERVFAIL",
         "never NXDOMAIN before the first list"
     );
+    // With EDNS, the reason: Extended DNS Error 14, Not Ready.
+    let query =
+        hostport_dns_tests::packet::QueryBuilder::new(&format!("default-nginx.ingress.{ZONE}"), 1)
+            .edns(1232, false)
+            .bytes();
+    let answer = hostport_dns_tests::clients::udp_exchange(
+        &ns,
+        "127.0.0.1:1053".parse().expect("an address"),
+        query,
+    )
+    .expect("an answer");
+    let message = hickory_proto::op::Message::from_vec(&answer).expect("a parsable answer");
+    let ede: Vec<Vec<u8>> = message
+        .edns
+        .iter()
+        .flat_map(|e| e.options().as_ref().iter())
+        .filter_map(|(_, option)| match option {
+            hickory_proto::rr::rdata::opt::EdnsOption::Unknown(15, data) => Some(data.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ede, [vec![0, 14]], "EDE 14 (Not Ready)");
     let (status, body) = agent.http_get("/readyz");
     assert_eq!(status, 503, "{body}");
     assert!(api.list_requests() > 0, "the agent is waiting for a list");

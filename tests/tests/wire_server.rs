@@ -540,3 +540,48 @@ fn negative_answers_carry_the_soa_with_the_lower_of_its_ttl_and_minimum() {
         assert_eq!(soa.answer[0].ttl, soa_ttl, "{soa:?}");
     }
 }
+
+/// The Extended DNS Error codes (option 15) of an answer.
+fn extended_errors(answer: &[u8]) -> Vec<u16> {
+    let message = hickory_proto::op::Message::from_vec(answer).expect("a parsable answer");
+    message
+        .edns
+        .iter()
+        .flat_map(|e| e.options().as_ref().iter())
+        .filter_map(|(code, option)| match option {
+            hickory_proto::rr::rdata::opt::EdnsOption::Unknown(15, data) if data.len() >= 2 => {
+                Some(u16::from_be_bytes([data[0], data[1]]))
+            }
+            _ if u16::from(*code) == 15 => Some(u16::MAX),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn refusals_carry_extended_dns_error_20_when_the_client_speaks_edns() {
+    let s = server("ede");
+    for (name, qclass) in [("www.example.com", 1), ("prod.coreha.example", 3)] {
+        let mut query = QueryBuilder::new(name, 1).edns(1232, false);
+        query.qclass = qclass;
+        let answer = udp_exchange(&s.ns, v4(), query.bytes()).expect("an answer");
+        assert_eq!(answer[3] & 0x0f, 5, "{name}: REFUSED");
+        assert_eq!(extended_errors(&answer), [20], "{name}: Not Authoritative");
+        let mut plain = QueryBuilder::new(name, 1);
+        plain.qclass = qclass;
+        let answer = udp_exchange(&s.ns, v4(), plain.bytes()).expect("an answer");
+        assert_eq!(&answer[10..12], &[0, 0], "{name}: no OPT without EDNS");
+    }
+}
+
+#[test]
+fn an_edns_option_that_does_not_parse_is_ignored_not_formerr() {
+    let s = server("badecs");
+    let query = QueryBuilder {
+        edns: Some((1232, false, 0, vec![0, 8, 0, 4, 0, 3, 0, 0])),
+        ..QueryBuilder::new("node-1.nodes.prod.coreha.example", 1)
+    };
+    let answer = udp_exchange(&s.ns, v4(), query.bytes()).expect("an answer");
+    assert_eq!(answer[3] & 0x0f, 0, "NOERROR, not FORMERR");
+    assert_eq!(&answer[6..8], &[0, 1], "the address");
+}

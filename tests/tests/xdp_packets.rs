@@ -581,6 +581,23 @@ fn a_cookie_option_is_accepted_and_not_echoed() {
 }
 
 #[test]
+fn an_option_whose_content_is_bad_is_ignored_by_both_paths() {
+    let fx = fixture();
+    // A client subnet of address family 3 (none such): well framed, meaningless.
+    let bad_subnet = QueryBuilder {
+        edns: Some((1232, false, 0, vec![0, 8, 0, 4, 0, 3, 0, 0])),
+        ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+    };
+    assert!(
+        hickory_proto::op::Message::from_vec(&bad_subnet.bytes()).is_err(),
+        "hickory rejects the option as it stands"
+    );
+    // answered() also asserts userspace gives the same bytes.
+    let dns = fx.answered(&Frame::v4(SERVER_V4), &bad_subnet.bytes(), Counter::AnswerA);
+    assert_eq!(&dns[dns.len() - 2..], &[0, 0], "no options in our OPT");
+}
+
+#[test]
 fn the_agents_object_holds_only_the_answering_program() {
     require_root();
     let agent = aya::Ebpf::load(hostport_dns::EBPF_OBJECT).expect("the agent's object");

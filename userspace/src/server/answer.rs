@@ -12,7 +12,7 @@ use hickory_proto::{
     op::{Edns, Message, MessageType, OpCode, Query, ResponseCode},
     rr::{
         DNSClass, Name, RData, Record, RecordType,
-        rdata::{A, AAAA, NS, PTR, SOA, SRV},
+        rdata::{A, AAAA, NS, PTR, SOA, SRV, opt::EdnsOption},
     },
     serialize::binary::{BinDecodable, BinDecoder},
 };
@@ -81,11 +81,75 @@ enum Parsed {
 }
 
 fn parse(bytes: &[u8]) -> Parsed {
+    let parsed = parse_as_is(bytes);
+    if !matches!(parsed, Parsed::Unreadable) {
+        return parsed;
+    }
+    // An EDNS option whose content does not parse (a bad client subnet, say) is ignored, as
+    // the kernel ignores it (RFC 6891 §6.1.2 leaves unknown and unusable options to be
+    // skipped): the query is read again without its OPT record's options.
+    match without_opt_options(bytes) {
+        Some(cleaned) => parse_as_is(&cleaned),
+        None => Parsed::Unreadable,
+    }
+}
+
+fn parse_as_is(bytes: &[u8]) -> Parsed {
     let mut decoder = BinDecoder::new(bytes);
     match Message::read(&mut decoder) {
         Ok(message) if decoder.is_empty() => Parsed::Whole(message),
         Ok(message) => Parsed::Trailing(message),
         Err(_) => Parsed::Unreadable,
+    }
+}
+
+/// The query with the options of its OPT record cut out (RDLENGTH 0), if it is a plain query
+/// (one question, nothing but one OPT record after it) whose framing holds.
+fn without_opt_options(bytes: &[u8]) -> Option<Vec<u8>> {
+    let count = |at: usize| Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]));
+    if (count(4)?, count(6)?, count(8)?, count(10)?) != (1, 0, 0, 1) {
+        return None;
+    }
+    let mut decoder = BinDecoder::new(bytes.get(HEADER_LEN..)?);
+    Query::read(&mut decoder).ok()?;
+    let opt_at = HEADER_LEN + decoder.index();
+    // The OPT record: root owner, type 41, class, TTL, RDLENGTH, then its options.
+    let fixed = bytes.get(opt_at..opt_at + OPT_FIXED_LEN)?;
+    if fixed[0] != 0 || u16::from_be_bytes([fixed[1], fixed[2]]) != u16::from(RecordType::OPT) {
+        return None;
+    }
+    let rdlength = u16::from_be_bytes([fixed[9], fixed[10]]) as usize;
+    let end = opt_at + OPT_FIXED_LEN + rdlength;
+    if rdlength == 0 || end > bytes.len() {
+        return None;
+    }
+    let mut cleaned = bytes[..opt_at + OPT_FIXED_LEN].to_vec();
+    cleaned[opt_at + 9..opt_at + 11].copy_from_slice(&[0, 0]);
+    cleaned.extend_from_slice(&bytes[end..]);
+    Some(cleaned)
+}
+
+/// An OPT record up to its options: owner (root, 1), type 2, class 2, TTL 4, RDLENGTH 2.
+const OPT_FIXED_LEN: usize = 11;
+
+/// Extended DNS Error codes (RFC 8914 §4) this server gives.
+#[derive(Clone, Copy)]
+#[repr(u16)]
+enum ExtendedError {
+    /// 14: before the first complete table, nothing can be answered.
+    NotReady = 14,
+    /// 20: the name is in no zone served here.
+    NotAuthoritative = 20,
+}
+
+/// Adds an Extended DNS Error option to a response that has EDNS (RFC 8914 §2; a client
+/// without EDNS gets none).
+fn add_extended_error(response: &mut Message, error: ExtendedError) {
+    const EDE_OPTION: u16 = 15;
+    if let Some(edns) = response.edns.as_mut() {
+        let code = (error as u16).to_be_bytes();
+        edns.options_mut()
+            .insert(EdnsOption::Unknown(EDE_OPTION, code.to_vec()));
     }
 }
 
@@ -152,6 +216,7 @@ fn fill(
     }
     if question.query_class != DNSClass::IN {
         response.metadata.authoritative = false;
+        add_extended_error(response, ExtendedError::NotAuthoritative);
         return ResponseCode::Refused;
     }
     if question.query_type == RecordType::OPT {
@@ -161,6 +226,7 @@ fn fill(
     let Some(table) = table else {
         // Not loaded yet: never an NXDOMAIN a load balancer would act on.
         response.metadata.authoritative = false;
+        add_extended_error(response, ExtendedError::NotReady);
         return ResponseCode::ServFail;
     };
     match table.zone_for(&question.name) {
@@ -255,6 +321,7 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
     let names = address.and_then(|a: IpAddr| table.names_with_address(&a));
     let Some(names) = names else {
         response.metadata.authoritative = false;
+        add_extended_error(response, ExtendedError::NotAuthoritative);
         return ResponseCode::Refused;
     };
     if matches!(question.query_type, RecordType::PTR | RecordType::ANY) {
