@@ -256,7 +256,10 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or(name);
     let declared = text.lines().any(|l| {
         let declared = l.strip_prefix("# TYPE ").and_then(|t| t.split(' ').next());
-        declared == Some(name) || declared == Some(family)
+        // A counter's family is declared under its `_total` name in the classic format.
+        declared == Some(name)
+            || declared == Some(family)
+            || declared == Some(format!("{name}_total").as_str())
     });
     assert!(
         declared,

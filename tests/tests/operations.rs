@@ -81,6 +81,55 @@ fn metrics_and_health_match_the_traffic_sent() {
     );
     assert_eq!(agent.http_get("/healthz").0, 200);
     assert_eq!(agent.http_get("/readyz"), (200, "ready\n".to_owned()));
+
+    // A NODATA from XDP beside its positive answers: they share the labels, so one series.
+    dig(
+        &link.client_ns,
+        link.server.ipv4,
+        1053,
+        &["_tcp.web.prod.coreha.example", "A"],
+    );
+    assert_eq!(
+        m(
+            "hostport_dns_responses",
+            &[("path", "xdp"), ("type", "A"), ("rcode", "NOERROR")]
+        ),
+        6.0
+    );
+    assert_exposition_is_clean(&agent.metrics());
+}
+
+/// No two series with one name and label set (Prometheus drops all but one), and promtool
+/// (Debian's prometheus package) finds nothing to say about the exposition.
+fn assert_exposition_is_clean(text: &str) {
+    let mut seen = std::collections::BTreeSet::new();
+    for series in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series))
+    {
+        assert!(seen.insert(series), "series {series} twice in:\n{text}");
+    }
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (cargo xtask setup installs it)");
+    std::io::Write::write_all(&mut promtool.stdin.take().expect("stdin"), text.as_bytes())
+        .expect("write the exposition");
+    let out = promtool.wait_with_output().expect("promtool's verdict");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {}\n{said}\nof:\n{text}",
+        out.status
+    );
 }
 
 fn subcommand(link: &Link, client_side: bool, args: &[&str]) -> String {

@@ -1,4 +1,5 @@
-//! The health and metrics endpoint: `/metrics` (Prometheus text), `/healthz` (the process
+//! The health and metrics endpoint: `/metrics` (OpenMetrics or the classic Prometheus text,
+//! as asked), `/healthz` (the process
 //! serves), `/readyz` (the table is loaded and its sources are fresh).
 
 use std::{net::SocketAddr, sync::Arc};
@@ -7,7 +8,7 @@ use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, rou
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use tokio::net::TcpListener;
 
-use crate::health::Health;
+use crate::{exposition, health::Health};
 
 struct AppState {
     registry: Registry,
@@ -42,16 +43,25 @@ pub async fn serve(
     axum::serve(listener, app).await
 }
 
-async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+/// OpenMetrics to whoever asks for it (Prometheus), the classic text format to everyone else.
+async fn metrics(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     let mut body = String::new();
+    let accept = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|a| a.to_str().ok());
     match encode(&mut body, &state.registry) {
+        Ok(()) if exposition::wants_openmetrics(accept) => (
+            StatusCode::OK,
+            [("content-type", exposition::OPENMETRICS_CONTENT_TYPE)],
+            body,
+        ),
         Ok(()) => (
             StatusCode::OK,
-            [(
-                "content-type",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            body,
+            [("content-type", exposition::CLASSIC_CONTENT_TYPE)],
+            exposition::classic(&body),
         ),
         Err(_) => (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod agent_config;
 pub mod config;
+pub mod exposition;
 pub mod health;
 pub mod http;
 pub mod metrics;

@@ -16,7 +16,6 @@ use prometheus_client::{
         gauge::ConstGauge,
         gauge::Gauge,
         histogram::{Histogram, exponential_buckets},
-        info::Info,
     },
     registry::Registry,
 };
@@ -175,10 +174,16 @@ impl Metrics {
             "1 while an EndpointSlice output serves its last non-empty answer because nothing resolves now",
             metrics.kept_last_answer.clone(),
         );
+        // A gauge of 1 rather than an OpenMetrics info metric: the Prometheus text format (and
+        // promtool) has no info type.
+        let build = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();
+        build
+            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
+            .set(1);
         registry.register(
-            "build",
-            "Build information",
-            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+            "build_info",
+            "Build information: 1, labelled with the version",
+            build,
         );
         registry.register_collector(Box::new(LiveCollector {
             shared,
@@ -238,16 +243,22 @@ impl Collector for LiveCollector {
             ConstCounter::new(count).encode(responses.encode_family(&labels)?)?;
         }
         if let Some(counters) = &xdp {
+            // Positive answers and NODATA share an rcode: one series per label set (as the
+            // userspace path counts them), never two with the same labels.
+            let mut answers: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
             for (counter, count) in counters {
                 if let Some(kind) = counter.answer_kind() {
-                    let labels = [
-                        ("path", "xdp"),
-                        ("proto", "udp"),
-                        ("type", kind.qtype),
-                        ("rcode", kind.rcode),
-                    ];
-                    ConstCounter::new(*count).encode(responses.encode_family(&labels)?)?;
+                    *answers.entry((kind.qtype, kind.rcode)).or_default() += *count;
                 }
+            }
+            for ((qtype, rcode), count) in answers {
+                let labels = [
+                    ("path", "xdp"),
+                    ("proto", "udp"),
+                    ("type", qtype),
+                    ("rcode", rcode),
+                ];
+                ConstCounter::new(count).encode(responses.encode_family(&labels)?)?;
             }
             let mut passed = encoder.encode_descriptor(
                 "xdp_passed",

@@ -4,7 +4,7 @@
 //! - the nightly toolchain's `rust-src` (the eBPF program builds `core` itself);
 //! - bpf-linker, built against the nightly's own libLLVM (no prebuilt binary fits here);
 //! - the Debian packages the tests and benchmarks run: iproute2, dig, Knot DNS and its tools,
-//!   NSD, dnsperf, HAProxy, ethtool.
+//!   NSD, dnsperf, HAProxy, ethtool, Prometheus (promtool checks the metrics exposition).
 
 use std::{
     path::{Path, PathBuf},
@@ -25,6 +25,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("nsd", "nsd"),
     ("haproxy", "haproxy"),
     ("ethtool", "ethtool"),
+    ("prometheus", "promtool"),
 ];
 
 pub fn run() -> anyhow::Result<()> {
