@@ -278,3 +278,19 @@ pub fn udp_exchange_many(
         None
     })
 }
+
+/// The Extended DNS Error codes (RFC 8914, EDNS option 15) an answer carries.
+pub fn extended_errors(answer: &[u8]) -> Vec<u16> {
+    let message = hickory_proto::op::Message::from_vec(answer).expect("a parsable answer");
+    message
+        .edns
+        .iter()
+        .flat_map(|e| e.options().as_ref().iter())
+        .filter_map(|(_, option)| match option {
+            hickory_proto::rr::rdata::opt::EdnsOption::Unknown(15, data) => {
+                Some(u16::from_be_bytes([*data.first()?, *data.get(1)?]))
+            }
+            _ => None,
+        })
+        .collect()
+}

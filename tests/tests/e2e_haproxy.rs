@@ -20,14 +20,19 @@ use hostport_dns_tests::{
 const ZONE: &str = "prod.coreha.example";
 const NAME: &str = "default-nginx.ingress.prod.coreha.example";
 
-fn pod(i: u32, ready: bool) -> serde_json::Value {
-    let mut pod = PodSpec::ingress(
+/// The i-th ingress pod: node cp-i, address 198.18.0.(10 + i), hostPort https/443.
+fn pod_spec(i: u32) -> PodSpec {
+    PodSpec::ingress(
         &format!("nginx-{i}"),
         "ingress",
         "default-nginx",
         &format!("cp-{i}"),
         &format!("198.18.0.{}", 10 + i),
-    );
+    )
+}
+
+fn pod(i: u32, ready: bool) -> serde_json::Value {
+    let mut pod = pod_spec(i);
     pod.ready = ready;
     pod.to_json()
 }
@@ -160,13 +165,7 @@ fn haproxy_in_srv_mode_takes_ports_from_srv_and_addresses_from_the_additional_se
     let api = FakeApi::start(Some(&link.server_ns));
     // A named hostPort other than 443, so that the port can only come from the SRV record.
     for i in [1, 2] {
-        let mut pod = PodSpec::ingress(
-            &format!("nginx-{i}"),
-            "ingress",
-            "default-nginx",
-            &format!("cp-{i}"),
-            &format!("198.18.0.{}", 10 + i),
-        );
+        let mut pod = pod_spec(i);
         pod.host_port = Some(("https".into(), 8443));
         api.apply(Kind::Pod, pod.to_json());
     }

@@ -36,12 +36,26 @@ fn cluster(
     extra_config: &str,
     agent_args: &[&str],
 ) -> Cluster {
+    start_cluster(tag, prepare, |api| config(api, extra_config), agent_args)
+}
+
+/// An agent on `config` (a whole configuration; `{api}` stands for the fake API server's URL).
+fn cluster_with_config(tag: &str, prepare: impl FnOnce(&FakeApi), config: &str) -> Cluster {
+    start_cluster(tag, prepare, |api| config.replace("{api}", &api.url()), &[])
+}
+
+fn start_cluster(
+    tag: &str,
+    prepare: impl FnOnce(&FakeApi),
+    config: impl FnOnce(&FakeApi) -> String,
+    agent_args: &[&str],
+) -> Cluster {
     require_root();
     let ns = NetNs::new(tag);
     let api = FakeApi::start(Some(&ns));
     prepare(&api);
     let dir = TempDir::new(tag);
-    let file = dir.write("agent.yaml", &config(&api, extra_config));
+    let file = dir.write("agent.yaml", &config(&api));
     let agent = Agent::start_on_lo(&ns, &file, agent_args);
     Cluster {
         agent,
@@ -195,17 +209,11 @@ fn nothing_but_servfail_before_the_first_full_list() {
         query,
     )
     .expect("an answer");
-    let message = hickory_proto::op::Message::from_vec(&answer).expect("a parsable answer");
-    let ede: Vec<Vec<u8>> = message
-        .edns
-        .iter()
-        .flat_map(|e| e.options().as_ref().iter())
-        .filter_map(|(_, option)| match option {
-            hickory_proto::rr::rdata::opt::EdnsOption::Unknown(15, data) => Some(data.clone()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(ede, [vec![0, 14]], "EDE 14 (Not Ready)");
+    assert_eq!(
+        hostport_dns_tests::clients::extended_errors(&answer),
+        [14],
+        "EDE 14 (Not Ready)"
+    );
     let (status, body) = agent.http_get("/readyz");
     assert_eq!(status, 503, "{body}");
     assert!(api.list_requests() > 0, "the agent is waiting for a list");
@@ -438,23 +446,6 @@ fn watches_select_by_label_and_ask_for_bookmarks() {
         !requests.iter().any(|r| r.starts_with("GET Node")),
         "no node watch without a node address source"
     );
-}
-
-/// An agent on `config` (a whole configuration; `{api}` stands for the fake API server's URL).
-fn cluster_with_config(tag: &str, prepare: impl FnOnce(&FakeApi), config: &str) -> Cluster {
-    require_root();
-    let ns = NetNs::new(tag);
-    let api = FakeApi::start(Some(&ns));
-    prepare(&api);
-    let dir = TempDir::new(tag);
-    let file = dir.write("agent.yaml", &config.replace("{api}", &api.url()));
-    let agent = Agent::start_on_lo(&ns, &file, &[]);
-    Cluster {
-        agent,
-        api,
-        ns,
-        _dir: dir,
-    }
 }
 
 #[test]

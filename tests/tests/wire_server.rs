@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
-    clients::{Reply, dig, kdig, tcp_exchange, udp_exchange, udp_exchange_connected},
+    clients::{
+        Reply, dig, extended_errors, kdig, tcp_exchange, udp_exchange, udp_exchange_connected,
+    },
     netns::NetNs,
     packet::QueryBuilder,
     require_root,
@@ -539,23 +541,6 @@ fn negative_answers_carry_the_soa_with_the_lower_of_its_ttl_and_minimum() {
         let soa = dig(&ns, "127.0.0.1", PORT, &[zone, "SOA"]);
         assert_eq!(soa.answer[0].ttl, soa_ttl, "{soa:?}");
     }
-}
-
-/// The Extended DNS Error codes (option 15) of an answer.
-fn extended_errors(answer: &[u8]) -> Vec<u16> {
-    let message = hickory_proto::op::Message::from_vec(answer).expect("a parsable answer");
-    message
-        .edns
-        .iter()
-        .flat_map(|e| e.options().as_ref().iter())
-        .filter_map(|(code, option)| match option {
-            hickory_proto::rr::rdata::opt::EdnsOption::Unknown(15, data) if data.len() >= 2 => {
-                Some(u16::from_be_bytes([data[0], data[1]]))
-            }
-            _ if u16::from(*code) == 15 => Some(u16::MAX),
-            _ => None,
-        })
-        .collect()
 }
 
 #[test]
