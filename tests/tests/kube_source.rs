@@ -537,7 +537,7 @@ kubernetes:
   apiServer: {{api}}
 endpointSlices:
   - {{ zone: {ZONE}, hostnames: [api6], addressType: IPv6 }}
-  - {{ zone: {ZONE}, hostnames: [api-nokeep], keepLastNonEmpty: false }}
+  - {{ zone: {ZONE}, hostnames: [api-nokeep, api-abs.{ZONE}., \"@\"], keepLastNonEmpty: false }}
 "
     );
     let c = cluster_with_config(
@@ -568,6 +568,13 @@ endpointSlices:
     eventually("the API server names", 10, || {
         c.addresses("api-nokeep") == ["198.18.0.11"]
     });
+    // Hostnames written absolute or as the apex are not completed twice.
+    assert_eq!(c.addresses("api-abs"), ["198.18.0.11"]);
+    assert_eq!(
+        c.dig(&[ZONE, "A"]).answer_data(),
+        ["198.18.0.11"],
+        "the apex"
+    );
     // IPv6: only the IPv6 slice's addresses.
     assert_eq!(
         c.dig(&[&format!("api6.{ZONE}"), "AAAA"]).answer_data(),

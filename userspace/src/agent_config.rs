@@ -28,7 +28,7 @@ use serde::Deserialize;
 use crate::{
     sources::{
         Snapshot,
-        file::{FileError, ZoneEntry, check_zones_do_not_overlap, parse_name},
+        file::{FileError, RelativeName, ZoneEntry, check_zones_do_not_overlap, parse_name},
     },
     zone::ZoneSpec,
 };
@@ -182,7 +182,9 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EndpointSliceEntry {
     zone: String,
-    hostnames: Vec<String>,
+    /// Relative to the zone, "@" for the apex, or absolute (inside the zone) with a final dot,
+    /// as record names are written in the record file.
+    hostnames: Vec<RelativeName>,
     #[serde(default = "default_service")]
     service: String,
     #[serde(default)]
@@ -281,10 +283,8 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             .hostnames
             .iter()
             .map(|h| {
-                let name =
-                    parse_name(h, false).map_err(|e| invalid(format!("{what}: hostname {e}")))?;
-                name.append_domain(&zone)
-                    .map_err(|e| invalid(format!("{what}: hostname {h}: {e}")))
+                h.resolve(&zone)
+                    .map_err(|e| invalid(format!("{what}: hostname: {e}")))
             })
             .collect::<Result<_, _>>()?;
         config.endpoint_slices.push(EndpointSliceSource {
@@ -327,6 +327,33 @@ mod tests {
         assert_eq!(e.address_source, AddressSource::NodeInternal);
         assert_eq!(e.ttl, DEFAULT_ENDPOINT_TTL);
         assert!(config.needs_nodes());
+    }
+
+    #[test]
+    fn hostnames_are_relative_absolute_or_the_apex() {
+        let config = parse_str(
+            "zones:\n  - name: prod.example\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api, Api2.Prod.Example., \"@\", k8s.api]\n",
+        )
+        .unwrap();
+        let names: Vec<String> = config.endpoint_slices[0]
+            .hostnames
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "api.prod.example.",
+                "api2.prod.example.",
+                "prod.example.",
+                "k8s.api.prod.example."
+            ]
+        );
+        let err = parse_str(
+            "zones:\n  - name: prod.example\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api.other.example.]\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("outside the zone"), "{err}");
     }
 
     #[test]

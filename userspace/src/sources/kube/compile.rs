@@ -161,10 +161,12 @@ pub fn endpoint_addresses<'a>(
             continue;
         }
         for endpoint in &slice.endpoints {
-            let usable = endpoint.ready.unwrap_or(true)
-                || (source.serving_terminating
-                    && endpoint.serving.unwrap_or(false)
-                    && endpoint.terminating.unwrap_or(false));
+            // Unset conditions as the EndpointSlice API defines them: ready unset is ready;
+            // serving unset defers to ready; terminating unset is not terminating.
+            let ready = endpoint.ready.unwrap_or(true);
+            let serving = endpoint.serving.unwrap_or(ready);
+            let usable = ready
+                || (source.serving_terminating && serving && endpoint.terminating.unwrap_or(false));
             if !usable {
                 continue;
             }
@@ -399,6 +401,38 @@ mod tests {
             endpoint_addresses(&terminating, &slices, &BTreeMap::new()).len(),
             3
         );
+    }
+
+    #[test]
+    fn unset_conditions_mean_what_the_endpointslice_api_says() {
+        let with = |ready, serving, terminating| EndpointInfo {
+            addresses: vec!["198.18.0.10".parse().unwrap()],
+            ready,
+            serving,
+            terminating,
+            node_name: None,
+        };
+        let slice = |e: EndpointInfo| SliceInfo {
+            namespace: "default".into(),
+            service: "kubernetes".into(),
+            address_type: "IPv4".into(),
+            endpoints: vec![e],
+        };
+        let terminating_ok = EndpointSliceSource {
+            serving_terminating: true,
+            ..slice_source(AddressSource::EndpointSlice)
+        };
+        let used = |e: EndpointInfo| {
+            !endpoint_addresses(&terminating_ok, &[slice(e)], &BTreeMap::new()).is_empty()
+        };
+        // Nothing set: ready.
+        assert!(used(with(None, None, None)));
+        // Terminating, serving unset: defers to ready (false here), so not used.
+        assert!(!used(with(Some(false), None, Some(true))));
+        // Terminating and serving: used with servingTerminating.
+        assert!(used(with(Some(false), Some(true), Some(true))));
+        // Not ready, terminating unset: not terminating, so not used.
+        assert!(!used(with(Some(false), Some(true), None)));
     }
 
     #[test]
