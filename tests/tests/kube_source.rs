@@ -595,11 +595,26 @@ endpointSlices:
     eventually("the name to go empty", 10, || {
         c.dig(&[&format!("api-nokeep.{ZONE}"), "A"]).status == "NXDOMAIN"
     });
-    assert_eq!(
-        c.agent.metric(
-            "hostport_dns_kept_last_answer",
-            &[("source", "default/kubernetes")]
-        ),
-        0.0
-    );
+    // Each output has its own series: the IPv6 one is not overwritten by the IPv4 one.
+    for output in [
+        "api6.prod.coreha.example/IPv6",
+        "api-nokeep.prod.coreha.example/IPv4",
+    ] {
+        let series = c
+            .agent
+            .metrics()
+            .lines()
+            .filter(|l| {
+                l.starts_with("hostport_dns_kept_last_answer{")
+                    && l.contains(&format!("output=\"{output}\""))
+            })
+            .count();
+        assert_eq!(series, 1, "one series for {output}");
+        assert_eq!(
+            c.agent
+                .metric("hostport_dns_kept_last_answer", &[("output", output)]),
+            0.0,
+            "{output}"
+        );
+    }
 }

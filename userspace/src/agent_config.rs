@@ -109,6 +109,9 @@ pub enum PodAddress {
 /// A Service's EndpointSlices become configured hostnames (the API servers by default).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointSliceSource {
+    /// Names the output in metrics and logs: `name`, or `<first hostname>/<address type>`.
+    /// Unique among the outputs.
+    pub name: String,
     pub zone: Name,
     /// Fully qualified.
     pub hostnames: Vec<Name>,
@@ -181,6 +184,8 @@ fn yes() -> bool {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EndpointSliceEntry {
+    #[serde(default)]
+    name: Option<String>,
     zone: String,
     /// Relative to the zone, "@" for the apex, or absolute (inside the zone) with a final dot,
     /// as record names are written in the record file.
@@ -286,8 +291,18 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
                 h.resolve(&zone)
                     .map_err(|e| invalid(format!("{what}: hostname: {e}")))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<Name>, _>>()?;
+        let name = slices.name.clone().unwrap_or_else(|| {
+            let first = hostnames[0].to_string();
+            format!("{}/{:?}", first.trim_end_matches('.'), slices.address_type)
+        });
+        if config.endpoint_slices.iter().any(|o| o.name == name) {
+            return Err(invalid(format!(
+                "{what}: another output is named {name:?}; give one a `name`"
+            )));
+        }
         config.endpoint_slices.push(EndpointSliceSource {
+            name,
             zone,
             hostnames,
             namespace: namespace.to_owned(),
@@ -324,6 +339,7 @@ mod tests {
             ("default", "kubernetes")
         );
         assert_eq!(e.hostnames[0].to_string(), "api.prod.example.");
+        assert_eq!(e.name, "api.prod.example/IPv4");
         assert_eq!(e.address_source, AddressSource::NodeInternal);
         assert_eq!(e.ttl, DEFAULT_ENDPOINT_TTL);
         assert!(config.needs_nodes());
@@ -354,6 +370,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("outside the zone"), "{err}");
+    }
+
+    #[test]
+    fn outputs_have_unique_names() {
+        let two = |second: &str| {
+            parse_str(&format!(
+                "zones:\n  - name: prod.example\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api]\n  - zone: prod.example\n    hostnames: [api]\n{second}"
+            ))
+        };
+        let err = two("").unwrap_err();
+        assert!(err.to_string().contains("another output is named"), "{err}");
+        let v6 = two("    addressType: IPv6\n").unwrap();
+        let names: Vec<&str> = v6.endpoint_slices.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["api.prod.example/IPv4", "api.prod.example/IPv6"]);
+        let named = two("    name: api-again\n").unwrap();
+        assert_eq!(named.endpoint_slices[1].name, "api-again");
     }
 
     #[test]

@@ -49,12 +49,19 @@ pub struct Metrics {
     pub source_errors: Family<SourceLabel, Counter>,
     pub source_connected: Family<SourceLabel, Gauge>,
     /// 1 while an EndpointSlice output serves its last non-empty answer (nothing resolves now).
-    pub kept_last_answer: Family<SourceLabel, Gauge>,
+    pub kept_last_answer: Family<OutputLabel, Gauge>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: String,
+}
+
+/// An EndpointSlice output: its Service and its name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct OutputLabel {
+    pub source: String,
+    pub output: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]

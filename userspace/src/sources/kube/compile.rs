@@ -334,6 +334,7 @@ mod tests {
 
     fn slice_source(address_source: AddressSource) -> EndpointSliceSource {
         EndpointSliceSource {
+            name: "api.prod.example/IPv4".into(),
             zone: name("prod.example."),
             hostnames: vec![name("api.prod.example.")],
             namespace: "default".into(),

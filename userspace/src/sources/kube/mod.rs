@@ -34,7 +34,7 @@ use tracing::{debug, warn};
 use crate::{
     agent_config::{AgentConfig, PodSource},
     health::Health,
-    metrics::{Metrics, ReasonLabel, SourceLabel},
+    metrics::{Metrics, OutputLabel, ReasonLabel, SourceLabel},
     publisher::Update,
     records::RecordGroup,
     sources::{
@@ -373,13 +373,14 @@ fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) 
             && source.keep_last_non_empty
             && !state.last_non_empty[i].is_empty();
         if kept {
-            warn!(service = %format!("{}/{}", source.namespace, source.service), "no usable endpoint: keeping the last non-empty answer");
+            warn!(service = %format!("{}/{}", source.namespace, source.service), output = %source.name, "no usable endpoint: keeping the last non-empty answer");
             addresses = state.last_non_empty[i].clone();
         } else if !addresses.is_empty() {
             state.last_non_empty[i] = addresses.clone();
         }
-        let output = SourceLabel {
+        let output = OutputLabel {
             source: format!("{}/{}", source.namespace, source.service),
+            output: source.name.clone(),
         };
         metrics
             .kept_last_answer
