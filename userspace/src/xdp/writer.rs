@@ -272,9 +272,14 @@ impl MapWriter {
             .map_err(map_err(maps::LOCAL))?;
         let apex_labels = self.table.as_ref().map_or(0, |t| self.image.apex_labels(t));
         if self.apex_labels[generation as usize] != apex_labels {
+            let held = self.apex_labels;
             self.apex_labels[generation as usize] = apex_labels;
-            // The active generation's fields are written with the values they hold.
-            self.write_state(self.active)?;
+            // The active generation's fields are written with the values they hold. A failed
+            // write leaves the copy as the kernel holds it, so the next bring-up writes again.
+            if let Err(err) = self.write_state(self.active) {
+                self.apex_labels = held;
+                return Err(err);
+            }
         }
         self.in_step[generation as usize] = true;
         Ok(stats)
