@@ -43,7 +43,12 @@ pub fn eventually(what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    // `cargo test` sets CARGO_MANIFEST_DIR when it runs a test, so the checkout it runs in wins
+    // over the one the binary was compiled in (a copy made with `cp -a` keeps its binaries).
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("..")
 }
 
 /// A fresh temporary directory, removed on drop.

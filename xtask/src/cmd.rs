@@ -7,12 +7,27 @@ use std::{
 
 use anyhow::{Context, bail};
 
-/// The workspace root (xtask lives one level below it).
+/// The root of the checkout xtask runs in, found at run time: a path fixed at compile time
+/// (`CARGO_MANIFEST_DIR`) names the checkout xtask was first built in, and a copy made with
+/// `cp -a` (mtimes kept, so cargo deems xtask fresh) would build and test the original.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let here = std::env::current_dir().unwrap_or_default();
+        find_workspace_root(&here).unwrap_or(here)
+    })
+    .clone()
+}
+
+/// The nearest directory at or above `from` whose `Cargo.toml` declares a `[workspace]`
+/// (what `cargo locate-project --workspace` finds, without running cargo again).
+pub fn find_workspace_root(from: &Path) -> Option<PathBuf> {
+    from.ancestors()
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml"))
+                .is_ok_and(|manifest| manifest.lines().any(|l| l.trim() == "[workspace]"))
+        })
         .map(Path::to_path_buf)
-        .unwrap_or_default()
 }
 
 /// Runs a command with inherited output; fails with the command line if it fails.
@@ -85,4 +100,25 @@ pub fn build_agent() -> anyhow::Result<PathBuf> {
         "hostport-dns",
     ]))?;
     Ok(agent_binary())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_is_the_checkout_xtask_runs_in() {
+        let copy = std::env::temp_dir().join(format!("xtask-root-{}", std::process::id()));
+        let nested = copy.join("userspace/src");
+        std::fs::create_dir_all(&nested).expect("a directory");
+        std::fs::write(copy.join("Cargo.toml"), "[workspace]\nmembers = []\n").expect("a manifest");
+        std::fs::write(
+            copy.join("userspace/Cargo.toml"),
+            "[package]\nname = \"x\"\n",
+        )
+        .expect("a member manifest");
+        let found = find_workspace_root(&nested);
+        let _ = std::fs::remove_dir_all(&copy);
+        assert_eq!(found.as_deref(), Some(copy.as_path()));
+    }
 }
