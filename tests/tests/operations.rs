@@ -132,6 +132,16 @@ fn assert_exposition_is_clean(text: &str) {
     );
 }
 
+/// A child process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn subcommand(link: &Link, client_side: bool, args: &[&str]) -> String {
     let ns = if client_side {
         &link.client_ns
@@ -224,6 +234,62 @@ fn records_stats_and_query_show_the_kernel_side() {
     .expect("JSON");
     assert_eq!(stats["a"], 1, "{stats}");
     assert_eq!(stats["unsupported_type"], 1, "{stats}");
+
+    // Asked on the server itself while XDP answers another client's flood: the query goes over
+    // lo, where no XDP program runs, so userspace answered, whatever the counters did meanwhile.
+    let queries = dir.write("flood.txt", "web.prod.coreha.example A\n");
+    let mut flood = KillOnDrop(
+        link.client_ns
+            .command("dnsperf")
+            .args([
+                "-s",
+                link.server.ipv4,
+                "-p",
+                "1053",
+                "-l",
+                "20",
+                "-q",
+                "50",
+            ])
+            .arg("-d")
+            .arg(&queries)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("dnsperf"),
+    );
+    eventually("the flood is answered by XDP", 10, || {
+        let stats: serde_json::Value = serde_json::from_str(&subcommand(
+            &link,
+            false,
+            &["stats", "--pin-dir", pin, "--json"],
+        ))
+        .expect("JSON");
+        stats["a"].as_u64().is_some_and(|n| n > 1000)
+    });
+    let own: serde_json::Value = serde_json::from_str(&subcommand(
+        &link,
+        false,
+        &[
+            "query",
+            "web.prod.coreha.example",
+            "A",
+            "--server",
+            &server,
+            "--pin-dir",
+            pin,
+            "--json",
+        ],
+    ))
+    .expect("JSON");
+    assert_eq!(own["rcode"], "No Error", "{own}");
+    assert_eq!(own["path"], "userspace", "{own}");
+    assert!(
+        own["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains("over lo")),
+        "{own}"
+    );
+    let _ = flood.0.kill();
     sh(link
         .server_ns
         .command(binary().to_str().expect("UTF-8"))

@@ -1,5 +1,5 @@
 //! Operator subcommands: what the kernel table holds (`records`), the XDP counters (`stats`),
-//! a query to the local responder that says which path answered (`query`), and removing the
+//! a query to the responder that says which path answered and how it knows (`query`), and removing the
 //! pinned program and maps (`uninstall`). They read the maps a running (or stopped) agent pinned.
 
 use std::{
@@ -224,6 +224,40 @@ pub struct QueryResult {
     pub answers: Vec<String>,
     /// "xdp", "userspace", or "unknown" (no pinned counters to tell).
     pub path: String,
+    /// How `path` was found, and how sure it is.
+    pub evidence: String,
+}
+
+/// Which path answered, from what the query could cross and what the counters did.
+fn answered_path(
+    lo_without_xdp: bool,
+    before: Option<u64>,
+    after: Option<u64>,
+) -> (&'static str, &'static str) {
+    if lo_without_xdp {
+        // A query to one of this host's own addresses never leaves through a NIC: the kernel
+        // loops it over lo, whatever interface holds the address.
+        return (
+            "userspace",
+            "certain: the server is an address of this host, so the query went over lo, where \
+             XDP is not attached (ask from another host to see the XDP path)",
+        );
+    }
+    match (before, after) {
+        (Some(b), Some(a)) if a > b => (
+            "xdp",
+            "the XDP answer counters rose during the exchange; answers to other clients in the \
+             same moment rise them too",
+        ),
+        (Some(_), Some(_)) => (
+            "userspace",
+            "certain: the XDP answer counters did not rise during the exchange",
+        ),
+        _ => (
+            "unknown",
+            "no pinned counters to read (is the agent running with this --pin-dir?)",
+        ),
+    }
 }
 
 /// `hostport-dns query NAME [TYPE]`
@@ -239,8 +273,8 @@ pub fn query(
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         println!(
-            "{} {} from {server}: {}, answered by {}",
-            name, qtype, result.rcode, result.path
+            "{} {} from {server}: {}, answered by {} ({})",
+            name, qtype, result.rcode, result.path, result.evidence
         );
         for answer in &result.answers {
             println!("  {answer}");
@@ -287,15 +321,15 @@ pub fn ask(
         .with_context(|| format!("no answer from {server}"))?;
     let answer = Message::from_vec(&buf[..n]).context("the answer does not parse")?;
     let after = answered_by_xdp();
-    let path = match (before, after) {
-        (Some(b), Some(a)) if a > b => "xdp",
-        (Some(_), Some(_)) => "userspace",
-        _ => "unknown",
-    };
+    // Binding to the server's address succeeds exactly when it is one of this host's.
+    let own_address = UdpSocket::bind(SocketAddr::new(server.ip(), 0)).is_ok();
+    let lo_without_xdp = own_address && !crate::xdp::loader::link_pin(pin_dir, "lo").exists();
+    let (path, evidence) = answered_path(lo_without_xdp, before, after);
     Ok(QueryResult {
         rcode: answer.metadata.response_code.to_string(),
         answers: answer.answers.iter().map(|r| r.to_string()).collect(),
         path: path.into(),
+        evidence: evidence.into(),
     })
 }
 
@@ -325,6 +359,14 @@ pub fn uninstall(pin_dir: &Path) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_query_over_lo_without_xdp_is_userspace_whatever_the_counters_do() {
+        assert_eq!(super::answered_path(true, Some(1), Some(9)).0, "userspace");
+        assert_eq!(super::answered_path(false, Some(1), Some(9)).0, "xdp");
+        assert_eq!(super::answered_path(false, Some(9), Some(9)).0, "userspace");
+        assert_eq!(super::answered_path(false, None, None).0, "unknown");
+    }
+
     #[test]
     fn wire_names_read_back_as_text() {
         assert_eq!(super::dotted(b"\x03web\x07example\x00"), "web.example.");
