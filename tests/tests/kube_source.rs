@@ -417,6 +417,94 @@ fn label_values_that_are_not_dns_labels_are_skipped_and_counted() {
     );
 }
 
+/// Pods as they come in real clusters: dual-stack node addresses, a hostPort bound to one node
+/// address, hostNetwork, uppercase and dotted label values (with coreha's dotted rule switched on
+/// for a second source), a pod whose phase is Succeeded and one being deleted.
+#[test]
+fn pod_edge_cases_on_the_wire() {
+    let c = cluster_with_config(
+        "kedge",
+        |api| {
+            let mut dual =
+                PodSpec::ingress("dual", "edge", "dual", "cp-1", "198.18.0.21").to_json();
+            dual["status"]["hostIPs"] =
+                serde_json::json!([{"ip": "198.18.0.21"}, {"ip": "2001:db8::21"}]);
+            api.apply(Kind::Pod, dual);
+            // Port 443 bound to the node's second address only: that is where it is reachable.
+            let mut bound =
+                PodSpec::ingress("bound", "edge", "bound", "cp-2", "198.18.0.22").to_json();
+            bound["spec"]["containers"][0]["ports"][0]["hostIP"] = "198.18.0.122".into();
+            api.apply(Kind::Pod, bound);
+            let mut host_net =
+                PodSpec::ingress("hostnet", "edge", "hostnet", "cp-3", "198.18.0.23");
+            host_net.host_port = None;
+            host_net.host_network = true;
+            api.apply(Kind::Pod, host_net.to_json());
+            api.apply(
+                Kind::Pod,
+                PodSpec::ingress("upper", "edge", "Public-LB", "cp-4", "198.18.0.24").to_json(),
+            );
+            api.apply(
+                Kind::Pod,
+                PodSpec::ingress("dotted", "edge", "lb.public", "cp-5", "198.18.0.25").to_json(),
+            );
+            let mut done = PodSpec::ingress("done", "edge", "done", "cp-6", "198.18.0.26");
+            done.phase = "Succeeded".into();
+            api.apply(Kind::Pod, done.to_json());
+            let mut leaving = PodSpec::ingress("leaving", "edge", "leaving", "cp-7", "198.18.0.27");
+            leaving.terminating = true;
+            api.apply(Kind::Pod, leaving.to_json());
+        },
+        &format!(
+            "zones:\n  - name: {ZONE}\n  - name: coreha.test\nkubernetes:\n  apiServer: {{api}}\npods:\n  - zone: {ZONE}\n  - zone: coreha.test\n    dottedLabelValues: labels\n"
+        ),
+    );
+    eventually("the dual-stack pod", 10, || {
+        c.addresses("dual.edge") == ["198.18.0.21"]
+    });
+    assert_eq!(
+        c.dig(&[&format!("dual.edge.{ZONE}"), "AAAA"]).answer_data(),
+        ["2001:db8::21"]
+    );
+    assert_eq!(c.addresses("bound.edge"), ["198.18.0.122"]);
+    assert!(
+        c.dig(&[&format!("bound.edge.{ZONE}"), "AAAA"])
+            .answer_data()
+            .is_empty()
+    );
+    assert_eq!(c.addresses("hostnet.edge"), ["198.18.0.23"]);
+    assert_eq!(c.addresses("public-lb.edge"), ["198.18.0.24"]);
+    assert_eq!(c.addresses("PUBLIC-LB.edge"), ["198.18.0.24"]);
+    // Dotted: skipped and counted by default, one label per part where asked for.
+    assert_eq!(
+        c.dig(&[&format!("lb.public.edge.{ZONE}")]).status,
+        "NXDOMAIN"
+    );
+    assert_eq!(
+        dig(
+            &c.ns,
+            "127.0.0.1",
+            1053,
+            &["lb.public.edge.coreha.test", "A"]
+        )
+        .answer_data(),
+        ["198.18.0.25"]
+    );
+    assert!(
+        c.agent.metric(
+            "hostport_dns_dropped_records",
+            &[("reason", "invalid_dns_label")]
+        ) >= 1.0
+    );
+    for gone in ["done.edge", "leaving.edge"] {
+        assert_eq!(
+            c.dig(&[&format!("{gone}.{ZONE}")]).status,
+            "NXDOMAIN",
+            "{gone}"
+        );
+    }
+}
+
 #[test]
 fn watches_select_by_label_and_ask_for_bookmarks() {
     let c = cluster("kwatch", ingress_pods, "", &[]);

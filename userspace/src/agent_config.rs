@@ -29,6 +29,7 @@ use crate::{
     sources::{
         Snapshot,
         file::{FileError, RelativeName, ZoneEntry, check_zones_do_not_overlap, parse_name},
+        kube::syntax,
     },
     zone::ZoneSpec,
 };
@@ -92,6 +93,20 @@ pub struct PodSource {
     pub address: PodAddress,
     /// SRV records for named hostPorts, targets `<node>.nodes.<zone>`.
     pub srv: bool,
+    /// What a label value with dots becomes.
+    pub dotted_label_values: DottedLabelValues,
+}
+
+/// What a label value with dots (`edge.public`, a valid label value) becomes.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum DottedLabelValues {
+    /// Skipped and counted (`hostport_dns_dropped_records{reason="invalid_dns_label"}`): one
+    /// label value, one DNS label, so a name never grows a level nobody configured.
+    #[default]
+    Reject,
+    /// One DNS label per dot-separated part (`edge.public.<namespace>.<zone>`), as coreha does.
+    Labels,
 }
 
 /// Which address a pod is published under.
@@ -171,6 +186,8 @@ struct PodEntry {
     address: PodAddress,
     #[serde(default = "yes")]
     srv: bool,
+    #[serde(default)]
+    dotted_label_values: DottedLabelValues,
 }
 
 fn default_label_key() -> String {
@@ -259,8 +276,15 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
     };
     for (i, pods) in file.pods.into_iter().enumerate() {
         let what = format!("pods[{i}]");
-        if pods.label_key.is_empty() {
-            return Err(invalid(format!("{what}: labelKey is empty")));
+        syntax::check_label_key(&pods.label_key)
+            .map_err(|e| invalid(format!("{what}.labelKey {:?}: {e}", pods.label_key)))?;
+        if let Some(value) = &pods.label_value {
+            syntax::check_label_value(value)
+                .map_err(|e| invalid(format!("{what}.labelValue {value:?}: {e}")))?;
+        }
+        for (n, namespace) in pods.namespaces.iter().enumerate() {
+            syntax::check_namespace(namespace)
+                .map_err(|e| invalid(format!("{what}.namespaces[{n}] {namespace:?}: {e}")))?;
         }
         config.pods.push(PodSource {
             zone: zone_named(&pods.zone, &what)?,
@@ -270,6 +294,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             strict_host_port: pods.strict_host_port,
             address: pods.address,
             srv: pods.srv,
+            dotted_label_values: pods.dotted_label_values,
         });
     }
     for (i, slices) in file.endpoint_slices.into_iter().enumerate() {
@@ -281,6 +306,10 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
                 slices.service
             )));
         };
+        syntax::check_namespace(namespace)
+            .map_err(|e| invalid(format!("{what}.service: the namespace {e}")))?;
+        syntax::check_namespace(service)
+            .map_err(|e| invalid(format!("{what}.service: the Service name {e}")))?;
         if slices.hostnames.is_empty() {
             return Err(invalid(format!("{what}: hostnames is empty")));
         }
@@ -411,5 +440,33 @@ mod tests {
         let err = parse_str("zones:\n  - name: p.example\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n    service: kubernetes\n")
             .unwrap_err();
         assert!(err.to_string().contains("<namespace>/<name>"), "{err}");
+    }
+
+    #[test]
+    fn selectors_in_bad_kubernetes_syntax_are_errors_naming_the_field() {
+        let pods = |entry: &str| {
+            parse_str(&format!(
+                "zones:\n  - name: p.example\npods:\n  - zone: p.example\n{entry}"
+            ))
+            .map(|c| c.pods[0].clone())
+        };
+        for (entry, field) in [
+            ("    labelKey: \"\"\n", "pods[0].labelKey"),
+            ("    labelKey: \"ingress cluster\"\n", "pods[0].labelKey"),
+            ("    labelKey: Ingress.Cluster/name\n", "pods[0].labelKey"),
+            ("    labelValue: \"-edge\"\n", "pods[0].labelValue"),
+            ("    namespaces: [ok, Bad_NS]\n", "pods[0].namespaces[1]"),
+        ] {
+            let err = pods(entry).unwrap_err().to_string();
+            assert!(err.contains(field), "{entry}: {err}");
+        }
+        let fine = pods("    labelKey: app.example.com/edge\n    labelValue: Edge.Public_1\n    dottedLabelValues: labels\n").unwrap();
+        assert_eq!(fine.dotted_label_values, DottedLabelValues::Labels);
+        let err = parse_str("zones:\n  - name: p.example\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n    service: Default/kubernetes\n")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("endpointSlices[0].service"),
+            "{err}"
+        );
     }
 }

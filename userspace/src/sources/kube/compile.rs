@@ -6,7 +6,9 @@ use std::{collections::BTreeMap, net::IpAddr};
 use hickory_proto::rr::Name;
 
 use crate::{
-    agent_config::{AddressSource, AddressType, EndpointSliceSource, PodAddress, PodSource},
+    agent_config::{
+        AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress, PodSource,
+    },
     records::{RecordData, SourceRecord, Srv},
     sources::kube::model::{NodeInfo, PodInfo, SliceInfo},
 };
@@ -39,9 +41,12 @@ pub fn pod_records<'a>(
         {
             continue;
         }
-        let Some(name) = dns_label(&pod.label_value)
+        let Some(name) = value_labels(&pod.label_value, source.dotted_label_values)
             .zip(dns_label(&pod.namespace))
-            .and_then(|(value, ns)| Name::from_labels([value.as_bytes(), ns.as_bytes()]).ok())
+            .and_then(|(mut labels, ns)| {
+                labels.push(ns);
+                Name::from_labels(labels.iter().map(String::as_bytes)).ok()
+            })
             .and_then(|n| n.append_domain(&source.zone).ok())
         else {
             skipped
@@ -55,16 +60,40 @@ pub fn pod_records<'a>(
             PodAddress::Auto => pod.host_network || !pod.host_ports.is_empty(),
         };
         let addresses = if use_host {
-            &pod.host_ips
+            host_addresses(pod)
         } else {
-            &pod.pod_ips
+            pod.pod_ips.clone()
         };
         for address in addresses {
-            out.push(address_record(name.clone(), None, *address));
+            out.push(address_record(name.clone(), None, address));
         }
         if source.srv {
             srv_records(source, pod, &name, out, skipped);
         }
+    }
+}
+
+/// The node addresses a hostPort pod is reachable on: the addresses its hostPorts are bound to
+/// (`ports[].hostIP`) when every one is bound to one, else all of the node's (`hostIPs`): a port
+/// bound to one address does not listen on the node's others.
+fn host_addresses(pod: &PodInfo) -> Vec<IpAddr> {
+    let bound: Option<Vec<IpAddr>> = pod.host_ports.iter().map(|p| p.host_ip).collect();
+    match bound {
+        Some(mut bound) if !bound.is_empty() => {
+            let mut seen = std::collections::BTreeSet::new();
+            bound.retain(|ip| seen.insert(*ip));
+            bound
+        }
+        _ => pod.host_ips.clone(),
+    }
+}
+
+/// The labels a label value gives: one, or with `labels` for dotted values (coreha writes the
+/// value into the name as it is), one per dot-separated part. None when a part is not a DNS label.
+fn value_labels(value: &str, dotted: DottedLabelValues) -> Option<Vec<String>> {
+    match dotted {
+        DottedLabelValues::Reject => dns_label(value).map(|label| vec![label]),
+        DottedLabelValues::Labels => value.split('.').map(dns_label).collect(),
     }
 }
 
@@ -227,6 +256,7 @@ mod tests {
             strict_host_port: false,
             address: PodAddress::Auto,
             srv: true,
+            dotted_label_values: DottedLabelValues::Reject,
         }
     }
 
@@ -244,6 +274,7 @@ mod tests {
                     name: Some("https".into()),
                     protocol: "tcp".into(),
                     port: 443,
+                    host_ip: None,
                 }]
             } else {
                 vec![]
@@ -457,5 +488,104 @@ mod tests {
         let external =
             endpoint_addresses(&slice_source(AddressSource::NodeExternal), &slices, &nodes);
         assert_eq!(external, ["198.18.1.21".parse::<IpAddr>().unwrap()]);
+    }
+
+    fn a_records(source: &PodSource, pod: &PodInfo) -> (Vec<String>, Skipped) {
+        let mut out = Vec::new();
+        let mut skipped = Skipped::default();
+        pod_records(source, [pod], &mut out, &mut skipped);
+        let only_addresses = out
+            .iter()
+            .filter(|r| matches!(r.data, RecordData::A(_) | RecordData::Aaaa(_)))
+            .filter(|r| !r.name.to_ascii().contains(".nodes."))
+            .cloned()
+            .collect::<Vec<_>>();
+        (render(&only_addresses), skipped)
+    }
+
+    #[test]
+    fn host_ports_bound_to_one_node_address_are_answered_with_that_address() {
+        let mut p = pod("default-nginx", true);
+        p.host_ips = vec![
+            "198.18.0.11".parse().unwrap(),
+            "2001:db8::11".parse().unwrap(),
+        ];
+        p.host_ports[0].host_ip = Some("198.18.0.99".parse().unwrap());
+        p.host_ports.push(HostPort {
+            name: None,
+            protocol: "tcp".into(),
+            port: 80,
+            host_ip: Some("198.18.0.99".parse().unwrap()),
+        });
+        let (records, _) = a_records(&source(), &p);
+        assert_eq!(
+            records,
+            ["default-nginx.ingress.prod.example. A(198.18.0.99)"]
+        );
+        // One port on every address: the pod is reachable on all of them.
+        p.host_ports[1].host_ip = None;
+        let (records, _) = a_records(&source(), &p);
+        assert_eq!(
+            records,
+            [
+                "default-nginx.ingress.prod.example. A(198.18.0.11)",
+                "default-nginx.ingress.prod.example. Aaaa(2001:db8::11)"
+            ]
+        );
+    }
+
+    #[test]
+    fn dual_stack_pods_get_both_families_from_host_or_pod_addresses() {
+        let mut p = pod("web", false);
+        p.pod_ips = vec![
+            "198.19.1.5".parse().unwrap(),
+            "2001:db8:1::5".parse().unwrap(),
+        ];
+        let (records, _) = a_records(&source(), &p);
+        assert_eq!(
+            records,
+            [
+                "web.ingress.prod.example. A(198.19.1.5)",
+                "web.ingress.prod.example. Aaaa(2001:db8:1::5)"
+            ]
+        );
+        p.host_network = true;
+        p.host_ips = vec![
+            "198.18.0.11".parse().unwrap(),
+            "2001:db8::11".parse().unwrap(),
+        ];
+        let (records, _) = a_records(&source(), &p);
+        assert_eq!(
+            records,
+            [
+                "web.ingress.prod.example. A(198.18.0.11)",
+                "web.ingress.prod.example. Aaaa(2001:db8::11)"
+            ]
+        );
+    }
+
+    #[test]
+    fn uppercase_values_are_lowercased_and_dotted_ones_follow_the_option() {
+        let (records, _) = a_records(&source(), &pod("Public-LB", true));
+        assert_eq!(records, ["public-lb.ingress.prod.example. A(198.18.0.11)"]);
+        let (records, skipped) = a_records(&source(), &pod("edge.public", true));
+        assert!(records.is_empty());
+        assert_eq!(skipped.invalid_names, ["ingress/edge.public"]);
+        let coreha = PodSource {
+            dotted_label_values: DottedLabelValues::Labels,
+            ..source()
+        };
+        let (records, _) = a_records(&coreha, &pod("edge.public", true));
+        assert_eq!(
+            records,
+            ["edge.public.ingress.prod.example. A(198.18.0.11)"]
+        );
+        for bad in ["edge..public", ".edge", "edge_1.public"] {
+            let (records, skipped) = a_records(&coreha, &pod(bad, true));
+            assert!(
+                records.is_empty() && skipped.invalid_names.len() == 1,
+                "{bad}"
+            );
+        }
     }
 }

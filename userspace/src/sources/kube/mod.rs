@@ -11,6 +11,7 @@
 pub mod client;
 pub mod compile;
 pub mod model;
+pub mod syntax;
 
 use std::{
     collections::BTreeMap,

@@ -30,6 +30,9 @@ pub struct HostPort {
     /// "tcp", "udp" or "sctp".
     pub protocol: String,
     pub port: u16,
+    /// The node address the port is bound to (`ports[].hostIP`); None: every address (unset,
+    /// unparseable, or the unspecified address).
+    pub host_ip: Option<IpAddr>,
 }
 
 impl PodInfo {
@@ -76,6 +79,11 @@ impl PodInfo {
                             name: p.name.clone(),
                             protocol: p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
                             port,
+                            host_ip: p
+                                .host_ip
+                                .as_deref()
+                                .and_then(|ip| ip.parse::<IpAddr>().ok())
+                                .filter(|ip| !ip.is_unspecified()),
                         })
                     })
                     .collect()
@@ -235,12 +243,14 @@ mod tests {
                     HostPort {
                         name: Some("https".into()),
                         protocol: "tcp".into(),
-                        port: 443
+                        port: 443,
+                        host_ip: None,
                     },
                     HostPort {
                         name: None,
                         protocol: "udp".into(),
-                        port: 53
+                        port: 53,
+                        host_ip: None,
                     },
                 ],
             }
@@ -327,8 +337,26 @@ mod tests {
             vec![HostPort {
                 name: None,
                 protocol: "sctp".into(),
-                port: 8083
+                port: 8083,
+                host_ip: None,
             }]
+        );
+    }
+
+    #[test]
+    fn a_host_port_bound_to_one_node_address_keeps_it_and_wildcards_are_none() {
+        let p = info(&pod(|p| {
+            p["spec"]["containers"][0]["ports"] = serde_json::json!([
+                {"containerPort": 80, "hostPort": 80, "hostIP": "198.18.0.9"},
+                {"containerPort": 81, "hostPort": 81, "hostIP": "0.0.0.0"},
+                {"containerPort": 82, "hostPort": 82, "hostIP": "::"},
+                {"containerPort": 83, "hostPort": 83, "hostIP": "not-an-ip"}
+            ]);
+        }));
+        let bound: Vec<Option<IpAddr>> = p.host_ports.iter().map(|h| h.host_ip).collect();
+        assert_eq!(
+            bound,
+            [Some("198.18.0.9".parse().unwrap()), None, None, None]
         );
     }
 }
