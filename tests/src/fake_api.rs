@@ -86,6 +86,8 @@ struct ApiState {
     outage: bool,
     /// Lists wait while this is set (see [`FakeApi::hold_lists`]).
     lists_held: bool,
+    /// Kinds whose lists and watches get 403 Forbidden, as RBAC answers (see [`FakeApi::forbid`]).
+    forbidden: Vec<Kind>,
     /// Every request line, for checking what the agent asked for.
     requests: Vec<String>,
     /// Requests without the expected bearer token.
@@ -281,6 +283,19 @@ impl FakeApi {
         let _ = self.changes.send(());
     }
 
+    /// Refuses (403 Forbidden, the Status an RBAC denial carries) or allows again every list and
+    /// watch of `kind`; open watches of it close, as a revoked permission ends them. `/version`
+    /// and the other kinds keep answering.
+    pub fn forbid(&self, kind: Kind, forbidden: bool) {
+        let mut s = self.lock();
+        s.forbidden.retain(|k| *k != kind);
+        if forbidden {
+            s.forbidden.push(kind);
+        }
+        drop(s);
+        let _ = self.changes.send(());
+    }
+
     /// Makes every list (not watches) wait until [`FakeApi::release_lists`]: a slow API server
     /// whose first answer comes exactly when the test says.
     pub fn hold_lists(&self) {
@@ -420,7 +435,7 @@ async fn list_or_watch(
     namespace: Option<String>,
 ) -> Response {
     let selector = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""));
-    let outage = {
+    let (outage, forbidden) = {
         let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
         let query_text: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
         s.requests.push(format!(
@@ -429,10 +444,23 @@ async fn list_or_watch(
             namespace.as_deref().unwrap_or("*"),
             query_text.join("&")
         ));
-        s.outage
+        (s.outage, s.forbidden.contains(&kind))
     };
     if outage {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
+    }
+    if forbidden {
+        let resource = format!("{}s", kind.kind().to_ascii_lowercase());
+        let status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("{resource} is forbidden: User \"system:serviceaccount:kube-system:hostport-dns\" cannot list resource \"{resource}\""),
+            "reason": "Forbidden", "details": {"kind": resource}, "code": 403});
+        return (
+            StatusCode::FORBIDDEN,
+            [(header::CONTENT_TYPE, "application/json")],
+            status.to_string(),
+        )
+            .into_response();
     }
     if query.get("watch").is_some_and(|w| w == "true" || w == "1") {
         let from: u64 = query
@@ -516,7 +544,7 @@ fn watch(
                 return None;
             }
             loop {
-                let (out, outage, current) = {
+                let (out, closed, current) = {
                     let s = state.lock().unwrap_or_else(|p| p.into_inner());
                     if sent < s.compacted_below.saturating_sub(1) && s.compacted_below > 0 {
                         let gone = json!({"type": "ERROR", "object": {
@@ -537,9 +565,9 @@ fn watch(
                             json!({"type": e.kind_of_change, "object": e.object}).to_string() + "\n"
                         })
                         .collect();
-                    (out, s.outage, s.rv)
+                    (out, s.outage || s.forbidden.contains(&kind), s.rv)
                 };
-                if outage || tokio::time::Instant::now() >= deadline {
+                if closed || tokio::time::Instant::now() >= deadline {
                     return None;
                 }
                 if !out.is_empty() {

@@ -611,7 +611,7 @@ fn the_charts_api_server_url_with_host_ip_set_reaches_the_api_server() {
             .expect("config.yaml"),
     );
     // The chart's arguments, but for the node's paths: its configuration mount, XDP on this
-    // namespace's lo, no pins in the host's bpffs.
+    // namespace's lo, no pins in the host's bpffs, the saved records in the test's folder.
     let args: Vec<String> = args
         .into_iter()
         .filter_map(|arg| match arg.split_once('=').map(|(flag, _)| flag) {
@@ -619,6 +619,10 @@ fn the_charts_api_server_url_with_host_ip_set_reaches_the_api_server() {
             Some("--interface") => Some("--interface=lo".into()),
             Some("--xdp-mode") => Some("--xdp-mode=generic".into()),
             Some("--pin-dir") => None,
+            Some("--saved-records") => Some(format!(
+                "--saved-records={}",
+                dir.path.join("kubernetes-records.json").display()
+            )),
             _ => Some(arg),
         })
         .collect();

@@ -268,6 +268,192 @@ fn an_api_outage_keeps_the_last_records_and_shows_their_age() {
     eventually("ready again", 15, || c.agent.http_get("/readyz").0 == 200);
 }
 
+/// The EDNS query for `name` A, and the Extended DNS Errors of its answer.
+fn extended_errors_for(ns: &NetNs, name: &str) -> Vec<u16> {
+    let query = hostport_dns_tests::packet::QueryBuilder::new(name, 1)
+        .edns(1232, false)
+        .bytes();
+    let answer = hostport_dns_tests::clients::udp_exchange(
+        ns,
+        "127.0.0.1:1053".parse().expect("an address"),
+        query,
+    )
+    .expect("an answer");
+    hostport_dns_tests::clients::extended_errors(&answer)
+}
+
+/// RBAC refuses the pod watch from the start: the zones that do not depend on it (a static one,
+/// the EndpointSlice one) are served, XDP included, while the pods' zone answers SERVFAIL with
+/// Not Ready; readiness and the error metric name the resource and the reason, and the log says
+/// it once, however often the watch is retried.
+#[test]
+fn a_forbidden_watch_holds_back_only_its_own_zones_and_names_its_resource() {
+    let c = cluster_with_config(
+        "kforbid",
+        |api| {
+            ingress_pods(api);
+            api.forbid(Kind::Pod, true);
+        },
+        &format!(
+            "zones:\n  - name: {ZONE}\n  - name: api.coreha.test\n  - name: static.coreha.test\n    records:\n      www: [198.18.0.99]\nkubernetes:\n  apiServer: {{api}}\npods:\n  - zone: {ZONE}\nendpointSlices:\n  - zone: api.coreha.test\n    hostnames: ['@']\n    service: default/kubernetes\n"
+        ),
+    );
+    eventually("the zones without a failing watch are served", 15, || {
+        c.dig(&["www.static.coreha.test", "A"]).answer_data() == ["198.18.0.99"]
+            && c.dig(&["api.coreha.test", "A"]).answer_data() == ["198.18.0.11"]
+    });
+    let pods = c.dig(&[&format!("default-nginx.ingress.{ZONE}"), "A"]);
+    assert_eq!(pods.status, "SERVFAIL", "{pods:?}");
+    assert_eq!(
+        extended_errors_for(&c.ns, &format!("default-nginx.ingress.{ZONE}")),
+        [14]
+    );
+    assert_eq!(
+        c.dig(&[&format!("nothing.{ZONE}"), "A"]).status,
+        "SERVFAIL",
+        "no NXDOMAIN from a zone whose pods are unknown"
+    );
+    let (status, body) = c.agent.http_get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("pods") && body.contains("forbidden"),
+        "{body}"
+    );
+    assert!(
+        c.agent.metric(
+            "hostport_dns_source_errors",
+            &[
+                ("source", "kubernetes"),
+                ("resource", "pods"),
+                ("reason", "forbidden")
+            ]
+        ) >= 2.0,
+        "retried, and counted"
+    );
+    assert!(
+        c.agent.metric(
+            "hostport_dns_responses",
+            &[("path", "xdp"), ("type", "A"), ("rcode", "NOERROR")]
+        ) >= 2.0,
+        "the served zones are in the kernel table"
+    );
+    c.api.forbid(Kind::Pod, false);
+    eventually("the pods once the watch is allowed", 15, || {
+        c.addresses("default-nginx.ingress") == ["198.18.0.11", "198.18.0.12"]
+    });
+    eventually("ready", 10, || c.agent.http_get("/readyz").0 == 200);
+    let logs = c.agent.logs();
+    let failing = logs
+        .lines()
+        .filter(|l| l.contains("the watch fails") && l.contains("pods"))
+        .count();
+    assert_eq!(failing, 1, "one line per outage:\n{logs}");
+    assert!(logs.contains("the watch works again"), "{logs}");
+}
+
+/// A watch refused after the first list (a permission revoked) while `/version` still answers:
+/// the data is stale from the moment the watch failed, and readiness says which watch and why.
+#[test]
+fn a_watch_refused_after_its_list_is_stale_although_the_api_server_answers() {
+    let c = cluster("kstale", ingress_pods, "", &["--max-staleness", "2"]);
+    eventually("both pods", 10, || {
+        c.addresses("default-nginx.ingress").len() == 2
+    });
+    eventually("ready", 10, || c.agent.http_get("/readyz").0 == 200);
+    c.api.forbid(Kind::Pod, true);
+    eventually("not ready once the pods are stale", 15, || {
+        c.agent.http_get("/readyz").0 == 503
+    });
+    let (_, body) = c.agent.http_get("/readyz");
+    assert!(
+        body.contains("pods") && body.contains("forbidden"),
+        "{body}"
+    );
+    assert!(
+        c.agent.metric(
+            "hostport_dns_source_staleness_seconds",
+            &[("source", "kubernetes")]
+        ) >= 2.0
+    );
+    assert_eq!(
+        c.agent
+            .metric("hostport_dns_source_connected", &[("source", "kubernetes")]),
+        0.0
+    );
+    let api_addr = c.api.addr.to_string();
+    let version =
+        c.ns.run(move || hostport_dns_tests::agent::http_get(&api_addr, "/version").0);
+    assert_eq!(version, 200, "the API server itself answers");
+    assert_eq!(
+        c.addresses("default-nginx.ingress"),
+        ["198.18.0.11", "198.18.0.12"],
+        "the last records stay in service"
+    );
+    c.api.forbid(Kind::Pod, false);
+    eventually("ready again", 15, || c.agent.http_get("/readyz").0 == 200);
+}
+
+/// An agent restarted while the API server is down serves the records its predecessor saved,
+/// from both paths (A from XDP, SRV from userspace), marked stale, until its watches list.
+#[test]
+fn a_restart_while_the_api_server_is_down_serves_the_saved_records() {
+    require_root();
+    let ns = NetNs::new("ksaved");
+    let api = FakeApi::start(Some(&ns));
+    ingress_pods(&api);
+    let dir = TempDir::new("ksaved");
+    let file = dir.write("agent.yaml", &config(&api, ""));
+    let saved = dir.path.join("kubernetes-records.json");
+    let saved_arg = saved.to_str().expect("UTF-8");
+    let name = format!("default-nginx.ingress.{ZONE}");
+    let srv = format!("_https._tcp.{name}");
+    let first = Agent::start_on_lo(&ns, &file, &["--saved-records", saved_arg]);
+    eventually("both pods", 10, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
+            .answer_data()
+            .len()
+            == 2
+    });
+    eventually("the records are saved", 10, || saved.exists());
+    let srv_before = dig(&ns, "127.0.0.1", 1053, &[&srv, "SRV"]).answer_data();
+    assert_eq!(srv_before.len(), 2, "{srv_before:?}");
+    drop(first);
+    api.set_outage(true);
+    let second = Agent::start_on_lo(&ns, &file, &["--saved-records", saved_arg]);
+    eventually("the saved records are served", 10, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"]).answer_data() == ["198.18.0.11", "198.18.0.12"]
+    });
+    assert_eq!(
+        dig(&ns, "127.0.0.1", 1053, &[&srv, "SRV"]).answer_data(),
+        srv_before
+    );
+    assert_eq!(
+        second.metric("hostport_dns_source_restored", &[("source", "kubernetes")]),
+        1.0
+    );
+    let (status, body) = second.http_get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("saved"), "{body}");
+    eventually("XDP answers from the saved records", 10, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"]);
+        second.metric(
+            "hostport_dns_responses",
+            &[("path", "xdp"), ("type", "A"), ("rcode", "NOERROR")],
+        ) >= 1.0
+    });
+    // A change made while the agent could not see it replaces the saved records once it lists.
+    api.delete(Kind::Pod, "ingress", "nginx-1");
+    api.set_outage(false);
+    eventually("the live records after the outage", 20, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"]).answer_data() == ["198.18.0.11"]
+    });
+    eventually("ready", 10, || second.http_get("/readyz").0 == 200);
+    assert_eq!(
+        second.metric("hostport_dns_source_restored", &[("source", "kubernetes")]),
+        0.0
+    );
+}
+
 #[test]
 fn a_410_gone_relists_without_ever_losing_the_records() {
     let c = cluster("k410", ingress_pods, "", &[]);

@@ -241,16 +241,7 @@ fn records_stats_and_query_show_the_kernel_side() {
     let mut flood = KillOnDrop(
         link.client_ns
             .command("dnsperf")
-            .args([
-                "-s",
-                link.server.ipv4,
-                "-p",
-                "1053",
-                "-l",
-                "20",
-                "-q",
-                "50",
-            ])
+            .args(["-s", link.server.ipv4, "-p", "1053", "-l", "20", "-q", "50"])
             .arg("-d")
             .arg(&queries)
             .stdout(std::process::Stdio::null())

@@ -49,9 +49,10 @@ const EMBEDDED_SOURCE: &str = "<embedded example>";
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Everything that can be wrong with the input is found before anything is bound or attached.
     let mut sources = Sources::load(&args)?;
+    let contact = kube_source::contact::ContactLog::default();
     let kube_client = match &sources.config {
         Some(config) if config.uses_kubernetes() => {
-            Some(kube_source::client::connect(&config.kubernetes).await?)
+            Some(kube_source::client::connect(&config.kubernetes, &contact).await?)
         }
         _ => None,
     };
@@ -125,6 +126,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             source: CONFIG_SOURCE,
             snapshot: config.zones.clone(),
             observed: Instant::now(),
+            complete: true,
         });
     }
     if let Some((snapshot, _)) = &sources.records {
@@ -132,6 +134,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             source: FILE_SOURCE,
             snapshot: snapshot.clone(),
             observed: Instant::now(),
+            complete: true,
         });
     }
 
@@ -181,6 +184,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             updates_tx.clone(),
             metrics,
             health.clone(),
+            contact,
+            args.saved_records.clone(),
         ));
     }
     udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
@@ -330,6 +335,7 @@ async fn follow_record_file(
                         source: FILE_SOURCE,
                         snapshot,
                         observed,
+                        complete: true,
                     })
                     .await
                     .is_err()

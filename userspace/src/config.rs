@@ -16,8 +16,15 @@ use crate::xdp::XdpMode;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "hostport_dns=debug".
-    #[arg(long, global = true, env = "HOSTPORT_DNS_LOG", default_value = "info")]
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "hostport_dns=debug". By default
+    /// the Kubernetes client's own lines (one per failed request) are left out: the agent logs
+    /// each watch's failures once, with their count when they end.
+    #[arg(
+        long,
+        global = true,
+        env = "HOSTPORT_DNS_LOG",
+        default_value = "info,kube_client=off,kube_runtime=off"
+    )]
     pub log_level: String,
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -114,6 +121,12 @@ pub struct RunArgs {
     /// Logs from the XDP program itself (off: every logged packet costs time).
     #[arg(long, value_enum, default_value = "off")]
     pub ebpf_log_level: crate::xdp::EbpfLogLevel,
+    /// Save the Kubernetes records here after every change (at most once a second) and serve
+    /// them at start, marked stale, until the watches have listed: a restart while the API
+    /// server is down serves the last records, not SERVFAIL. A path on the node's disk (the
+    /// chart uses a hostPath beside the pins).
+    #[arg(long, value_name = "FILE", env = "HOSTPORT_DNS_SAVED_RECORDS")]
+    pub saved_records: Option<PathBuf>,
     /// Not ready when a source's data is older than this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub max_staleness: u64,

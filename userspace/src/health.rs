@@ -4,7 +4,7 @@
 use std::{
     collections::BTreeMap,
     sync::Mutex,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 #[derive(Default)]
@@ -20,13 +20,18 @@ struct State {
     sources: BTreeMap<String, SourceState>,
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct SourceState {
     synced: bool,
     /// Whether the data can go stale (a watched API server, not a file).
     live: bool,
-    /// When the source last showed its data is current (a complete state, an event, a probe).
+    /// Until when the source's data is known to be current (a complete state; for the API
+    /// server, what its watchers say).
     contact: Option<Instant>,
+    /// Serving records saved by an earlier run, saved at this time.
+    restored: Option<SystemTime>,
+    /// What is wrong with the source now, in words.
+    problem: Option<String>,
 }
 
 impl Health {
@@ -55,10 +60,26 @@ impl Health {
         }
     }
 
-    /// The source's data is known to be current now.
-    pub fn source_contact(&self, name: &str) {
+    /// The source's data is known to be current as of `at` (None: it never was).
+    pub fn source_current_as_of(&self, name: &str, at: Option<Instant>) {
         if let Ok(mut s) = self.state.lock() {
-            s.sources.entry(name.to_owned()).or_default().contact = Some(Instant::now());
+            s.sources.entry(name.to_owned()).or_default().contact = at;
+        }
+    }
+
+    /// What is wrong with the source (None: nothing), for the readiness endpoint.
+    pub fn source_problem(&self, name: &str, problem: Option<String>) {
+        if let Ok(mut s) = self.state.lock() {
+            s.sources.entry(name.to_owned()).or_default().problem = problem;
+        }
+    }
+
+    /// The source serves records an earlier run saved at `saved_at` (None: no longer).
+    pub fn source_restored(&self, name: &str, saved_at: Option<SystemTime>) {
+        if let Ok(mut s) = self.state.lock() {
+            let source = s.sources.entry(name.to_owned()).or_default();
+            source.restored = saved_at;
+            source.live = true;
         }
     }
 
@@ -76,10 +97,10 @@ impl Health {
         s.sources
             .iter()
             .map(|(k, v)| {
-                let age = if v.live {
-                    v.contact.map(|t| t.elapsed())
-                } else {
-                    Some(Duration::ZERO)
+                let age = match (v.restored, v.live) {
+                    (Some(saved), _) => SystemTime::now().duration_since(saved).ok(),
+                    (None, true) => v.contact.map(|t| t.elapsed()),
+                    (None, false) => Some(Duration::ZERO),
                 };
                 (k.clone(), age)
             })
@@ -93,7 +114,19 @@ impl Health {
         };
         for (name, source) in &s.sources {
             if !source.synced {
-                return Some(format!("source {name} has not completed its first sync"));
+                let mut reason = format!("source {name} has not completed its first sync");
+                if let Some(saved) = source.restored {
+                    let age = SystemTime::now().duration_since(saved).unwrap_or_default();
+                    reason.push_str(&format!(
+                        "; serving the records saved {:.0} s ago",
+                        age.as_secs_f64()
+                    ));
+                }
+                if let Some(problem) = &source.problem {
+                    reason.push_str(": ");
+                    reason.push_str(problem);
+                }
+                return Some(reason);
             }
         }
         if !s.published {
@@ -103,10 +136,15 @@ impl Health {
             if let (Some(limit), Some(at), true) = (self.max_staleness, source.contact, source.live)
                 && at.elapsed() > limit
             {
-                return Some(format!(
+                let mut reason = format!(
                     "source {name} was last current {:.0}s ago",
                     at.elapsed().as_secs_f64()
-                ));
+                );
+                if let Some(problem) = &source.problem {
+                    reason.push_str(": ");
+                    reason.push_str(problem);
+                }
+                return Some(reason);
             }
         }
         None

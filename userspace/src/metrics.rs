@@ -45,9 +45,12 @@ pub struct Metrics {
     pub source_synced: Family<SourceLabel, Gauge>,
     pub source_last_sync: Family<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub source_records: Family<SourceLabel, Gauge>,
-    pub dropped_records: Family<ReasonLabel, Counter>,
-    pub source_errors: Family<SourceLabel, Counter>,
+    /// Records left out of the table now, by reason.
+    pub dropped_records: Family<ReasonLabel, Gauge>,
+    pub source_errors: Family<SourceErrorLabel, Counter>,
     pub source_connected: Family<SourceLabel, Gauge>,
+    /// 1 while a source serves the records an earlier run saved.
+    pub source_restored: Family<SourceLabel, Gauge>,
     /// 1 while an EndpointSlice output serves its last non-empty answer (nothing resolves now).
     pub kept_last_answer: Family<OutputLabel, Gauge>,
 }
@@ -62,6 +65,16 @@ pub struct SourceLabel {
 pub struct OutputLabel {
     pub source: String,
     pub output: String,
+}
+
+/// A source's failure: what it was reading and why it failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct SourceErrorLabel {
+    pub source: String,
+    /// The Kubernetes resource (`pods`, `endpointslices`, `nodes`).
+    pub resource: String,
+    /// `forbidden`, `unauthorized`, `unreachable`, `server_error`, `gone`, ...
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -94,6 +107,7 @@ impl Metrics {
             dropped_records: Family::default(),
             source_errors: Family::default(),
             source_connected: Family::default(),
+            source_restored: Family::default(),
             kept_last_answer: Family::default(),
         };
         registry.register(
@@ -163,18 +177,23 @@ impl Metrics {
         );
         registry.register(
             "dropped_records",
-            "Records left out of the table, by reason",
+            "Records left out of the table now, by reason",
             metrics.dropped_records.clone(),
         );
         registry.register(
             "source_errors",
-            "Source failures (watch errors), retried",
+            "Source failures (watch errors, by resource and reason), retried",
             metrics.source_errors.clone(),
         );
         registry.register(
             "source_connected",
-            "1 while the source's backend answers",
+            "1 while the source's backend answers (every watch works)",
             metrics.source_connected.clone(),
+        );
+        registry.register(
+            "source_restored",
+            "1 while the source serves the records an earlier run saved, until its watches have listed",
+            metrics.source_restored.clone(),
         );
         registry.register(
             "kept_last_answer",

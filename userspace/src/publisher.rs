@@ -14,7 +14,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::{
     health::Health,
@@ -38,6 +38,9 @@ pub struct Update {
     pub snapshot: Snapshot,
     /// When the change that led to it was observed.
     pub observed: Instant,
+    /// The source's whole, current state: false while it serves saved records or some of its
+    /// zones are pending (it has not synced).
+    pub complete: bool,
 }
 
 /// Compiles the sources' latest snapshots into the table both paths answer from: swaps it into
@@ -55,6 +58,8 @@ pub struct Publisher {
     builder: Option<TableBuilder>,
     /// Run once, after the first table is in the kernel (the agent attaches XDP there).
     after_first_write: Option<Box<dyn FnOnce() + Send>>,
+    /// What the table lacks now, by the group (see [`group_identity`]) that brought it.
+    dropped: FxHashMap<usize, Vec<CompileWarning>>,
 }
 
 /// What one publication compiled.
@@ -85,6 +90,7 @@ impl Publisher {
             snapshots: BTreeMap::new(),
             builder: None,
             after_first_write: None,
+            dropped: FxHashMap::default(),
         }
     }
 
@@ -109,17 +115,19 @@ impl Publisher {
         let label = SourceLabel {
             source: update.source.to_owned(),
         };
-        self.metrics.source_synced.get_or_create(&label).set(1);
         self.metrics
             .source_records
             .get_or_create(&label)
             .set(update.snapshot.record_count() as i64);
-        self.metrics
-            .source_last_sync
-            .get_or_create(&label)
-            .set(unix_now());
-        let live = update.source != CONFIG_SOURCE && update.source != FILE_SOURCE;
-        self.health.source_synced(update.source, live);
+        if update.complete {
+            self.metrics.source_synced.get_or_create(&label).set(1);
+            self.metrics
+                .source_last_sync
+                .get_or_create(&label)
+                .set(unix_now());
+            let live = update.source != CONFIG_SOURCE && update.source != FILE_SOURCE;
+            self.health.source_synced(update.source, live);
+        }
         // Kept until the comparison below: while it lives, no new group can take the address of
         // one of its groups.
         let previous = self
@@ -143,6 +151,7 @@ impl Publisher {
 
         let started = Instant::now();
         let (compiled, warnings) = self.compile(update.source, &previous);
+        let unchanged = matches!(&compiled, Compiled::Names(names) if names.is_empty());
         drop(previous);
         self.count_warnings(&warnings);
         let Some(builder) = self.builder.as_ref() else {
@@ -189,15 +198,28 @@ impl Publisher {
                             "the kernel table is full: the zones that do not fit are answered by userspace"
                         );
                     }
-                    info!(
-                        names,
-                        records,
-                        ?stats,
-                        source = update.source,
-                        compile_ms = compile_time.as_secs_f64() * 1e3,
-                        write_ms = (started.elapsed() - compile_time).as_secs_f64() * 1e3,
-                        "table published"
-                    );
+                    let write_ms = (started.elapsed() - compile_time).as_secs_f64() * 1e3;
+                    let compile_ms = compile_time.as_secs_f64() * 1e3;
+                    if unchanged {
+                        debug!(
+                            names,
+                            records,
+                            source = update.source,
+                            compile_ms,
+                            write_ms,
+                            "table published, nothing changed"
+                        );
+                    } else {
+                        info!(
+                            names,
+                            records,
+                            ?stats,
+                            source = update.source,
+                            compile_ms,
+                            write_ms,
+                            "table published"
+                        );
+                    }
                 }
                 Err(err) => {
                     self.metrics.xdp_write_errors.inc();
@@ -207,6 +229,13 @@ impl Publisher {
                     )
                 }
             }
+        } else if unchanged {
+            debug!(
+                names,
+                records,
+                source = update.source,
+                "table published, nothing changed"
+            );
         } else {
             info!(names, records, source = update.source, "table published");
         }
@@ -221,10 +250,19 @@ impl Publisher {
 
     /// Brings the table in line with the snapshots, `source`'s having replaced `previous`.
     fn compile(&mut self, source: &str, previous: &Snapshot) -> (Compiled, Vec<CompileWarning>) {
+        let pending: std::collections::BTreeSet<&hickory_proto::rr::Name> = self
+            .snapshots
+            .values()
+            .flat_map(|s| &s.pending_zones)
+            .collect();
         let mut zones: Vec<ZoneSpec> = self
             .snapshots
             .values()
             .flat_map(|s| s.zones.iter().cloned())
+            .map(|mut zone| {
+                zone.pending = pending.contains(&zone.apex);
+                zone
+            })
             .collect();
         zones.sort_by(|a, b| a.apex.cmp(&b.apex));
         match self.builder.as_mut() {
@@ -236,16 +274,29 @@ impl Publisher {
                 let mut warnings = Vec::new();
                 for group in gone {
                     builder.remove(group.iter());
+                    self.dropped.remove(&group_identity(group));
                 }
                 for group in added {
-                    warnings.extend(builder.add(group.iter()));
+                    let dropped = builder.add(group.iter());
+                    if !dropped.is_empty() {
+                        self.dropped.insert(group_identity(group), dropped.clone());
+                    }
+                    warnings.extend(dropped);
                 }
                 (Compiled::Names(builder.finish()), warnings)
             }
             _ => {
                 let (mut builder, mut warnings) = TableBuilder::new(&zones);
+                self.dropped.clear();
+                if !warnings.is_empty() {
+                    self.dropped.insert(0, warnings.clone());
+                }
                 for group in self.snapshots.values().flat_map(|s| &s.groups) {
-                    warnings.extend(builder.add(group.iter()));
+                    let dropped = builder.add(group.iter());
+                    if !dropped.is_empty() {
+                        self.dropped.insert(group_identity(group), dropped.clone());
+                    }
+                    warnings.extend(dropped);
                 }
                 builder.finish();
                 self.builder = Some(builder);
@@ -254,19 +305,25 @@ impl Publisher {
         }
     }
 
+    /// Logs the records this publication dropped (once: a group that does not change is not
+    /// compiled again), and sets the gauge of what the table lacks now.
     fn count_warnings(&self, warnings: &[CompileWarning]) {
         for warning in warnings {
             warn!(%warning, "record dropped");
-            let reason = match warning {
-                CompileWarning::OutOfZone { .. } => "out_of_zone",
-                CompileWarning::OutOfZoneGlue { .. } => "out_of_zone_glue",
-            };
+        }
+        for reason in ["out_of_zone", "out_of_zone_glue"] {
+            let now = self
+                .dropped
+                .values()
+                .flatten()
+                .filter(|w| warning_reason(w) == reason)
+                .count();
             self.metrics
                 .dropped_records
                 .get_or_create(&ReasonLabel {
                     reason: reason.into(),
                 })
-                .inc();
+                .set(now as i64);
         }
     }
 
@@ -278,12 +335,24 @@ impl Publisher {
     }
 }
 
+fn warning_reason(warning: &CompileWarning) -> &'static str {
+    match warning {
+        CompileWarning::OutOfZone { .. } => "out_of_zone",
+        CompileWarning::OutOfZoneGlue { .. } => "out_of_zone_glue",
+    }
+}
+
+/// A group's identity: its allocation (0 stands for the zones themselves).
+fn group_identity(group: &RecordGroup) -> usize {
+    Arc::as_ptr(group).cast::<()>() as usize
+}
+
 /// The groups of `old` that `new` no longer has, and those `new` adds, told apart by identity.
 fn group_changes<'a>(
     old: &'a [RecordGroup],
     new: &'a [RecordGroup],
 ) -> (Vec<&'a RecordGroup>, Vec<&'a RecordGroup>) {
-    let identity = |group: &RecordGroup| Arc::as_ptr(group).cast::<()>() as usize;
+    let identity = group_identity;
     let mut balance: FxHashMap<usize, (i64, &'a RecordGroup)> = FxHashMap::default();
     for group in old {
         balance.entry(identity(group)).or_insert((0, group)).0 -= 1;

@@ -21,6 +21,9 @@ pub struct ZoneSpec {
     pub soa: SoaSpec,
     /// The apex NS records, with addresses for those inside the zone.
     pub nameservers: Vec<NameServer>,
+    /// A source of the zone has not delivered yet: every query in it gets SERVFAIL (Extended DNS
+    /// Error 14, Not Ready), from userspace only (the kernel table leaves it out).
+    pub pending: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +62,7 @@ impl ZoneSpec {
                 name: mname,
                 addresses: Vec::new(),
             }],
+            pending: false,
             apex,
         }
     }

@@ -230,6 +230,12 @@ fn fill(
         return ResponseCode::ServFail;
     };
     match table.zone_for(&question.name) {
+        Some(zone) if zone.spec.pending => {
+            // A source of the zone has not listed: what it lacks may exist.
+            response.metadata.authoritative = false;
+            add_extended_error(response, ExtendedError::NotReady);
+            ResponseCode::ServFail
+        }
         Some(zone) => answer_in_zone(question, zone, table, response),
         None => answer_reverse(question, table, response),
     }

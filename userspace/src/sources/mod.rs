@@ -17,6 +17,9 @@ pub struct Snapshot {
     pub zones: Vec<ZoneSpec>,
     /// The records, in the groups they change in.
     pub groups: Vec<RecordGroup>,
+    /// Zones (defined by any source) whose data this source does not have yet: they answer
+    /// SERVFAIL (Not Ready), never a negative answer made from a partial view.
+    pub pending_zones: Vec<hickory_proto::rr::Name>,
 }
 
 impl Snapshot {
@@ -27,7 +30,11 @@ impl Snapshot {
         } else {
             vec![records.into()]
         };
-        Self { zones, groups }
+        Self {
+            zones,
+            groups,
+            pending_zones: Vec::new(),
+        }
     }
 
     /// Every record, group after group.

@@ -101,14 +101,21 @@ impl Image {
         self.admitted.get(zone as usize).copied().unwrap_or(false)
     }
 
-    /// Names of the table that are not in the kernel table (their zones did not fit).
+    /// Names of the table that are not in the kernel table because their zones did not fit
+    /// (pending zones are left out too, but not for lack of room).
     pub fn names_left_out(&self, table: &RecordTable) -> usize {
         if self.admitted.iter().all(|a| *a) {
             return 0;
         }
+        let pending = |zone: u32| {
+            table
+                .zones()
+                .get(zone as usize)
+                .is_some_and(|z| z.spec.pending)
+        };
         table
             .nodes()
-            .filter(|(_, node)| !self.admits(node.zone))
+            .filter(|(_, node)| !self.admits(node.zone) && !pending(node.zone))
             .count()
     }
 
@@ -258,10 +265,13 @@ impl Image {
 /// the zones in order as long as their names fit in `names_capacity` and their number in
 /// `zones_capacity`. A zone is in whole or not at all, so that the kernel never answers NXDOMAIN
 /// for a name it merely lacks: it passes every query of a zone left out (no apex, no zone).
+///
+/// A pending zone (a source has not delivered it) is never in: userspace answers it SERVFAIL.
 pub fn admission(table: &RecordTable, names_capacity: usize, zones_capacity: usize) -> Vec<bool> {
     let zones = table.zones().len();
+    let ready = |id: usize| table.zones().get(id).is_some_and(|z| !z.spec.pending);
     if table.nodes().len() <= names_capacity && zones <= zones_capacity {
-        return vec![true; zones];
+        return (0..zones).map(ready).collect();
     }
     let mut names = vec![0usize; zones];
     for (_, node) in table.nodes() {
@@ -274,7 +284,7 @@ pub fn admission(table: &RecordTable, names_capacity: usize, zones_capacity: usi
         .iter()
         .enumerate()
         .map(|(id, count)| {
-            let fits = id < zones_capacity && *count <= room;
+            let fits = ready(id) && id < zones_capacity && *count <= room;
             if fits {
                 room -= count;
             }

@@ -4,14 +4,19 @@
 use anyhow::Context;
 use kube::{
     Client, Config,
+    client::ClientBuilder,
     config::{KubeConfigOptions, Kubeconfig},
 };
 
-use crate::agent_config::KubernetesAccess;
+use crate::{
+    agent_config::KubernetesAccess,
+    sources::kube::contact::{ContactLayer, ContactLog},
+};
 
 /// A client for the configured API server: an explicit URL (with token or client certificate,
 /// and CA), a kubeconfig file, or in-cluster/default kubeconfig.
-pub async fn connect(access: &KubernetesAccess) -> anyhow::Result<Client> {
+/// Every watch the API server accepts is noted in `contact`.
+pub async fn connect(access: &KubernetesAccess, contact: &ContactLog) -> anyhow::Result<Client> {
     let config = match (&access.api_server, &access.kubeconfig) {
         (Some(server), _) => {
             let kubeconfig = Kubeconfig::from_yaml(&explicit_kubeconfig(server, access))
@@ -31,7 +36,15 @@ pub async fn connect(access: &KubernetesAccess) -> anyhow::Result<Client> {
             .await
             .context("no API server configured, and none found in-cluster or in ~/.kube/config")?,
     };
-    Client::try_from(config).context("cannot create the Kubernetes client")
+    let mut config = config;
+    // kube retries 429/503/504 inside the client, up to 15 times over minutes, and the watcher
+    // would see nothing of an API server answering 503: the watchers retry themselves (with
+    // their own backoff), and each failure reaches the source's state and metrics at once.
+    config.default_retry = false;
+    Ok(ClientBuilder::try_from(config)
+        .context("cannot create the Kubernetes client")?
+        .with_layer(&ContactLayer(contact.clone()))
+        .build())
 }
 
 /// A kubeconfig document for an explicit server, so that kube reads the token, certificate and

@@ -1,182 +1,79 @@
 //! The Kubernetes source: watchers on Pods, EndpointSlices and (when an EndpointSlice output needs
-//! them) Nodes, each kept as the few fields the compiler reads; a complete snapshot of records is
-//! published once every watcher has listed everything, and again after every change.
+//! them) Nodes ([`watchers`]), each kept in a [`store::Store`] as the few fields the compiler
+//! reads ([`model`]); records are compiled from them by pure functions ([`compile`]). A complete
+//! snapshot is published once every watcher has listed everything, and again after every change.
 //!
-//! Following the watcher's contract: a relist (after 410 Gone, or a reconnect) is buffered from
-//! `Init` to `InitDone` and only then replaces the previous objects, so the table is never wiped
-//! by a reconnect; objects missing from a relist count as deleted. During an outage the last
-//! known records stay in service; the API server is probed every few seconds, so how old the data
-//! is can be read from the metrics and the readiness endpoint.
+//! A watcher that fails before its first list does not hold the others back: the snapshot is
+//! published with that watcher's zones pending (SERVFAIL, Not Ready), and every other zone is
+//! served. During an outage the last known records stay in service; how current they are comes
+//! from the watchers themselves ([`watch_state`]). With a saved table ([`saved`]), a restarted
+//! agent serves the records it last published, stale, until every watcher has listed again.
 
 pub mod client;
 pub mod compile;
+pub mod contact;
 pub mod model;
+pub mod saved;
+pub mod store;
 pub mod syntax;
+pub mod watch_state;
+pub mod watchers;
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     net::IpAddr,
+    path::PathBuf,
     sync::Arc,
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
-use futures::{FutureExt, StreamExt, stream::BoxStream};
-use k8s_openapi::api::{
-    core::v1::{Node, Pod},
-    discovery::v1::EndpointSlice,
-};
-use kube::{
-    Api, Client, ResourceExt,
-    runtime::{WatchStreamExt, utils::Backoff, watcher},
-};
+use futures::{FutureExt, StreamExt};
+use hickory_proto::rr::Name;
+use kube::Client;
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     agent_config::{AgentConfig, PodSource},
     health::Health,
-    metrics::{Metrics, OutputLabel, ReasonLabel, SourceLabel},
+    metrics::{Metrics, OutputLabel, ReasonLabel, SourceErrorLabel, SourceLabel},
     publisher::Update,
     records::RecordGroup,
     sources::{
         Snapshot,
         kube::{
             compile::{Skipped, endpoint_addresses, endpoint_records, pod_records},
-            model::{NodeInfo, PodInfo, SERVICE_NAME_LABEL, SliceInfo},
+            model::{NodeInfo, PodInfo, SliceInfo},
+            store::Store,
+            watch_state::{Transition, WatchState, failure_reason},
+            watchers::{Change, Outcome, Watchers},
         },
     },
 };
 
 /// Name of this source in metrics, logs and readiness.
 pub const SOURCE: &str = "kubernetes";
-/// How often the API server is probed (GET /version) to tell live data from stale.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-/// Watch restarts back off from this...
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// ...to at most this: the agent must converge within seconds once the API server is back.
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
-
-/// Doubling backoff between BACKOFF_MIN and BACKOFF_MAX, reset by every successful event.
-struct CappedBackoff {
-    next: Duration,
-}
-
-impl Iterator for CappedBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        let current = self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        Some(current)
-    }
-}
-
-impl Backoff for CappedBackoff {
-    fn reset(&mut self) {
-        self.next = BACKOFF_MIN;
-    }
-}
-
-fn backoff() -> CappedBackoff {
-    CappedBackoff { next: BACKOFF_MIN }
-}
-
-/// The objects of one watcher, with the relist buffer.
-struct Store<T> {
-    objects: BTreeMap<String, T>,
-    relist: Option<BTreeMap<String, T>>,
-    synced: bool,
-}
-
-impl<T> Default for Store<T> {
-    fn default() -> Self {
-        Self {
-            objects: BTreeMap::new(),
-            relist: None,
-            synced: false,
-        }
-    }
-}
-
-impl<T: PartialEq> Store<T> {
-    /// Applies one watcher event; returns whether the objects changed.
-    fn apply<K: ResourceExt>(
-        &mut self,
-        event: watcher::Event<K>,
-        extract: impl Fn(&K) -> Option<T>,
-    ) -> bool {
-        // Namespaced objects by namespace/name, cluster-scoped ones (nodes) by name.
-        let key = |k: &K| match k.namespace() {
-            Some(ns) => format!("{ns}/{}", k.name_any()),
-            None => k.name_any(),
-        };
-        match event {
-            watcher::Event::Init => {
-                self.relist = Some(BTreeMap::new());
-                false
-            }
-            watcher::Event::InitApply(object) => {
-                if let (Some(relist), Some(info)) = (self.relist.as_mut(), extract(&object)) {
-                    relist.insert(key(&object), info);
-                }
-                false
-            }
-            watcher::Event::InitDone => {
-                let fresh = self.relist.take().unwrap_or_default();
-                let changed = fresh != self.objects || !self.synced;
-                // Objects that did not change keep their value (and its record group).
-                let mut previous = std::mem::take(&mut self.objects);
-                self.objects = fresh
-                    .into_iter()
-                    .map(|(key, info)| match previous.remove(&key) {
-                        Some(old) if old == info => (key, old),
-                        _ => (key, info),
-                    })
-                    .collect();
-                self.synced = true;
-                changed
-            }
-            watcher::Event::Apply(object) => match extract(&object) {
-                Some(info) => {
-                    let key = key(&object);
-                    if self.objects.get(&key) == Some(&info) {
-                        return false;
-                    }
-                    self.objects.insert(key, info);
-                    true
-                }
-                None => self.objects.remove(&key(&object)).is_some(),
-            },
-            watcher::Event::Delete(object) => self.objects.remove(&key(&object)).is_some(),
-        }
-    }
-}
+/// How often the watchers' state reaches readiness and metrics, and a due save is written.
+const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A pod's fields and the records they give, compiled once when the pod changes: a change
 /// then costs one pod's work, not every pod's.
 struct PodRecords {
     info: PodInfo,
     records: RecordGroup,
+    /// The names it should have had but cannot (a label value that is no DNS label).
+    invalid: Vec<String>,
 }
 
 impl PodRecords {
-    /// Compiles the pod's records; a label value that cannot be a DNS name is reported here,
-    /// once per change of the pod.
-    fn new(source: &PodSource, info: PodInfo, metrics: &Metrics) -> Self {
+    fn new(source: &PodSource, info: PodInfo) -> Self {
         let mut records = Vec::new();
         let mut skipped = Skipped::default();
         pod_records(source, [&info], &mut records, &mut skipped);
-        for name in &skipped.invalid_names {
-            warn!(object = %name, "not a valid DNS label: skipped");
-            metrics
-                .dropped_records
-                .get_or_create(&ReasonLabel {
-                    reason: "invalid_dns_label".into(),
-                })
-                .inc();
-        }
         Self {
             info,
             records: records.into(),
+            invalid: skipped.invalid_names,
         }
     }
 }
@@ -187,93 +84,66 @@ impl PartialEq for PodRecords {
     }
 }
 
-enum Change {
-    Pod(usize, Box<watcher::Event<Pod>>),
-    Slice(usize, Box<watcher::Event<EndpointSlice>>),
-    Node(Box<watcher::Event<Node>>),
-}
-
 /// Everything the watchers hold, and what the EndpointSlice outputs last resolved to.
 struct State {
     /// One store per pod watcher.
     pods: Vec<Store<PodRecords>>,
-    /// The pod source each pod watcher serves.
-    pod_sources: Vec<usize>,
     slices: Vec<Store<SliceInfo>>,
     nodes: Option<Store<NodeInfo>>,
     last_non_empty: Vec<Vec<IpAddr>>,
     /// Each EndpointSlice output's records as last published.
     endpoint_groups: Vec<RecordGroup>,
+    /// Each output's "keeping the last answer" as last logged.
+    kept: Vec<bool>,
+    /// Pods whose invalid label value was logged (once per pod, until it is valid or gone).
+    invalid_reported: BTreeSet<String>,
 }
 
 impl State {
-    fn synced(&self) -> bool {
-        self.pods.iter().all(|s| s.synced)
-            && self.slices.iter().all(|s| s.synced)
-            && self.nodes.as_ref().is_none_or(|s| s.synced)
+    /// Whether the watcher at `index` (in [`Watchers::ids`] order) has listed.
+    fn synced(&self, index: usize) -> bool {
+        let pods = self.pods.len();
+        let slices = self.slices.len();
+        if index < pods {
+            self.pods[index].synced()
+        } else if index < pods + slices {
+            self.slices[index - pods].synced()
+        } else {
+            self.nodes.as_ref().is_none_or(Store::synced)
+        }
     }
 }
 
-/// Runs the watchers until the agent stops.
+/// Where the source stands between events.
+struct Progress {
+    watch: Vec<WatchState>,
+    /// Serving records saved by an earlier run until every watcher has listed.
+    restored: bool,
+    /// A snapshot has been sent since the watchers started.
+    published: bool,
+    /// Records of a complete snapshot not yet saved.
+    save_due: Option<Vec<RecordGroup>>,
+    saving: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Runs the watchers until the agent stops. With `save_to`, the records are saved there after
+/// every complete snapshot (at most once per [`REPORT_INTERVAL`]) and served from there at start.
 pub async fn run(
     config: Arc<AgentConfig>,
     client: Client,
     updates: mpsc::Sender<Update>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+    contact: contact::ContactLog,
+    save_to: Option<PathBuf>,
 ) {
-    let mut streams: Vec<BoxStream<'static, (Result<Change, watcher::Error>, Instant)>> =
-        Vec::new();
-    // One pod watcher per source and namespace: cluster-wide only when no namespace is named, so
-    // that RBAC can be namespaced.
-    let mut pod_watchers = Vec::new();
-    for (i, source) in config.pods.iter().enumerate() {
-        let selector = match &source.label_value {
-            Some(value) => format!("{}={value}", source.label_key),
-            None => source.label_key.clone(),
-        };
-        let apis: Vec<Api<Pod>> = if source.namespaces.is_empty() {
-            vec![Api::all(client.clone())]
-        } else {
-            source
-                .namespaces
-                .iter()
-                .map(|ns| Api::namespaced(client.clone(), ns))
-                .collect()
-        };
-        for api in apis {
-            let watcher_index = pod_watchers.len();
-            pod_watchers.push(i);
-            let stream = watcher(api, watcher::Config::default().labels(&selector))
-                .backoff(backoff())
-                .map(move |r| {
-                    (
-                        r.map(|e| Change::Pod(watcher_index, Box::new(e))),
-                        Instant::now(),
-                    )
-                });
-            streams.push(stream.boxed());
-        }
-    }
-    for (i, source) in config.endpoint_slices.iter().enumerate() {
-        let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &source.namespace);
-        let selector = format!("{SERVICE_NAME_LABEL}={}", source.service);
-        let stream = watcher(api, watcher::Config::default().labels(&selector))
-            .backoff(backoff())
-            .map(move |r| (r.map(|e| Change::Slice(i, Box::new(e))), Instant::now()));
-        streams.push(stream.boxed());
-    }
-    if config.needs_nodes() {
-        let api: Api<Node> = Api::all(client.clone());
-        let stream = watcher(api, watcher::Config::default())
-            .backoff(backoff())
-            .map(|r| (r.map(|e| Change::Node(Box::new(e))), Instant::now()));
-        streams.push(stream.boxed());
-    }
-    let mut changes = futures::stream::select_all(streams);
+    let mut watchers = Watchers::start(&config, &client);
     let mut state = State {
-        pods: pod_watchers.iter().map(|_| Store::default()).collect(),
-        pod_sources: pod_watchers,
+        pods: watchers
+            .pod_sources
+            .iter()
+            .map(|_| Store::default())
+            .collect(),
         slices: config
             .endpoint_slices
             .iter()
@@ -282,70 +152,188 @@ pub async fn run(
         nodes: config.needs_nodes().then(Store::default),
         last_non_empty: vec![Vec::new(); config.endpoint_slices.len()],
         endpoint_groups: vec![RecordGroup::from([]); config.endpoint_slices.len()],
+        kept: vec![false; config.endpoint_slices.len()],
+        invalid_reported: BTreeSet::new(),
     };
+    let mut progress = Progress {
+        watch: watchers.ids.iter().cloned().map(WatchState::new).collect(),
+        restored: false,
+        published: false,
+        save_due: None,
+        saving: None,
+    };
+    if let Some(path) = &save_to
+        && let Some(update) = restore(path, &health, &metrics)
+    {
+        if updates.send(update).await.is_err() {
+            return;
+        }
+        progress.restored = true;
+    }
     let label = SourceLabel {
         source: SOURCE.to_owned(),
     };
-    let mut probe = tokio::time::interval(PROBE_INTERVAL);
+    let mut changes = futures::stream::select_all(std::mem::take(&mut watchers.streams));
+    let mut report = tokio::time::interval(REPORT_INTERVAL);
     loop {
         let first = tokio::select! {
             change = changes.next() => match change {
                 Some(change) => change,
                 None => return,
             },
-            _ = probe.tick() => {
-                probe_api(&client, &health, &metrics, &label).await;
+            _ = report.tick() => {
+                notice_accepted_watches(&mut progress, &contact);
+                report_progress(&state, &progress, &health, &metrics, &label);
+                save_if_due(&mut progress, save_to.as_ref());
                 continue;
             }
         };
         // Take every change already waiting: one publication for a burst.
-        let observed = first.1;
-        let mut changed = apply(&mut state, &config, first.0, &metrics, &label, &health);
-        while let Some(Some((next, _))) = changes.next().now_or_never() {
-            changed |= apply(&mut state, &config, next, &metrics, &label, &health);
+        let observed = first.2;
+        let mut changed = apply(
+            &mut state,
+            &config,
+            &watchers,
+            &mut progress,
+            first,
+            &metrics,
+        );
+        while let Some(Some(next)) = changes.next().now_or_never() {
+            changed |= apply(
+                &mut state,
+                &config,
+                &watchers,
+                &mut progress,
+                next,
+                &metrics,
+            );
         }
-        if changed && state.synced() {
-            let snapshot = compile_snapshot(&config, &mut state, &metrics);
-            if updates
-                .send(Update {
-                    source: SOURCE,
-                    snapshot,
-                    observed,
-                })
-                .await
-                .is_err()
-            {
+        let all_synced = (0..watchers.ids.len()).all(|i| state.synced(i));
+        // Before every watcher has listed: publish what the others have (their zones served,
+        // the rest pending) once every unlisted watcher has failed, unless saved records are
+        // being served (they cover every zone, and stay until the watchers have listed).
+        let publishable = all_synced
+            || (!progress.restored
+                && (0..watchers.ids.len())
+                    .all(|i| state.synced(i) || progress.watch[i].failure.is_some()));
+        if publishable && (changed || !progress.published || progress.restored) {
+            let pending: Vec<Name> = (0..watchers.ids.len())
+                .filter(|i| !state.synced(*i))
+                .flat_map(|i| watchers.zones[i].iter().cloned())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !pending.is_empty() {
+                warn!(zones = ?pending.iter().map(Name::to_ascii).collect::<Vec<_>>(), "a watch fails before its first list: its zones answer SERVFAIL, the others are served");
+            }
+            let mut snapshot = compile_snapshot(&config, &mut state, &metrics);
+            snapshot.pending_zones = pending;
+            if all_synced {
+                progress.save_due = Some(snapshot.groups.clone());
+                if progress.restored {
+                    info!("every watch has listed: the saved records are replaced");
+                    progress.restored = false;
+                    health.source_restored(SOURCE, None);
+                    metrics.source_restored.get_or_create(&label).set(0);
+                }
+            }
+            progress.published = true;
+            let update = Update {
+                source: SOURCE,
+                snapshot,
+                observed,
+                complete: all_synced,
+            };
+            if updates.send(update).await.is_err() {
                 return;
             }
+        }
+        report_progress(&state, &progress, &health, &metrics, &label);
+    }
+}
+
+/// The update that serves the records saved at `path`, if there are any.
+fn restore(path: &std::path::Path, health: &Health, metrics: &Metrics) -> Option<Update> {
+    match saved::load(path) {
+        Ok(Some(restored)) => {
+            let age = SystemTime::now()
+                .duration_since(restored.saved_at)
+                .unwrap_or_default();
+            info!(
+                file = %path.display(),
+                age_s = age.as_secs(),
+                "serving the records saved by the last run until every watch has listed"
+            );
+            health.source_restored(SOURCE, Some(restored.saved_at));
+            metrics
+                .source_restored
+                .get_or_create(&SourceLabel {
+                    source: SOURCE.to_owned(),
+                })
+                .set(1);
+            Some(Update {
+                source: SOURCE,
+                snapshot: Snapshot {
+                    groups: restored.groups,
+                    ..Snapshot::default()
+                },
+                observed: Instant::now(),
+                complete: false,
+            })
+        }
+        Ok(None) => None,
+        Err(err) => {
+            warn!(%err, "the saved records cannot be used; waiting for the watches");
+            None
         }
     }
 }
 
+/// Applies one watcher outcome; returns whether the objects changed.
 fn apply(
     state: &mut State,
     config: &AgentConfig,
-    change: Result<Change, watcher::Error>,
+    watchers: &Watchers,
+    progress: &mut Progress,
+    (index, outcome, seen): Outcome,
     metrics: &Metrics,
-    label: &SourceLabel,
-    health: &Health,
 ) -> bool {
-    let change = match change {
+    let watch = &mut progress.watch[index];
+    let change = match outcome {
         Ok(change) => change,
         Err(err) => {
-            warn!(%err, "Kubernetes watch failed; retrying, the last known records stay in service");
-            metrics.source_errors.get_or_create(label).inc();
-            metrics.source_connected.get_or_create(label).set(0);
+            let reason = failure_reason(&err);
+            metrics
+                .source_errors
+                .get_or_create(&SourceErrorLabel {
+                    source: SOURCE.to_owned(),
+                    resource: watch.id.resource.to_owned(),
+                    reason: reason.to_owned(),
+                })
+                .inc();
+            if watch.failed(reason, err.to_string(), seen) == Transition::Failing {
+                warn!(watch = %watch.id, reason, %err, "the watch fails; retrying, the last known records stay in service");
+            }
             return false;
         }
     };
-    metrics.source_connected.get_or_create(label).set(1);
-    health.source_contact(SOURCE);
+    // `Init` starts an attempt to list (it comes before the list request): only what the API
+    // server sent shows that the watch works.
+    if !change.starts_a_list()
+        && let Transition::Recovered { failures, lasted } = watch.succeeded(seen)
+    {
+        info!(
+            watch = %watch.id,
+            failures,
+            lasted_s = lasted.as_secs_f64(),
+            "the watch works again"
+        );
+    }
     match change {
         Change::Pod(i, event) => {
-            let source = &config.pods[state.pod_sources[i]];
+            let source = &config.pods[watchers.pod_sources[i]];
             state.pods[i].apply(*event, |pod| {
-                PodInfo::from_pod(pod, &source.label_key)
-                    .map(|info| PodRecords::new(source, info, metrics))
+                PodInfo::from_pod(pod, &source.label_key).map(|info| PodRecords::new(source, info))
             })
         }
         Change::Slice(i, event) => state.slices[i].apply(*event, SliceInfo::from_slice),
@@ -356,31 +344,119 @@ fn apply(
     }
 }
 
+/// Failing watchers whose watch the API server has accepted since: they work again.
+fn notice_accepted_watches(progress: &mut Progress, contact: &contact::ContactLog) {
+    let now = Instant::now();
+    for watch in &mut progress.watch {
+        if watch.watch_accepted_since_failure(contact.watch_accepted(&watch.id.watch_key))
+            && let Transition::Recovered { failures, lasted } = watch.succeeded(now)
+        {
+            info!(
+                watch = %watch.id,
+                failures,
+                lasted_s = lasted.as_secs_f64(),
+                "the watch works again"
+            );
+        }
+    }
+}
+
+/// Hands the watchers' state to readiness and metrics.
+fn report_progress(
+    state: &State,
+    progress: &Progress,
+    health: &Health,
+    metrics: &Metrics,
+    label: &SourceLabel,
+) {
+    let now = Instant::now();
+    let mut current_as_of = Some(now);
+    let mut problem = None;
+    for (i, watch) in progress.watch.iter().enumerate() {
+        let synced = state.synced(i);
+        current_as_of = match (current_as_of, watch.current_as_of(synced, now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            _ => None,
+        };
+        if problem.is_none() {
+            problem = watch.problem(synced, now);
+        }
+    }
+    health.source_current_as_of(SOURCE, current_as_of);
+    health.source_problem(SOURCE, problem);
+    let failing = progress.watch.iter().any(|w| w.failure.is_some());
+    metrics
+        .source_connected
+        .get_or_create(label)
+        .set(i64::from(!failing));
+}
+
+/// Writes the last complete snapshot's records, off the event loop, one write at a time.
+fn save_if_due(progress: &mut Progress, save_to: Option<&PathBuf>) {
+    let Some(path) = save_to else {
+        progress.save_due = None;
+        return;
+    };
+    if progress.saving.as_ref().is_some_and(|s| !s.is_finished()) {
+        return;
+    }
+    let Some(groups) = progress.save_due.take() else {
+        return;
+    };
+    let path = path.clone();
+    progress.saving = Some(tokio::task::spawn_blocking(move || {
+        if let Err(err) = saved::save(&path, &groups, SystemTime::now()) {
+            warn!(%err, "cannot save the records for the next start");
+        }
+    }));
+}
+
 fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) -> Snapshot {
     let started = Instant::now();
     // Each pod's group as compiled when the pod last changed.
-    let mut groups: Vec<RecordGroup> = state
-        .pods
-        .iter()
-        .flat_map(|store| store.objects.values())
-        .filter(|pod| !pod.records.is_empty())
-        .map(|pod| pod.records.clone())
-        .collect();
+    let mut groups: Vec<RecordGroup> = Vec::new();
+    let mut invalid_now = BTreeSet::new();
+    for (key, pod) in state.pods.iter().flat_map(|store| store.objects()) {
+        if !pod.records.is_empty() {
+            groups.push(pod.records.clone());
+        }
+        if !pod.invalid.is_empty() {
+            if !state.invalid_reported.contains(key) {
+                warn!(pod = %key, names = ?pod.invalid, "a label value that is not a DNS label: the pod is left out");
+            }
+            invalid_now.insert(key.clone());
+        }
+    }
+    metrics
+        .dropped_records
+        .get_or_create(&ReasonLabel {
+            reason: "invalid_dns_label".into(),
+        })
+        .set(invalid_now.len() as i64);
+    state.invalid_reported = invalid_now;
     let no_nodes = BTreeMap::new();
-    let nodes = state.nodes.as_ref().map_or(&no_nodes, |n| &n.objects);
+    let nodes = state.nodes.as_ref().map_or(&no_nodes, |n| n.objects());
     for (i, (source, store)) in config.endpoint_slices.iter().zip(&state.slices).enumerate() {
-        let mut addresses = endpoint_addresses(source, store.objects.values(), nodes);
+        let mut addresses = endpoint_addresses(source, store.objects().values(), nodes);
         let kept = addresses.is_empty()
             && source.keep_last_non_empty
             && !state.last_non_empty[i].is_empty();
+        let service = format!("{}/{}", source.namespace, source.service);
+        if kept != state.kept[i] {
+            if kept {
+                warn!(%service, output = %source.name, "no usable endpoint: keeping the last non-empty answer");
+            } else {
+                info!(%service, output = %source.name, "usable endpoints again");
+            }
+            state.kept[i] = kept;
+        }
         if kept {
-            warn!(service = %format!("{}/{}", source.namespace, source.service), output = %source.name, "no usable endpoint: keeping the last non-empty answer");
             addresses = state.last_non_empty[i].clone();
         } else if !addresses.is_empty() {
             state.last_non_empty[i] = addresses.clone();
         }
         let output = OutputLabel {
-            source: format!("{}/{}", source.namespace, source.service),
+            source: service,
             output: source.name.clone(),
         };
         metrics
@@ -401,25 +477,7 @@ fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) 
         "Kubernetes snapshot taken"
     );
     Snapshot {
-        zones: Vec::new(),
         groups,
-    }
-}
-
-/// One GET /version: the API server is reachable, so the data is current.
-async fn probe_api(client: &Client, health: &Health, metrics: &Metrics, label: &SourceLabel) {
-    match tokio::time::timeout(PROBE_INTERVAL, client.apiserver_version()).await {
-        Ok(Ok(_)) => {
-            health.source_contact(SOURCE);
-            metrics.source_connected.get_or_create(label).set(1);
-        }
-        Ok(Err(err)) => {
-            warn!(%err, "the API server does not answer; serving the last known records");
-            metrics.source_connected.get_or_create(label).set(0);
-        }
-        Err(_) => {
-            warn!("the API server did not answer in time; serving the last known records");
-            metrics.source_connected.get_or_create(label).set(0);
-        }
+        ..Snapshot::default()
     }
 }

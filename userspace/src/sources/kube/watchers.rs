@@ -1,0 +1,191 @@
+//! The watchers the configuration asks for: one per pod source and namespace (cluster-wide only
+//! when no namespace is named, so that RBAC can be namespaced), one per EndpointSlice output, and
+//! one on Nodes when an output takes node addresses. Each comes with what it watches and the
+//! zones whose names depend on it.
+
+use std::time::Instant;
+
+use futures::{StreamExt, stream::BoxStream};
+use hickory_proto::rr::Name;
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, utils::Backoff, watcher},
+};
+
+use crate::{
+    agent_config::AgentConfig,
+    sources::kube::{contact::watch_key, model::SERVICE_NAME_LABEL, watch_state::WatcherId},
+};
+
+/// Watch restarts back off from this...
+const BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+/// ...to at most this: the agent must converge within seconds once the API server is back.
+const BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Doubling backoff between BACKOFF_MIN and BACKOFF_MAX, reset by every successful event.
+struct CappedBackoff {
+    next: std::time::Duration,
+}
+
+impl Iterator for CappedBackoff {
+    type Item = std::time::Duration;
+    fn next(&mut self) -> Option<std::time::Duration> {
+        let current = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        Some(current)
+    }
+}
+
+impl Backoff for CappedBackoff {
+    fn reset(&mut self) {
+        self.next = BACKOFF_MIN;
+    }
+}
+
+fn backoff() -> CappedBackoff {
+    CappedBackoff { next: BACKOFF_MIN }
+}
+
+/// One watcher's event.
+pub enum Change {
+    /// The pod watcher of this index (into [`Watchers::pod_sources`]).
+    Pod(usize, Box<watcher::Event<Pod>>),
+    /// The EndpointSlice output of this index.
+    Slice(usize, Box<watcher::Event<EndpointSlice>>),
+    Node(Box<watcher::Event<Node>>),
+}
+
+impl Change {
+    /// Whether this is `Init`, which the watcher emits before it asks for a list: nothing the
+    /// API server said.
+    pub fn starts_a_list(&self) -> bool {
+        match self {
+            Change::Pod(_, event) => matches!(**event, watcher::Event::Init),
+            Change::Slice(_, event) => matches!(**event, watcher::Event::Init),
+            Change::Node(event) => matches!(**event, watcher::Event::Init),
+        }
+    }
+}
+
+/// An event or failure of the watcher at `.0` (an index into [`Watchers::ids`]), with when it
+/// was seen.
+pub type Outcome = (usize, Result<Change, watcher::Error>, Instant);
+
+pub struct Watchers {
+    /// What each watcher watches, pod watchers first, then one per EndpointSlice output, then
+    /// the node watcher.
+    pub ids: Vec<WatcherId>,
+    /// The zones whose names each watcher's objects give.
+    pub zones: Vec<Vec<Name>>,
+    /// The pod source each pod watcher serves.
+    pub pod_sources: Vec<usize>,
+    pub streams: Vec<BoxStream<'static, Outcome>>,
+}
+
+impl Watchers {
+    pub fn start(config: &AgentConfig, client: &Client) -> Self {
+        let mut watchers = Watchers {
+            ids: Vec::new(),
+            zones: Vec::new(),
+            pod_sources: Vec::new(),
+            streams: Vec::new(),
+        };
+        for (i, source) in config.pods.iter().enumerate() {
+            let selector = match &source.label_value {
+                Some(value) => format!("{}={value}", source.label_key),
+                None => source.label_key.clone(),
+            };
+            let namespaces: Vec<Option<&String>> = if source.namespaces.is_empty() {
+                vec![None]
+            } else {
+                source.namespaces.iter().map(Some).collect()
+            };
+            for namespace in namespaces {
+                let api: Api<Pod> = match namespace {
+                    Some(ns) => Api::namespaced(client.clone(), ns),
+                    None => Api::all(client.clone()),
+                };
+                let pod_watcher = watchers.pod_sources.len();
+                watchers.pod_sources.push(i);
+                let stream = watcher(api, watcher::Config::default().labels(&selector))
+                    .backoff(backoff())
+                    .map(move |r| r.map(|e| Change::Pod(pod_watcher, Box::new(e))));
+                let path = match namespace {
+                    Some(ns) => format!("/api/v1/namespaces/{ns}/pods"),
+                    None => "/api/v1/pods".to_owned(),
+                };
+                watchers.add(
+                    WatcherId {
+                        resource: "pods",
+                        namespace: namespace.cloned(),
+                        watch_key: watch_key(&path, Some(&selector)),
+                        selector: Some(selector.clone()),
+                    },
+                    vec![source.zone.clone()],
+                    stream,
+                );
+            }
+        }
+        for (i, source) in config.endpoint_slices.iter().enumerate() {
+            let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &source.namespace);
+            let selector = format!("{SERVICE_NAME_LABEL}={}", source.service);
+            let stream = watcher(api, watcher::Config::default().labels(&selector))
+                .backoff(backoff())
+                .map(move |r| r.map(|e| Change::Slice(i, Box::new(e))));
+            let path = format!(
+                "/apis/discovery.k8s.io/v1/namespaces/{}/endpointslices",
+                source.namespace
+            );
+            watchers.add(
+                WatcherId {
+                    resource: "endpointslices",
+                    namespace: Some(source.namespace.clone()),
+                    watch_key: watch_key(&path, Some(&selector)),
+                    selector: Some(selector),
+                },
+                vec![source.zone.clone()],
+                stream,
+            );
+        }
+        if config.needs_nodes() {
+            let api: Api<Node> = Api::all(client.clone());
+            let stream = watcher(api, watcher::Config::default())
+                .backoff(backoff())
+                .map(|r| r.map(|e| Change::Node(Box::new(e))));
+            let zones = config
+                .endpoint_slices
+                .iter()
+                .filter(|s| s.address_source != crate::agent_config::AddressSource::EndpointSlice)
+                .map(|s| s.zone.clone())
+                .collect();
+            watchers.add(
+                WatcherId {
+                    resource: "nodes",
+                    namespace: None,
+                    selector: None,
+                    watch_key: watch_key("/api/v1/nodes", None),
+                },
+                zones,
+                stream,
+            );
+        }
+        watchers
+    }
+
+    fn add(
+        &mut self,
+        id: WatcherId,
+        zones: Vec<Name>,
+        stream: impl futures::Stream<Item = Result<Change, watcher::Error>> + Send + 'static,
+    ) {
+        let index = self.ids.len();
+        self.ids.push(id);
+        self.zones.push(zones);
+        self.streams
+            .push(stream.map(move |r| (index, r, Instant::now())).boxed());
+    }
+}
