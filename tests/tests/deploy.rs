@@ -551,8 +551,21 @@ fn kubelet_expanded(args: &[String], env: &[(&str, &str)]) -> Vec<String> {
 
 #[test]
 fn the_charts_api_server_url_with_host_ip_set_reaches_the_api_server() {
+    chart_api_server_url_reaches_the_api_server("198.18.0.1", "chartapi");
+}
+
+/// On an IPv6 node `https://$(HOST_IP):6443` expands to a URL without brackets; the agent
+/// brackets it.
+#[test]
+fn the_charts_api_server_url_works_on_an_ipv6_node() {
+    chart_api_server_url_reaches_the_api_server("fd00:198:18::1", "chartapi6");
+}
+
+/// The chart's API server URL with HOST_IP expanded as the kubelet does, against an API server
+/// whose certificate names `kubernetes.default.svc` and not the node address: the chart's
+/// `tlsServerName` is what makes the handshake pass.
+fn chart_api_server_url_reaches_the_api_server(host_ip: &str, tag: &str) {
     require_root();
-    const HOST_IP: &str = "198.18.0.1";
     const TOKEN: &str = "chart-token";
     let docs = render("");
     let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
@@ -573,23 +586,25 @@ fn the_charts_api_server_url_with_host_ip_set_reaches_the_api_server() {
     assert_eq!(host_ip_env.as_deref(), Some("status.hostIP"));
     let args = kubelet_expanded(
         container.args.as_deref().expect("args"),
-        &[("HOST_IP", HOST_IP)],
+        &[("HOST_IP", host_ip)],
     );
     assert!(
-        args.contains(&format!("--api-server=https://{HOST_IP}:6443")),
+        args.contains(&format!("--api-server=https://{host_ip}:6443")),
         "{args:?}"
     );
 
-    let ns = NetNs::new("chartapi");
-    ns.ip(&["addr", "add", &format!("{HOST_IP}/32"), "dev", "lo"]);
-    let dir = TempDir::new("chartapi");
-    let credentials = ApiCredentials::generate_for(&dir, &[HOST_IP]);
+    let ns = NetNs::new(tag);
+    let prefix = if host_ip.contains(':') { 128 } else { 32 };
+    ns.ip(&["addr", "add", &format!("{host_ip}/{prefix}"), "dev", "lo"]);
+    let dir = TempDir::new(tag);
+    let credentials = ApiCredentials::generate_for(&dir, &["kubernetes.default.svc"]);
+    let ip: std::net::IpAddr = host_ip.parse().expect("an address");
     let api = FakeApi::start_with(
         Some(&ns),
         Access {
             tls: Some(credentials.server_config(false)),
             bearer_token: Some(TOKEN.into()),
-            bind: Some(format!("{HOST_IP}:6443").parse().expect("an address")),
+            bind: Some(std::net::SocketAddr::new(ip, 6443)),
         },
     );
     api.apply(
@@ -644,4 +659,5 @@ fn the_charts_api_server_url_with_host_ip_set_reaches_the_api_server() {
         },
     );
     assert_eq!(api.unauthorized_requests(), 0, "{}", agent.logs());
+    assert_eq!(api.refused_handshakes(), 0, "{}", agent.logs());
 }

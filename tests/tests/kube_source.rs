@@ -454,6 +454,124 @@ fn a_restart_while_the_api_server_is_down_serves_the_saved_records() {
     );
 }
 
+/// The pods as each of two API servers tells them: the second knows one more, so that the
+/// answers show which one the agent reads.
+fn two_api_servers(ns: &NetNs) -> (FakeApi, FakeApi) {
+    let first = FakeApi::start(Some(ns));
+    let second = FakeApi::start(Some(ns));
+    ingress_pods(&first);
+    ingress_pods(&second);
+    second.apply(
+        Kind::Pod,
+        PodSpec::ingress("nginx-2", "ingress", "default-nginx", "cp-2", "198.18.0.13").to_json(),
+    );
+    (first, second)
+}
+
+/// The node-local API server goes down (as in every control-plane upgrade): the watches move to
+/// the configured fallback, and the metric says which server is in use.
+#[test]
+fn the_watches_move_to_a_fallback_api_server_when_the_first_is_down() {
+    require_root();
+    let ns = NetNs::new("kfailover");
+    let (first, second) = two_api_servers(&ns);
+    let dir = TempDir::new("kfailover");
+    let file = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\n  fallbackApiServers: [{}]\npods:\n  - zone: {ZONE}\n",
+            first.url(),
+            second.url()
+        ),
+    );
+    let agent = Agent::start_on_lo(&ns, &file, &[]);
+    let name = format!("default-nginx.ingress.{ZONE}");
+    eventually("the first server's pods", 10, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
+            .answer_data()
+            .len()
+            == 2
+    });
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_api_server_active",
+            &[("server", &first.url())]
+        ),
+        1.0
+    );
+    first.set_outage(true);
+    eventually("the second server's pods", 20, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
+            .answer_data()
+            .len()
+            == 3
+    });
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_api_server_active",
+            &[("server", &second.url())]
+        ),
+        1.0
+    );
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_api_server_active",
+            &[("server", &first.url())]
+        ),
+        0.0
+    );
+    eventually("ready on the fallback", 10, || {
+        agent.http_get("/readyz").0 == 200
+    });
+}
+
+/// Without a configured fallback, the API servers `default/kubernetes` names are the fallbacks.
+#[test]
+fn the_api_servers_default_kubernetes_names_are_fallbacks_too() {
+    require_root();
+    let ns = NetNs::new("klearn");
+    let (first, second) = two_api_servers(&ns);
+    let mut slice = endpoint_slice(
+        "default",
+        "kubernetes-a",
+        "kubernetes",
+        &[("127.0.0.1", Some(true), "cp-0")],
+    );
+    slice["ports"] =
+        serde_json::json!([{"name": "https", "port": second.addr.port(), "protocol": "TCP"}]);
+    first.apply(Kind::EndpointSlice, slice);
+    let dir = TempDir::new("klearn");
+    let file = dir.write("agent.yaml", &config(&first, ""));
+    let agent = Agent::start_on_lo(&ns, &file, &[]);
+    let name = format!("default-nginx.ingress.{ZONE}");
+    eventually("the first server's pods", 10, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
+            .answer_data()
+            .len()
+            == 2
+    });
+    eventually("the learned server among the candidates", 10, || {
+        agent.metrics().contains(&format!(
+            "hostport_dns_api_server_active{{server=\"{}\"}} 0",
+            second.url()
+        ))
+    });
+    first.set_outage(true);
+    eventually("the learned server's pods", 20, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
+            .answer_data()
+            .len()
+            == 3
+    });
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_api_server_active",
+            &[("server", &second.url())]
+        ),
+        1.0
+    );
+}
+
 #[test]
 fn a_410_gone_relists_without_ever_losing_the_records() {
     let c = cluster("k410", ingress_pods, "", &[]);

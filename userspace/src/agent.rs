@@ -52,7 +52,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let contact = kube_source::contact::ContactLog::default();
     let kube_client = match &sources.config {
         Some(config) if config.uses_kubernetes() => {
-            Some(kube_source::client::connect(&config.kubernetes, &contact).await?)
+            let first = config.kubernetes.api_server.as_deref();
+            Some(kube_source::client::connect(&config.kubernetes, first, &contact).await?)
         }
         _ => None,
     };

@@ -51,6 +51,8 @@ pub struct Metrics {
     pub source_connected: Family<SourceLabel, Gauge>,
     /// 1 while a source serves the records an earlier run saved.
     pub source_restored: Family<SourceLabel, Gauge>,
+    /// 1 for the API server the watchers talk to, 0 for the other candidates.
+    pub api_server_active: Family<ServerLabel, Gauge>,
     /// 1 while an EndpointSlice output serves its last non-empty answer (nothing resolves now).
     pub kept_last_answer: Family<OutputLabel, Gauge>,
 }
@@ -65,6 +67,11 @@ pub struct SourceLabel {
 pub struct OutputLabel {
     pub source: String,
     pub output: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ServerLabel {
+    pub server: String,
 }
 
 /// A source's failure: what it was reading and why it failed.
@@ -108,6 +115,7 @@ impl Metrics {
             source_errors: Family::default(),
             source_connected: Family::default(),
             source_restored: Family::default(),
+            api_server_active: Family::default(),
             kept_last_answer: Family::default(),
         };
         registry.register(
@@ -194,6 +202,11 @@ impl Metrics {
             "source_restored",
             "1 while the source serves the records an earlier run saved, until its watches have listed",
             metrics.source_restored.clone(),
+        );
+        registry.register(
+            "api_server_active",
+            "1 for the API server the watches use now, 0 for the other candidates",
+            metrics.api_server_active.clone(),
         );
         registry.register(
             "kept_last_answer",

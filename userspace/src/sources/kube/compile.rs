@@ -392,6 +392,7 @@ mod tests {
     fn all_slices_of_the_service_merge_and_not_ready_endpoints_drop() {
         let slices = [
             SliceInfo {
+                port: None,
                 namespace: "default".into(),
                 service: "kubernetes".into(),
                 address_type: "IPv4".into(),
@@ -401,12 +402,14 @@ mod tests {
                 ],
             },
             SliceInfo {
+                port: None,
                 namespace: "default".into(),
                 service: "kubernetes".into(),
                 address_type: "IPv4".into(),
                 endpoints: vec![endpoint("198.18.0.12", Some(true), "c")],
             },
             SliceInfo {
+                port: None,
                 namespace: "default".into(),
                 service: "other".into(),
                 address_type: "IPv4".into(),
@@ -445,6 +448,7 @@ mod tests {
             node_name: None,
         };
         let slice = |e: EndpointInfo| SliceInfo {
+            port: None,
             namespace: "default".into(),
             service: "kubernetes".into(),
             address_type: "IPv4".into(),
@@ -470,6 +474,7 @@ mod tests {
     #[test]
     fn node_addresses_come_from_the_endpoints_nodes() {
         let slices = [SliceInfo {
+            port: None,
             namespace: "default".into(),
             service: "kubernetes".into(),
             address_type: "IPv4".into(),

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod compile;
 pub mod contact;
+pub mod failover;
 pub mod model;
 pub mod saved;
 pub mod store;
@@ -36,13 +37,14 @@ use tracing::{debug, info, warn};
 use crate::{
     agent_config::{AgentConfig, PodSource},
     health::Health,
-    metrics::{Metrics, OutputLabel, ReasonLabel, SourceErrorLabel, SourceLabel},
+    metrics::{Metrics, OutputLabel, ReasonLabel, ServerLabel, SourceErrorLabel, SourceLabel},
     publisher::Update,
     records::RecordGroup,
     sources::{
         Snapshot,
         kube::{
             compile::{Skipped, endpoint_addresses, endpoint_records, pod_records},
+            failover::{Failover, another_server_may_help},
             model::{NodeInfo, PodInfo, SliceInfo},
             store::Store,
             watch_state::{Transition, WatchState, failure_reason},
@@ -137,6 +139,20 @@ pub async fn run(
     contact: contact::ContactLog,
     save_to: Option<PathBuf>,
 ) {
+    let access = &config.kubernetes;
+    let configured: Vec<String> = access
+        .api_server
+        .iter()
+        .chain(&access.fallback_api_servers)
+        .map(|server| client::bracket_ipv6(server))
+        .collect();
+    let scheme = configured
+        .first()
+        .and_then(|s| s.split_once("://"))
+        .map_or("https", |(scheme, _)| scheme)
+        .to_owned();
+    let mut failover = Failover::new(configured, Instant::now());
+    show_active_server(&failover, &metrics);
     let mut watchers = Watchers::start(&config, &client);
     let mut state = State {
         pods: watchers
@@ -183,6 +199,23 @@ pub async fn run(
             },
             _ = report.tick() => {
                 notice_accepted_watches(&mut progress, &contact);
+                if config.kubernetes.learn_api_servers {
+                    failover.learn(learned_api_servers(&config, &state, &scheme));
+                    show_active_server(&failover, &metrics);
+                }
+                let all_failing = progress.watch.iter().all(|w| {
+                    w.failure.as_ref().is_some_and(|f| another_server_may_help(f.reason))
+                });
+                if let Some(server) = failover.next(all_failing, Instant::now()) {
+                    match client::connect(&config.kubernetes, Some(&server), &contact).await {
+                        Ok(client) => {
+                            warn!(%server, "the watches move to another API server");
+                            changes = futures::stream::select_all(Watchers::start(&config, &client).streams);
+                        }
+                        Err(err) => warn!(%server, %err, "cannot use this API server"),
+                    }
+                    show_active_server(&failover, &metrics);
+                }
                 report_progress(&state, &progress, &health, &metrics, &label);
                 save_if_due(&mut progress, save_to.as_ref());
                 continue;
@@ -341,6 +374,45 @@ fn apply(
             Some(nodes) => nodes.apply(*event, |node| Some(NodeInfo::from_node(node))),
             None => false,
         },
+    }
+}
+
+/// The API servers `default/kubernetes` names now, as URLs with `scheme`.
+fn learned_api_servers(config: &AgentConfig, state: &State, scheme: &str) -> Vec<String> {
+    let Some(i) = config
+        .endpoint_slices
+        .iter()
+        .position(|s| s.namespace == "default" && s.service == "kubernetes")
+    else {
+        return Vec::new();
+    };
+    let mut servers = Vec::new();
+    for slice in state.slices[i].objects().values() {
+        let Some(port) = slice.port else { continue };
+        for endpoint in &slice.endpoints {
+            if endpoint.ready == Some(false) {
+                continue;
+            }
+            for address in &endpoint.addresses {
+                servers.push(format!(
+                    "{scheme}://{}",
+                    std::net::SocketAddr::new(*address, port)
+                ));
+            }
+        }
+    }
+    servers.sort();
+    servers.dedup();
+    servers
+}
+
+fn show_active_server(failover: &Failover, metrics: &Metrics) {
+    for server in failover.candidates() {
+        let active = server == failover.active();
+        metrics
+            .api_server_active
+            .get_or_create(&ServerLabel { server })
+            .set(i64::from(active));
     }
 }
 

@@ -110,6 +110,8 @@ pub struct SliceInfo {
     /// "IPv4", "IPv6" or "FQDN".
     pub address_type: String,
     pub endpoints: Vec<EndpointInfo>,
+    /// The port named `https`, else the first (the API servers' port in `default/kubernetes`).
+    pub port: Option<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -137,6 +139,14 @@ impl SliceInfo {
             namespace: slice.metadata.namespace.clone().unwrap_or_default(),
             service,
             address_type: slice.address_type.clone(),
+            port: slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some("https"))
+                .or_else(|| slice.ports.iter().flatten().next())
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok()),
             endpoints: slice
                 .endpoints
                 .iter()
