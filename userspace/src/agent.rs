@@ -262,7 +262,7 @@ impl Sources {
                 .chain(&snapshot.zones)
                 .cloned()
                 .collect();
-            file::check_zones_do_not_overlap(&all)
+            crate::zone::check_zones_do_not_overlap(&all)
                 .map_err(|e| anyhow::anyhow!("--config and --records: {e}"))?;
         }
         Ok(Self { config, records })

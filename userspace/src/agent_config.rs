@@ -26,12 +26,9 @@ use hickory_proto::rr::Name;
 use serde::Deserialize;
 
 use crate::{
-    sources::{
-        Snapshot,
-        file::{FileError, RelativeName, ZoneEntry, check_zones_do_not_overlap, parse_name},
-        kube::syntax,
-    },
-    zone::ZoneSpec,
+    names::{RelativeName, parse_name},
+    sources::{Snapshot, file::FileError, kube::syntax},
+    zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
 };
 
 /// The label key pods are selected by when none is configured (coreha's).

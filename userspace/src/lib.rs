@@ -9,6 +9,7 @@ pub mod exposition;
 pub mod health;
 pub mod http;
 pub mod metrics;
+pub mod names;
 pub mod ops;
 pub mod publisher;
 pub mod records;

@@ -1,7 +1,7 @@
 //! Records as the sources produce them, before they are compiled into a table.
 
 use std::{
-    net::{Ipv4Addr, Ipv6Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
 };
 
@@ -21,6 +21,16 @@ pub enum RecordData {
     A(Ipv4Addr),
     Aaaa(Ipv6Addr),
     Srv(Srv),
+}
+
+impl From<IpAddr> for RecordData {
+    /// An address record of the address's family.
+    fn from(address: IpAddr) -> Self {
+        match address {
+            IpAddr::V4(a) => RecordData::A(a),
+            IpAddr::V6(a) => RecordData::Aaaa(a),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

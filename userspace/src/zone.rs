@@ -1,9 +1,16 @@
-//! What a served zone is, as configured: its apex, TTL, SOA fields and name servers.
+//! What a served zone is, as configured: its apex, TTL, SOA fields and name servers, and the
+//! grammar a zone is written in (the record file's `zones[]`, and the configuration's).
 
-use std::net::IpAddr;
+use std::{collections::BTreeMap, fmt, net::IpAddr};
 
 use hickory_proto::rr::Name;
 use hostport_dns_common::limits::DEFAULT_TTL;
+use serde::{Deserialize, Deserializer, de};
+
+use crate::{
+    names::{DnsName, RelativeName},
+    records::{RecordData, SourceRecord, Srv},
+};
 
 /// SOA timers used when the configuration does not set them (seconds; the values Knot DNS
 /// uses by default, so answers compare directly).
@@ -73,4 +80,186 @@ fn in_zone(apex: &Name, label: &str) -> Name {
     Name::from_ascii(label)
         .and_then(|l| l.append_domain(apex))
         .unwrap_or_else(|_| apex.clone())
+}
+
+/// Zones must not nest or repeat: every name has exactly one zone.
+pub fn check_zones_do_not_overlap(zones: &[ZoneSpec]) -> Result<(), String> {
+    for (i, a) in zones.iter().enumerate() {
+        for b in &zones[i + 1..] {
+            if a.apex.zone_of(&b.apex) || b.apex.zone_of(&a.apex) {
+                return Err(format!(
+                    "zones {} and {} overlap: zones may not nest or repeat",
+                    a.apex, b.apex
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One zone as written in a record file or in the agent's configuration file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneEntry {
+    name: DnsName,
+    #[serde(default)]
+    ttl: Option<Ttl>,
+    #[serde(default)]
+    records: BTreeMap<RelativeName, Addresses>,
+    #[serde(default)]
+    srv: BTreeMap<RelativeName, Vec<SrvEntry>>,
+    #[serde(default)]
+    nameservers: Option<Vec<NameServerEntry>>,
+    #[serde(default)]
+    soa: Option<SoaEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SrvEntry {
+    #[serde(default)]
+    priority: u16,
+    #[serde(default = "default_weight")]
+    weight: u16,
+    port: u16,
+    target: RelativeName,
+}
+
+fn default_weight() -> u16 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameServerEntry {
+    name: RelativeName,
+    #[serde(default)]
+    addresses: Vec<IpAddr>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SoaEntry {
+    mname: Option<RelativeName>,
+    rname: Option<RelativeName>,
+    refresh: Option<i32>,
+    retry: Option<i32>,
+    expire: Option<i32>,
+    minimum: Option<Ttl>,
+}
+
+/// One address or a list of them; each bad address is reported where it stands.
+struct Addresses(Vec<IpAddr>);
+
+impl<'de> Deserialize<'de> for Addresses {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> de::Visitor<'de> for Visitor {
+            type Value = Addresses;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an IP address or a list of IP addresses")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Addresses, E> {
+                parse_address(text).map(|a| Addresses(vec![a]))
+            }
+
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Addresses, A::Error> {
+                let mut addresses = Vec::new();
+                while let Some(text) = seq.next_element::<String>()? {
+                    addresses.push(parse_address(&text)?);
+                }
+                Ok(Addresses(addresses))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+fn parse_address<E: de::Error>(text: &str) -> Result<IpAddr, E> {
+    text.parse()
+        .map_err(|_| E::custom(format!("{text:?} is not a valid IP address")))
+}
+
+impl ZoneEntry {
+    /// The zone and its static records.
+    pub fn compile(self) -> Result<(ZoneSpec, Vec<SourceRecord>), String> {
+        let apex = self.name.0;
+        let mut spec = ZoneSpec::with_defaults(apex.clone());
+        if let Some(ttl) = self.ttl {
+            spec.ttl = ttl.0;
+            spec.soa.minimum = ttl.0;
+        }
+        if let Some(nameservers) = self.nameservers {
+            spec.nameservers = nameservers
+                .into_iter()
+                .map(|ns| {
+                    Ok(NameServer {
+                        name: ns.name.resolve(&apex)?,
+                        addresses: ns.addresses,
+                    })
+                })
+                .collect::<Result<_, String>>()?;
+            if let Some(first) = spec.nameservers.first() {
+                spec.soa.mname = first.name.clone();
+            }
+        }
+        if let Some(soa) = self.soa {
+            if let Some(mname) = soa.mname {
+                spec.soa.mname = mname.resolve_anywhere(&apex)?;
+            }
+            if let Some(rname) = soa.rname {
+                spec.soa.rname = rname.resolve_anywhere(&apex)?;
+            }
+            spec.soa.refresh = soa.refresh.unwrap_or(DEFAULT_REFRESH);
+            spec.soa.retry = soa.retry.unwrap_or(DEFAULT_RETRY);
+            spec.soa.expire = soa.expire.unwrap_or(DEFAULT_EXPIRE);
+            if let Some(minimum) = soa.minimum {
+                spec.soa.minimum = minimum.0;
+            }
+        }
+        let mut records = Vec::new();
+        for (name, addresses) in self.records {
+            let name = name.resolve(&apex)?;
+            for address in addresses.0 {
+                records.push(SourceRecord {
+                    name: name.clone(),
+                    ttl: None,
+                    data: address.into(),
+                });
+            }
+        }
+        for (name, targets) in self.srv {
+            let name = name.resolve(&apex)?;
+            for t in targets {
+                let srv = Srv {
+                    priority: t.priority,
+                    weight: t.weight,
+                    port: t.port,
+                    target: t.target.resolve_anywhere(&apex)?,
+                };
+                records.push(SourceRecord {
+                    name: name.clone(),
+                    ttl: None,
+                    data: RecordData::Srv(srv),
+                });
+            }
+        }
+        Ok((spec, records))
+    }
+}
+
+/// A TTL: at most 2^31 - 1 seconds (RFC 2181 §8).
+#[derive(Clone, Copy, Debug)]
+pub struct Ttl(pub u32);
+
+impl<'de> Deserialize<'de> for Ttl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let ttl = u32::deserialize(d)?;
+        if ttl > i32::MAX as u32 {
+            return Err(de::Error::custom("a TTL is at most 2147483647 seconds"));
+        }
+        Ok(Self(ttl))
+    }
 }

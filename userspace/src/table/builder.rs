@@ -6,7 +6,7 @@
 //! Compiling the same records from scratch gives the same table, whatever order the groups
 //! came and went in (tested below).
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+use std::{collections::BTreeMap, sync::Arc};
 
 use hickory_proto::rr::{LowerName, Name};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -138,10 +138,7 @@ impl TableBuilder {
                 glue.extend(ns.addresses.iter().map(|address| SourceRecord {
                     name: ns.name.clone(),
                     ttl: None,
-                    data: match address {
-                        IpAddr::V4(a) => RecordData::A(*a),
-                        IpAddr::V6(a) => RecordData::Aaaa(*a),
-                    },
+                    data: RecordData::from(*address),
                 }));
             }
         }

@@ -9,6 +9,7 @@ use crate::{
     agent_config::{
         AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress, PodSource,
     },
+    names::host_label,
     records::{RecordData, SourceRecord, Srv},
     sources::kube::model::{NodeInfo, PodInfo, SliceInfo},
 };
@@ -42,7 +43,7 @@ pub fn pod_records<'a>(
             continue;
         }
         let Some(name) = value_labels(&pod.label_value, source.dotted_label_values)
-            .zip(dns_label(&pod.namespace))
+            .zip(host_label(&pod.namespace))
             .and_then(|(mut labels, ns)| {
                 labels.push(ns);
                 Name::from_labels(labels.iter().map(String::as_bytes)).ok()
@@ -92,8 +93,8 @@ fn host_addresses(pod: &PodInfo) -> Vec<IpAddr> {
 /// value into the name as it is), one per dot-separated part. None when a part is not a DNS label.
 fn value_labels(value: &str, dotted: DottedLabelValues) -> Option<Vec<String>> {
     match dotted {
-        DottedLabelValues::Reject => dns_label(value).map(|label| vec![label]),
-        DottedLabelValues::Labels => value.split('.').map(dns_label).collect(),
+        DottedLabelValues::Reject => host_label(value).map(|label| vec![label]),
+        DottedLabelValues::Labels => value.split('.').map(host_label).collect(),
     }
 }
 
@@ -146,32 +147,18 @@ fn srv_records(
 
 /// `<node>.nodes.<zone>` (node names are DNS subdomains).
 fn node_target(node: &str, zone: &Name) -> Option<Name> {
-    let labels: Vec<String> = node.split('.').map(dns_label).collect::<Option<_>>()?;
+    let labels: Vec<String> = node.split('.').map(host_label).collect::<Option<_>>()?;
     let mut labels: Vec<&[u8]> = labels.iter().map(String::as_bytes).collect();
     labels.push(NODES_LABEL.as_bytes());
     Name::from_labels(labels).ok()?.append_domain(zone).ok()
 }
 
-/// A label value as a DNS label (RFC 1123, lower-cased), or None if it cannot be one.
-pub fn dns_label(value: &str) -> Option<String> {
-    let value = value.to_ascii_lowercase();
-    let bytes = value.as_bytes();
-    let valid = !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-';
-    valid.then_some(value)
-}
-
 fn address_record(name: Name, ttl: Option<u32>, address: IpAddr) -> SourceRecord {
-    let data = match address {
-        IpAddr::V4(a) => RecordData::A(a),
-        IpAddr::V6(a) => RecordData::Aaaa(a),
-    };
-    SourceRecord { name, ttl, data }
+    SourceRecord {
+        name,
+        ttl,
+        data: address.into(),
+    }
 }
 
 /// The addresses an EndpointSlice source resolves to now (sorted, no duplicates).
