@@ -1,8 +1,9 @@
 //! hostport-dns against Knot DNS: the agent serves a record file, Knot serves zone files written
 //! by hand for the same data (not generated from the agent's compiled table, so a compile bug
 //! shows as a difference), and a corpus of queries over UDP and TCP is compared section by
-//! section. Documented differences: the SOA serial (a content hash here, Knot's counter there)
-//! and reverse (PTR) answers, which Knot does not serve without a reverse zone. The corpus also
+//! section. Documented differences: the SOA serial (a content hash here, Knot's counter there).
+//! The reverse zones the agent derives (the /24 and /64 of its addresses, with the first zone's
+//! SOA fields) are written for Knot by hand too, and compared like the rest. The corpus also
 //! checks which path answered: every query the kernel's rules give to XDP must be answered by
 //! XDP, and no other.
 
@@ -112,9 +113,40 @@ _dup._tcp.pool SRV 0 1 8443 t1.pool
     for a in seventeen() {
         let _ = writeln!(edge, "seventeen A {a}");
     }
+    // The reverse zones of the addresses queried, with the first zone's SOA fields and name
+    // servers (prod.coreha.example. comes first in DNS order).
+    let reverse = |origin: &str, ptrs: &[(&str, &str)]| {
+        let mut zone = format!(
+            "$ORIGIN {origin}\n$TTL 5\n@ SOA ns1.prod.coreha.example. dns-admin.prod.coreha.example. 1 7200 900 1209600 30\n@ NS ns1.prod.coreha.example.\n"
+        );
+        for (owner, target) in ptrs {
+            let _ = writeln!(zone, "{owner} PTR {target}.prod.coreha.example.");
+        }
+        (origin.to_owned(), zone)
+    };
     vec![
         ("prod.coreha.example.".into(), prod),
         ("edge.example.".into(), edge),
+        reverse(
+            "200.18.198.in-addr.arpa.",
+            &[
+                ("1", "default-nginx.ingress"),
+                ("1", "node-1.nodes"),
+                ("2", "default-nginx.ingress"),
+                ("3", "default-nginx.ingress"),
+            ],
+        ),
+        reverse(
+            "0.18.198.in-addr.arpa.",
+            &[("9", "x.deep.empty"), ("53", "ns1")],
+        ),
+        reverse(
+            "0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa.",
+            &[
+                ("1.0.0.0.8.c.0.0.0.0.0.0.0.0.0.0", "default-nginx.ingress"),
+                ("6.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0", "v6.only"),
+            ],
+        ),
     ]
 }
 
@@ -147,13 +179,28 @@ const NAMES: &[&str] = &[
     "pool.edge.example",
     "www.example.com",
     "coreha.example",
+    // The reverse zones: apexes, addresses with one and two names, a neighbour without one,
+    // names below an address, an empty non-terminal of the IPv6 zone, and a network above the
+    // zones (not ours).
+    "200.18.198.in-addr.arpa",
+    "1.200.18.198.in-addr.arpa",
+    "2.200.18.198.IN-ADDR.ARPA",
+    "9.200.18.198.in-addr.arpa",
+    "x.1.200.18.198.in-addr.arpa",
+    "53.0.18.198.in-addr.arpa",
+    "9.0.18.198.in-addr.arpa",
+    "0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa",
+    "1.0.0.0.8.c.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa",
+    "6.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa",
+    "8.c.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa",
+    "18.198.in-addr.arpa",
 ];
 
 const A: u16 = 1;
 const AAAA: u16 = 28;
 
-/// A, AAAA, NS, SOA, MX, TXT, SRV, CAA, CNAME, ANY.
-const TYPES: &[u16] = &[A, AAAA, 2, 6, 15, 16, 33, 257, 5, 255];
+/// A, AAAA, NS, SOA, MX, TXT, SRV, CAA, CNAME, PTR, ANY.
+const TYPES: &[u16] = &[A, AAAA, 2, 6, 15, 16, 33, 257, 5, 12, 255];
 
 /// EDNS of the corpus: none, version 0 with and without DO, version 1 (BADVERS).
 const EDNS: &[Option<(u16, bool, u8)>] = &[

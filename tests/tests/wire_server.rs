@@ -201,11 +201,64 @@ fn served_addresses_have_ptr_records() {
             "node-1.nodes.prod.coreha.example."
         ]
     );
+    // A neighbour in the derived /24 does not exist; outside every /24 of a served address the
+    // server is not authoritative.
+    let neighbour = s.dig(&["-x", "198.18.200.99"]);
+    assert_eq!(neighbour.status, "NXDOMAIN");
+    assert!(neighbour.has_flag("aa"), "{neighbour:?}");
     assert_eq!(s.dig(&["-x", "198.18.99.99"]).status, "REFUSED");
     assert_eq!(
         s.dig(&["-x", "2001:db8::c8:1"]).answer_data(),
         ["default-nginx.ingress.prod.coreha.example."]
     );
+    let soa = s.dig(&["200.18.198.in-addr.arpa", "SOA"]);
+    assert_eq!(soa.answer.len(), 1, "{soa:?}");
+}
+
+/// Reverse zones as configured: a /16 (so a neighbour outside any served /24 is NXDOMAIN in it,
+/// and a /24 holding addresses is an empty non-terminal), no IPv6 zone, and the node names left
+/// out of the PTR records.
+#[test]
+fn configured_reverse_zones_and_left_out_names() {
+    require_root();
+    let ns = NetNs::new("revcfg");
+    let dir = TempDir::new("revcfg");
+    let zone_part = ZONE.strip_prefix("zones:\n").expect("a zones list");
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n{zone_part}reverseZones:\n  zones: [198.18.0.0/16]\n  leaveOut: [nodes.prod.coreha.example.]\n"
+        ),
+    );
+    let _agent = Agent::start(
+        &ns,
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    let dig = |args: &[&str]| dig(&ns, "127.0.0.1", PORT, args);
+    assert_eq!(
+        dig(&["-x", "198.18.200.1"]).answer_data(),
+        ["default-nginx.ingress.prod.coreha.example."],
+        "node-1.nodes is left out"
+    );
+    let soa = dig(&["18.198.in-addr.arpa", "SOA"]);
+    assert_eq!(
+        (soa.status.as_str(), soa.answer.len()),
+        ("NOERROR", 1),
+        "{soa:?}"
+    );
+    assert_eq!(dig(&["-x", "198.18.99.99"]).status, "NXDOMAIN");
+    let ent = dig(&["200.18.198.in-addr.arpa", "PTR"]);
+    assert_eq!(
+        (ent.status.as_str(), ent.answer.len()),
+        ("NOERROR", 0),
+        "{ent:?}"
+    );
+    assert_eq!(dig(&["-x", "2001:db8::c8:1"]).status, "REFUSED");
 }
 
 #[test]

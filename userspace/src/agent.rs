@@ -123,6 +123,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         sources.expected(),
     );
     if let Some(config) = &sources.config {
+        publisher.serve_reverse(config.reverse.clone());
+    }
+    if let Some(config) = &sources.config {
         publisher.publish(Update {
             source: CONFIG_SOURCE,
             snapshot: config.zones.clone(),

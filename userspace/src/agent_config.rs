@@ -28,6 +28,7 @@ use serde::Deserialize;
 use crate::{
     names::{RelativeName, parse_name},
     sources::{Snapshot, file::FileError, kube::syntax},
+    table::{Network, ReverseConfig},
     zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
 };
 
@@ -43,6 +44,8 @@ pub struct AgentConfig {
     pub kubernetes: KubernetesAccess,
     pub pods: Vec<PodSource>,
     pub endpoint_slices: Vec<EndpointSliceSource>,
+    /// The reverse zones served.
+    pub reverse: ReverseConfig,
 }
 
 impl AgentConfig {
@@ -198,6 +201,19 @@ struct ConfigFile {
     pods: Vec<PodEntry>,
     #[serde(default)]
     endpoint_slices: Vec<EndpointSliceEntry>,
+    #[serde(default)]
+    reverse_zones: ReverseZonesEntry,
+}
+
+/// `reverseZones`: `zones` (networks on octet or nibble boundaries; absent: the /24 and /64 of
+/// every served address; `[]`: none) and `leaveOut` (names, with the names below them, that
+/// get no PTR record).
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReverseZonesEntry {
+    zones: Option<Vec<String>>,
+    #[serde(default)]
+    leave_out: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -302,6 +318,29 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
         } else {
             Err(invalid(format!("{what}: zone {zone} is not in `zones`")))
         }
+    };
+    config.reverse = ReverseConfig {
+        zones: file
+            .reverse_zones
+            .zones
+            .map(|zones| {
+                zones
+                    .iter()
+                    .map(|z| {
+                        Network::parse_zone(z)
+                            .map_err(|e| invalid(format!("reverseZones.zones: {e}")))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?,
+        leave_out: file
+            .reverse_zones
+            .leave_out
+            .iter()
+            .map(|n| {
+                parse_name(n, true).map_err(|e| invalid(format!("reverseZones.leaveOut: {e}")))
+            })
+            .collect::<Result<_, _>>()?,
     };
     for (i, pods) in file.pods.into_iter().enumerate() {
         let what = format!("pods[{i}]");
@@ -497,5 +536,22 @@ mod tests {
             err.to_string().contains("endpointSlices[0].service"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn reverse_zones_are_networks_on_label_boundaries() {
+        let config = parse_str(
+            "zones:\n  - name: p.example\nreverseZones:\n  zones: [198.18.0.0/16, \"2001:db8::/48\"]\n  leaveOut: [nodes.p.example]\n",
+        )
+        .unwrap();
+        let zones = config.reverse.zones.unwrap();
+        assert_eq!(zones.len(), 2);
+        assert_eq!(config.reverse.leave_out[0].to_ascii(), "nodes.p.example.");
+        let derived = parse_str("zones:\n  - name: p.example\n").unwrap();
+        assert_eq!(derived.reverse.zones, None, "derived by default");
+        let err =
+            parse_str("zones:\n  - name: p.example\nreverseZones:\n  zones: [198.18.0.0/20]\n")
+                .unwrap_err();
+        assert!(err.to_string().contains("reverseZones.zones"), "{err}");
     }
 }

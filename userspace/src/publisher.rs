@@ -22,7 +22,7 @@ use crate::{
     records::RecordGroup,
     server::Shared,
     sources::Snapshot,
-    table::{CompileWarning, TableBuilder},
+    table::{CompileWarning, ReverseConfig, TableBuilder},
     xdp::writer::MapWriter,
     zone::ZoneSpec,
 };
@@ -60,6 +60,8 @@ pub struct Publisher {
     after_first_write: Option<Box<dyn FnOnce() + Send>>,
     /// What the table lacks now, by the group (see [`group_identity`]) that brought it.
     dropped: FxHashMap<usize, Vec<CompileWarning>>,
+    /// The reverse zones the table serves.
+    reverse: Arc<ReverseConfig>,
 }
 
 /// What one publication compiled.
@@ -91,6 +93,7 @@ impl Publisher {
             builder: None,
             after_first_write: None,
             dropped: FxHashMap::default(),
+            reverse: Arc::default(),
         }
     }
 
@@ -104,6 +107,11 @@ impl Publisher {
                 .active()
                 .is_some()
         })
+    }
+
+    /// The reverse zones to serve (default: derived from the served addresses).
+    pub fn serve_reverse(&mut self, reverse: ReverseConfig) {
+        self.reverse = Arc::new(reverse);
     }
 
     /// Runs `then` once, after the next successful write of the kernel table.
@@ -287,6 +295,7 @@ impl Publisher {
             }
             _ => {
                 let (mut builder, mut warnings) = TableBuilder::new(&zones);
+                builder.set_reverse_config(self.reverse.clone());
                 self.dropped.clear();
                 if !warnings.is_empty() {
                     self.dropped.insert(0, warnings.clone());

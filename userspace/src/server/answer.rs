@@ -6,8 +6,6 @@
 //! question spells the zone (so they compress against it), the OPT record carries our payload
 //! size and the client's DO bit and nothing else.
 
-use std::net::IpAddr;
-
 use hickory_proto::{
     op::{Edns, Message, MessageType, OpCode, Query, ResponseCode},
     rr::{
@@ -21,7 +19,7 @@ use hostport_dns_common::{
     limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
 };
 
-use crate::table::{Node, RecordTable, Zone};
+use crate::table::{Network, Node, RecordTable, Zone};
 
 /// How the answer travels: UDP answers are limited to what the client accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -317,32 +315,81 @@ impl AtName<'_> {
 }
 
 /// PTR for the addresses the zones serve (as coreha does); any other name is not ours.
+/// A question outside the forward zones: a reverse zone's, or not ours (REFUSED).
 fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message) -> ResponseCode {
-    let address = question
-        .name
-        .parse_arpa_name()
-        .ok()
-        .filter(|net| net.prefix_len() == net.max_prefix_len())
-        .map(|net| net.addr());
-    let names = address.and_then(|a: IpAddr| table.names_with_address(&a));
-    let Some(names) = names else {
+    let found = table.reverse_zone_for(&question.name);
+    let (Some((network, query, extra)), Some(zone)) = (found, reverse_zone(table, found)) else {
         response.metadata.authoritative = false;
         add_extended_error(response, ExtendedError::NotAuthoritative);
         return ResponseCode::Refused;
     };
-    if matches!(question.query_type, RecordType::PTR | RecordType::ANY) {
+    let apex = spelled_apex(&question.name, &zone);
+    let qtype = question.query_type;
+    if !extra && query == network {
+        let answers = match qtype {
+            RecordType::SOA => vec![soa_record(&zone, &apex)],
+            // RFC 8482: one RRset answers ANY; NS comes before SOA, as in the forward zones.
+            RecordType::NS | RecordType::ANY => name_server_records(&zone, &apex),
+            _ => Vec::new(),
+        };
+        if answers.is_empty() {
+            response.add_authority(negative_soa_record(&zone, &apex));
+        } else {
+            response.add_answers(answers);
+        }
+        return ResponseCode::NoError;
+    }
+    let names = if !extra && query.is_host() {
+        table.ptr_names(&query.address)
+    } else {
+        Vec::new()
+    };
+    if names.is_empty() {
+        response.add_authority(negative_soa_record(&zone, &apex));
+        // A network holding addresses with PTR records is an empty non-terminal.
+        let exists = !extra && !query.is_host() && table.has_ptr_in(&query);
+        return if exists {
+            ResponseCode::NoError
+        } else {
+            ResponseCode::NXDomain
+        };
+    }
+    if matches!(qtype, RecordType::PTR | RecordType::ANY) {
+        // One RRset, one TTL: the lowest of the names'.
         let ttl = names
             .iter()
             .filter_map(|n| Some(table.node(n)?.ttl_in(table.zone_for(n)?)))
             .min()
-            .unwrap_or(hostport_dns_common::limits::DEFAULT_TTL);
-        response.add_answers(
-            names.iter().map(|n| {
-                Record::from_rdata(question.name.clone(), ttl, RData::PTR(PTR(n.clone())))
-            }),
-        );
+            .unwrap_or(zone.spec.ttl);
+        response.add_answers(names.iter().map(|n| {
+            Record::from_rdata(question.name.clone(), ttl, RData::PTR(PTR((*n).clone())))
+        }));
+    } else {
+        response.add_authority(negative_soa_record(&zone, &apex));
     }
     ResponseCode::NoError
+}
+
+/// The reverse zone of `found` as a zone: its apex, with the SOA fields, TTL and name servers of
+/// the first forward zone, and a serial that changes whenever a forward zone's does (so whenever
+/// a PTR record can).
+fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>) -> Option<Zone> {
+    let (network, _, _) = found?;
+    let first = table.zones().first()?;
+    let mut spec = first.spec.clone();
+    spec.apex = network.reverse_name();
+    for ns in &mut spec.nameservers {
+        ns.addresses.clear();
+    }
+    let serial = table
+        .zones()
+        .iter()
+        .fold(0u32, |sum, zone| sum.wrapping_add(zone.serial));
+    Some(Zone {
+        id: u32::MAX,
+        spec,
+        serial,
+    })
 }
 
 fn addresses_a(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {

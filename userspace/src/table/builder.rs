@@ -303,6 +303,7 @@ impl TableBuilder {
             let rest: Vec<Name> = names.iter().filter(|n| *n != name).cloned().collect();
             if rest.is_empty() {
                 self.table.reverse.remove(gone);
+                self.table.addresses.remove(gone);
             } else {
                 self.table.reverse.insert(*gone, rest.into());
             }
@@ -318,7 +319,13 @@ impl TableBuilder {
                 names.insert(at, name.clone());
             }
             self.table.reverse.insert(*added, names.into());
+            self.table.addresses.insert(*added);
         }
+    }
+
+    /// Which reverse zones the table serves, and which names get no PTR.
+    pub fn set_reverse_config(&mut self, config: Arc<super::ReverseConfig>) {
+        self.table.reverse_config = config;
     }
 
     /// The table as of the last [`TableBuilder::finish`].

@@ -11,6 +11,7 @@
 //! original, so publishing a new table to the server costs nothing whatever its size.
 
 mod builder;
+pub mod reverse;
 mod serial;
 
 use std::{
@@ -22,6 +23,7 @@ use hickory_proto::rr::{LowerName, Name};
 use rustc_hash::FxBuildHasher;
 
 pub use builder::TableBuilder;
+pub use reverse::{Network, ReverseConfig};
 
 use crate::{
     records::{SourceRecord, Srv},
@@ -108,6 +110,10 @@ pub struct RecordTable {
     nodes: PersistentMap<LowerName, Arc<Node>>,
     /// Address → the names holding it, sorted.
     reverse: PersistentMap<IpAddr, Arc<[Name]>>,
+    /// The addresses of `reverse`, in order: which networks hold any.
+    addresses: imbl::OrdSet<IpAddr>,
+    /// Which reverse zones are served, and which names get no PTR.
+    reverse_config: Arc<ReverseConfig>,
     /// Number of A, AAAA and SRV records.
     records: usize,
 }
@@ -152,6 +158,46 @@ impl RecordTable {
     /// Names that have `address` among their A or AAAA records, sorted.
     pub fn names_with_address(&self, address: &IpAddr) -> Option<&[Name]> {
         self.reverse.get(address).map(AsRef::as_ref)
+    }
+
+    /// The targets of `address`'s PTR records: its names, but those left out.
+    pub fn ptr_names(&self, address: &IpAddr) -> Vec<&Name> {
+        self.names_with_address(address)
+            .unwrap_or_default()
+            .iter()
+            .filter(|name| self.reverse_config.serves(name))
+            .collect()
+    }
+
+    /// Whether any address in `network` has a PTR record.
+    pub fn has_ptr_in(&self, network: &Network) -> bool {
+        let (first, last) = network.range();
+        self.addresses
+            .range(first..=last)
+            .any(|address| !self.ptr_names(address).is_empty())
+    }
+
+    /// The reverse zone `name` falls in (None: not one this server is authoritative for), the
+    /// network `name` stands for, and whether labels that are no part of an address come first.
+    pub fn reverse_zone_for(&self, name: &Name) -> Option<(Network, Network, bool)> {
+        let (query, extra) = reverse::network_of(&name.to_lowercase())?;
+        let zone = match &self.reverse_config.zones {
+            Some(zones) => *zones
+                .iter()
+                .filter(|zone| zone.contains(&query))
+                .max_by_key(|zone| zone.prefix)?,
+            None => {
+                let prefix = if query.address.is_ipv4() {
+                    reverse::DERIVED_V4_PREFIX
+                } else {
+                    reverse::DERIVED_V6_PREFIX
+                };
+                let zone =
+                    Network::new(query.address, prefix).filter(|_| query.prefix >= prefix)?;
+                self.has_ptr_in(&zone).then_some(zone)?
+            }
+        };
+        Some((zone, query, extra))
     }
 
     /// Number of A, AAAA and SRV records.
