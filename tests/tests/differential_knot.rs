@@ -54,6 +54,11 @@ fn records() -> String {
 {}    srv:
       _https._tcp.pool: [{}]
       _dup._tcp.pool: [{{ port: 443, target: t1.pool }}, {{ port: 8443, target: t1.pool }}]
+  - name: glue.example
+    ttl: 60
+    nameservers:
+{}    records:
+      www: 198.18.52.1
 ",
         many().join(", "),
         seventeen().join(", "),
@@ -65,8 +70,26 @@ fn records() -> String {
             .iter()
             .map(|(target, _)| format!("{{ port: 443, target: {target} }}"))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        glue_servers()
+            .iter()
+            .map(|(ns, v4, v6)| format!("      - {{ name: {ns}, addresses: [{v4}, \"{v6}\"] }}\n"))
+            .collect::<String>()
     )
+}
+
+/// Fourteen name servers with two addresses each: the NS records fit 512 bytes, their glue does
+/// not (the glue goes, TC stays clear).
+fn glue_servers() -> Vec<(String, String, String)> {
+    (1..=14)
+        .map(|i| {
+            (
+                format!("ns{i}"),
+                format!("198.18.53.{i}"),
+                format!("2001:db8::35:{i}"),
+            )
+        })
+        .collect()
 }
 
 /// Twelve SRV targets with an address each: the SRV records fit 512 bytes, their targets'
@@ -124,9 +147,21 @@ _dup._tcp.pool SRV 0 1 8443 t1.pool
         }
         (origin.to_owned(), zone)
     };
+    let mut glue = "$ORIGIN glue.example.
+$TTL 60
+@    SOA  ns1 hostmaster 1 3600 600 86400 60
+www  A    198.18.52.1
+"
+    .to_owned();
+    for (ns, v4, v6) in glue_servers() {
+        let _ = writeln!(glue, "@ NS {ns}");
+        let _ = writeln!(glue, "{ns} A {v4}");
+        let _ = writeln!(glue, "{ns} AAAA {v6}");
+    }
     vec![
         ("prod.coreha.example.".into(), prod),
         ("edge.example.".into(), edge),
+        ("glue.example.".into(), glue),
         reverse(
             "200.18.198.in-addr.arpa.",
             &[
@@ -179,6 +214,9 @@ const NAMES: &[&str] = &[
     "pool.edge.example",
     "www.example.com",
     "coreha.example",
+    "glue.example",
+    "ns3.glue.example",
+    "www.glue.example",
     // The reverse zones: apexes, addresses with one and two names, a neighbour without one,
     // names below an address, an empty non-terminal of the IPv6 zone, and a network above the
     // zones (not ours).
@@ -218,12 +256,16 @@ fn xdp_answers(name: &str, qtype: u16, edns: Option<(u16, bool, u8)>) -> bool {
     if !(qtype == A || qtype == AAAA) || edns.is_some_and(|(_, _, version)| version != 0) {
         return false;
     }
-    let in_zone = name.ends_with("prod.coreha.example") || name.ends_with("edge.example");
+    let in_zone = name.ends_with("prod.coreha.example")
+        || name.ends_with("edge.example")
+        || name.ends_with("glue.example");
     let soa_names = [
         "ns1.prod.coreha.example",
         "dns-admin.prod.coreha.example",
         "ns.edge.example",
         "hostmaster.edge.example",
+        "ns1.glue.example",
+        "hostmaster.glue.example",
     ];
     // (name, A count, AAAA count) of every name with addresses.
     let addresses = [
@@ -236,6 +278,8 @@ fn xdp_answers(name: &str, qtype: u16, edns: Option<(u16, bool, u8)>) -> bool {
         ("t1.pool.edge.example", 1, 0),
         ("many.edge.example", 40, 0),
         ("seventeen.edge.example", 17, 0),
+        ("ns3.glue.example", 1, 1),
+        ("www.glue.example", 1, 0),
     ];
     let (a, aaaa) = addresses
         .iter()
