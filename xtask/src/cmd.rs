@@ -81,7 +81,29 @@ pub fn describe(cmd: &Command) -> String {
 pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(workspace_root());
+    without_run_environment(&mut cmd);
     cmd
+}
+
+/// Removes what `cargo run` set in xtask's environment (`CARGO_PKG_NAME=xtask`, ...). Build
+/// scripts that track those variables (ring's does) would otherwise see other values under
+/// xtask than in a shell, and cargo would rebuild them, and everything above them, each time.
+pub fn without_run_environment(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if is_run_variable(name) {
+            cmd.env_remove(name);
+        }
+    }
+}
+
+fn is_run_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+        )
 }
 
 /// The release agent binary, built by [`build_agent`].
@@ -105,6 +127,21 @@ pub fn build_agent() -> anyhow::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_cargo_run_sets_is_not_passed_on_but_cargo_settings_are() {
+        for name in ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR", "CARGO_CRATE_NAME"] {
+            assert!(is_run_variable(name), "{name}");
+        }
+        for name in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_PROFILE_RELEASE_LTO",
+            "CARGO",
+        ] {
+            assert!(!is_run_variable(name), "{name}");
+        }
+    }
 
     #[test]
     fn the_workspace_is_the_checkout_xtask_runs_in() {

@@ -69,6 +69,7 @@ pub fn lint() -> anyhow::Result<()> {
             .env_remove("CARGO")
             .env_remove("RUSTC")
             .env_remove("RUSTC_WORKSPACE_WRAPPER");
+        cmd::without_run_environment(&mut clippy);
         cmd::run(&mut clippy)?;
     }
     Ok(())
