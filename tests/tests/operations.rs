@@ -74,6 +74,12 @@ fn metrics_and_health_match_the_traffic_sent() {
     assert_eq!(m("hostport_dns_table_records", &[]), 4.0);
     assert_eq!(m("hostport_dns_source_synced", &[("source", "file")]), 1.0);
     assert!(m("hostport_dns_propagation_seconds_count", &[]) >= 1.0);
+    // The three SRV answers came from userspace: the first is cached, within the budget.
+    let cached = m("hostport_dns_answer_cache_bytes", &[]);
+    assert!(
+        cached > 0.0 && cached <= (16 << 20) as f64,
+        "answer cache bytes {cached}"
+    );
     assert!(
         agent
             .metrics()

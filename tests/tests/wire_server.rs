@@ -9,6 +9,7 @@ use hostport_dns_tests::{
     clients::{
         Reply, dig, extended_errors, kdig, tcp_exchange, udp_exchange, udp_exchange_connected,
     },
+    eventually,
     netns::NetNs,
     packet::QueryBuilder,
     require_root,
@@ -45,6 +46,10 @@ struct Server {
 }
 
 fn server(tag: &str) -> Server {
+    server_with(tag, &[])
+}
+
+fn server_with(tag: &str, extra: &[&str]) -> Server {
     require_root();
     let ns = NetNs::new(tag);
     let dir = TempDir::new(tag);
@@ -56,7 +61,10 @@ fn server(tag: &str) -> Server {
             file.to_str().expect("UTF-8"),
             "--xdp-mode",
             "off",
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>(),
     );
     Server {
         agent,
@@ -622,4 +630,151 @@ fn an_edns_option_that_does_not_parse_is_ignored_not_formerr() {
     let answer = udp_exchange(&s.ns, v4(), query.bytes()).expect("an answer");
     assert_eq!(answer[3] & 0x0f, 0, "NOERROR, not FORMERR");
     assert_eq!(&answer[6..8], &[0, 1], "the address");
+}
+
+/// One TCP query, framed.
+fn tcp_framed(name: &str) -> Vec<u8> {
+    let query = QueryBuilder::new(name, 1).bytes();
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&query);
+    framed
+}
+
+/// A client that sends queries and never reads its answers: once the socket buffers are full the
+/// server's write times out and the connection is closed, and other clients are served meanwhile.
+#[test]
+fn a_tcp_client_that_never_reads_loses_its_connection_after_the_write_timeout() {
+    let s = server("tcpnoread");
+    let flood = s.ns.run(|| {
+        use std::io::Write;
+        let stream = std::net::TcpStream::connect(v4()).expect("TCP connect");
+        stream
+            .set_write_timeout(Some(std::time::Duration::from_secs(2)))
+            .ok();
+        let query = tcp_framed("big.prod.coreha.example");
+        let mut writer = &stream;
+        let mut sent = 0usize;
+        // Answers of 32 addresses (~550 bytes) to ~45-byte queries: the answers fill both
+        // sockets' buffers long before the queries do.
+        while sent < 200_000 && writer.write_all(&query).is_ok() {
+            sent += 1;
+        }
+        (stream, sent)
+    });
+    assert!(flood.1 > 1000, "queries sent ({})", flood.1);
+    eventually(
+        "the write timeout closes the flooding connection",
+        20,
+        || {
+            s.agent
+                .metric("hostport_dns_tcp_closed", &[("reason", "write_timeout")])
+                == 1.0
+        },
+    );
+    let answers = tcp_exchange(
+        &s.ns,
+        v4(),
+        vec![QueryBuilder::new("node-1.nodes.prod.coreha.example", 1).bytes()],
+    );
+    assert_eq!(answers.len(), 1, "another client is served");
+    // The flooding client finds its connection closed once it reads what was buffered.
+    let (stream, _) = flood;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok();
+    let mut reader = &stream;
+    let mut buf = vec![0u8; 1 << 16];
+    let ended = loop {
+        match std::io::Read::read(&mut reader, &mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the server closed the connection");
+}
+
+/// A client at its cap of open connections gets the next one closed at once; its open ones and
+/// other clients are served.
+#[test]
+fn connections_beyond_a_clients_cap_are_closed_at_accept() {
+    let s = server_with("tcpcap", &["--tcp-max-per-client", "2"]);
+    let outcome = s.ns.run(|| {
+        use std::io::{Read, Write};
+        let open: Vec<std::net::TcpStream> = (0..2)
+            .map(|_| std::net::TcpStream::connect(v4()).expect("TCP connect"))
+            .collect();
+        // The first two are held (and answered), the third is closed without an answer.
+        let mut answered = 0;
+        for mut stream in &open {
+            stream
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .ok();
+            stream
+                .write_all(&tcp_framed("node-1.nodes.prod.coreha.example"))
+                .ok();
+            let mut len = [0u8; 2];
+            if stream.read_exact(&mut len).is_ok() {
+                answered += 1;
+            }
+        }
+        let mut third = std::net::TcpStream::connect(v4()).expect("TCP connect");
+        third
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .ok();
+        third
+            .write_all(&tcp_framed("node-1.nodes.prod.coreha.example"))
+            .ok();
+        let mut buf = [0u8; 2];
+        let third_answered = matches!(third.read(&mut buf), Ok(n) if n > 0);
+        (answered, third_answered, open)
+    });
+    assert_eq!(
+        (outcome.0, outcome.1),
+        (2, false),
+        "two held and answered, the third closed"
+    );
+    assert_eq!(
+        s.agent
+            .metric("hostport_dns_tcp_closed", &[("reason", "client_cap")]),
+        1.0
+    );
+    assert_eq!(s.agent.metric("hostport_dns_tcp_connections", &[]), 2.0);
+}
+
+/// EDNS TCP keepalive (RFC 7828): asked over TCP, the answer says how long an idle connection
+/// stays open (10 s, in units of 100 ms); never over UDP.
+#[test]
+fn tcp_keepalive_is_announced_over_tcp_when_asked() {
+    use hickory_proto::{
+        op::{Edns, Message, Query},
+        rr::{
+            Name, RecordType,
+            rdata::opt::{EdnsCode, EdnsOption},
+        },
+    };
+    let s = server("keepalive");
+    let mut query = Message::query();
+    query.add_query(Query::query(
+        Name::from_ascii("node-1.nodes.prod.coreha.example.").expect("a name"),
+        RecordType::A,
+    ));
+    let mut edns = Edns::new();
+    edns.options_mut().insert(EdnsOption::Unknown(11, vec![]));
+    query.set_edns(edns);
+    let bytes = query.to_vec().expect("a query");
+    let keepalive = |answer: &[u8]| {
+        Message::from_vec(answer)
+            .expect("an answer")
+            .edns
+            .and_then(|e| e.options().get(EdnsCode::Keepalive).cloned())
+    };
+    let tcp = tcp_exchange(&s.ns, v4(), vec![bytes.clone()]);
+    assert_eq!(
+        keepalive(&tcp[0]),
+        Some(EdnsOption::Unknown(11, vec![0, 100]))
+    );
+    let udp = udp_exchange(&s.ns, v4(), bytes).expect("a UDP answer");
+    assert_eq!(keepalive(&udp), None);
 }

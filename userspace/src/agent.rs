@@ -194,7 +194,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
     for listener in tcp_listeners {
-        tokio::spawn(tcp::serve(listener, shared.clone()));
+        tokio::spawn(tcp::serve(
+            listener,
+            shared.clone(),
+            tcp::TcpLimits {
+                max_connections: args.tcp_max_connections,
+                max_per_client: args.tcp_max_per_client,
+            },
+        ));
     }
     tokio::spawn(async move {
         if let Err(err) = http::serve(http_listener, registry, health).await {

@@ -127,6 +127,12 @@ pub struct RunArgs {
     /// chart uses a hostPath beside the pins).
     #[arg(long, value_name = "FILE", env = "HOSTPORT_DNS_SAVED_RECORDS")]
     pub saved_records: Option<PathBuf>,
+    /// TCP connections served at once (more wait in the kernel backlog).
+    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_CONNECTIONS)]
+    pub tcp_max_connections: usize,
+    /// TCP connections one client address may hold open; more are closed at once.
+    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_PER_CLIENT)]
+    pub tcp_max_per_client: usize,
     /// Not ready when a source's data is older than this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub max_staleness: u64,

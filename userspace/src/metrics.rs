@@ -22,6 +22,9 @@ use prometheus_client::{
 
 use crate::{health::Health, server::Shared, xdp::counters::Counters};
 
+/// The label set of a series without labels.
+const NO_LABELS: [(&str, &str); 0] = [];
+
 /// Metrics the agent updates as it goes.
 pub struct Metrics {
     pub table_names: Gauge,
@@ -320,6 +323,31 @@ impl Collector for LiveCollector {
         )?;
         ConstCounter::new(self.shared.stats.truncated())
             .encode(truncated.encode_family(&[("proto", "udp")])?)?;
+        let mut cache_bytes = encoder.encode_descriptor(
+            "answer_cache_bytes",
+            "Bytes the userspace answer caches hold, over all threads",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(crate::server::cache::cached_bytes() as i64)
+            .encode(cache_bytes.encode_family(&NO_LABELS)?)?;
+        let mut tcp_open = encoder.encode_descriptor(
+            "tcp_connections",
+            "TCP connections open now",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.shared.stats.tcp_open() as i64)
+            .encode(tcp_open.encode_family(&[("proto", "tcp")])?)?;
+        let mut tcp_closed = encoder.encode_descriptor(
+            "tcp_closed",
+            "TCP connections ended, by reason (by_client, idle, write_timeout, lifetime, queries, client_cap: refused at accept, error)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (reason, count) in self.shared.stats.tcp_closes() {
+            ConstCounter::new(count).encode(tcp_closed.encode_family(&[("reason", reason)])?)?;
+        }
         let mut staleness = encoder.encode_descriptor(
             "source_staleness_seconds",
             "Seconds since the source was last known current (a complete state, an event, a probe)",

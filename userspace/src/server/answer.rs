@@ -10,7 +10,10 @@ use hickory_proto::{
     op::{Edns, Message, MessageType, OpCode, Query, ResponseCode},
     rr::{
         DNSClass, Name, RData, Record, RecordType,
-        rdata::{A, AAAA, NS, PTR, SOA, SRV, opt::EdnsOption},
+        rdata::{
+            A, AAAA, NS, PTR, SOA, SRV,
+            opt::{EdnsCode, EdnsOption},
+        },
     },
     serialize::binary::{BinDecodable, BinDecoder},
 };
@@ -53,6 +56,7 @@ pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) 
         Parsed::Whole(request) => {
             let mut response = response_to(&request);
             let rcode = fill(&request, &mut response, table, transport);
+            announce_keepalive(&request, &mut response, transport);
             (request, response, rcode)
         }
         // The message parsed but more follows it: FORMERR, with the question repeated so that
@@ -148,6 +152,26 @@ fn add_extended_error(response: &mut Message, error: ExtendedError) {
         let code = (error as u16).to_be_bytes();
         edns.options_mut()
             .insert(EdnsOption::Unknown(EDE_OPTION, code.to_vec()));
+    }
+}
+
+/// EDNS TCP keepalive (RFC 7828): a TCP query that carries the option learns how long the
+/// server keeps an idle connection (in units of 100 ms). Never over UDP (§3.2.1).
+fn announce_keepalive(request: &Message, response: &mut Message, transport: Transport) {
+    let asked = request
+        .edns
+        .as_ref()
+        .is_some_and(|e| e.options().get(EdnsCode::Keepalive).is_some());
+    if transport != Transport::Tcp || !asked {
+        return;
+    }
+    let units =
+        (crate::server::tcp::IDLE_TIMEOUT.as_millis() / 100).min(u128::from(u16::MAX)) as u16;
+    if let Some(edns) = response.edns.as_mut() {
+        edns.options_mut().insert(EdnsOption::Unknown(
+            u16::from(EdnsCode::Keepalive),
+            units.to_be_bytes().to_vec(),
+        ));
     }
 }
 

@@ -1,8 +1,15 @@
 //! Per-thread answer cache: the answer to a query depends only on its bytes (apart from the ID)
 //! and the table, so an answer computed once for a table is reused until the table changes.
 //! Load balancers ask the same few questions every second; a hit costs a hash lookup and a copy.
+//!
+//! Bounded twice: entries per thread, and bytes over all threads together (queries padded or
+//! with randomised case against a large set cannot grow the caches toward the pod's memory
+//! limit: a thread that would pass the global budget empties its own cache first).
 
-use std::cell::RefCell;
+use std::{
+    cell::RefCell,
+    sync::atomic::{AtomicUsize, Ordering::Relaxed},
+};
 
 use rustc_hash::FxHashMap;
 
@@ -13,12 +20,55 @@ use crate::server::answer::{Answer, Transport};
 const CAPACITY: usize = 4096;
 /// Queries longer than this are not cached (nothing a load balancer sends).
 const MAX_QUERY: usize = 512;
+/// Bytes all threads' caches may hold together (keys, answers and the map's overhead).
+pub const MAX_BYTES: usize = 16 << 20;
+/// What an entry costs beyond its key and answer bytes (map slot, vector headers).
+const ENTRY_OVERHEAD: usize = 96;
+
+/// Bytes held by every thread's cache.
+static CACHED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Default)]
 struct Cache {
     generation: u64,
     /// (transport, query without its ID) → answer without its ID.
     answers: FxHashMap<(bool, Vec<u8>), Answer>,
+    /// Bytes this thread's entries hold (its share of [`CACHED_BYTES`]).
+    bytes: usize,
+}
+
+impl Cache {
+    fn clear(&mut self) {
+        self.answers.clear();
+        CACHED_BYTES.fetch_sub(self.bytes, Relaxed);
+        self.bytes = 0;
+    }
+
+    /// Keeps `answer` unless that would pass `max_bytes` over all threads.
+    fn insert(&mut self, key: (bool, Vec<u8>), answer: Answer, max_bytes: usize) {
+        let cost = key.1.len() + answer.bytes.len() + ENTRY_OVERHEAD;
+        if self.answers.len() >= CAPACITY || CACHED_BYTES.load(Relaxed) + cost > max_bytes {
+            self.clear();
+        }
+        if CACHED_BYTES.load(Relaxed) + cost > max_bytes {
+            // Other threads hold the budget: answer without caching.
+            return;
+        }
+        CACHED_BYTES.fetch_add(cost, Relaxed);
+        self.bytes += cost;
+        self.answers.insert(key, answer);
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        CACHED_BYTES.fetch_sub(self.bytes, Relaxed);
+    }
+}
+
+/// Bytes every thread's cache holds now.
+pub fn cached_bytes() -> usize {
+    CACHED_BYTES.load(Relaxed)
 }
 
 thread_local! {
@@ -32,12 +82,22 @@ pub fn lookup_or_insert(
     transport: Transport,
     compute: impl FnOnce() -> Option<Answer>,
 ) -> Option<Answer> {
+    lookup_or_insert_within(generation, query, transport, MAX_BYTES, compute)
+}
+
+fn lookup_or_insert_within(
+    generation: u64,
+    query: &[u8],
+    transport: Transport,
+    max_bytes: usize,
+    compute: impl FnOnce() -> Option<Answer>,
+) -> Option<Answer> {
     if query.len() < 2 || query.len() > MAX_QUERY {
         return compute();
     }
     CACHE.with_borrow_mut(|cache| {
         if cache.generation != generation {
-            cache.answers.clear();
+            cache.clear();
             cache.generation = generation;
         }
         let key = (transport == Transport::Tcp, query[2..].to_vec());
@@ -48,10 +108,7 @@ pub fn lookup_or_insert(
         }
         let answer = compute()?;
         if answer.bytes.len() >= 2 {
-            if cache.answers.len() >= CAPACITY {
-                cache.answers.clear();
-            }
-            cache.answers.insert(key, answer.clone());
+            cache.insert(key, answer.clone(), max_bytes);
         }
         Some(answer)
     })
@@ -100,5 +157,34 @@ mod tests {
             lookup_or_insert(2, &[0, 3, 9, 9], Transport::Udp, || compute(&[0, 3, 5, 5])).unwrap();
         assert_eq!(new_table.bytes, [0, 3, 5, 5], "a new table computes again");
         assert_eq!(computed.get(), 3);
+    }
+
+    #[test]
+    fn the_caches_never_hold_more_bytes_than_the_budget() {
+        // On a thread of its own: the budget is over every thread's cache.
+        std::thread::spawn(|| {
+            let budget = 64 * 1024;
+            let start = cached_bytes();
+            let mut peak = 0;
+            for i in 0..10_000u32 {
+                // Distinct queries (a name in random case, say), each with a 400-byte answer.
+                let mut query = vec![0, 0];
+                query.extend_from_slice(&i.to_be_bytes());
+                let answered =
+                    lookup_or_insert_within(1, &query, Transport::Udp, start + budget, || {
+                        Some(answer(&[0u8; 400]))
+                    });
+                assert_eq!(
+                    answered.map(|a| a.bytes.len()),
+                    Some(400),
+                    "answered all the same"
+                );
+                peak = peak.max(cached_bytes().saturating_sub(start));
+            }
+            assert!(peak <= budget, "peak {peak} over the budget {budget}");
+            assert!(peak > budget / 2, "the cache was used ({peak})");
+        })
+        .join()
+        .expect("the thread");
     }
 }

@@ -18,10 +18,49 @@ pub const RCODES: [&str; 9] = [
 ];
 pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
 
+/// Why a TCP connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpClose {
+    ByClient,
+    Idle,
+    WriteTimeout,
+    Lifetime,
+    Queries,
+    /// Refused at accept: the client had its maximum of connections open.
+    ClientCap,
+    Error,
+}
+
+impl TcpClose {
+    pub const ALL: [TcpClose; 7] = [
+        TcpClose::ByClient,
+        TcpClose::Idle,
+        TcpClose::WriteTimeout,
+        TcpClose::Lifetime,
+        TcpClose::Queries,
+        TcpClose::ClientCap,
+        TcpClose::Error,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TcpClose::ByClient => "by_client",
+            TcpClose::Idle => "idle",
+            TcpClose::WriteTimeout => "write_timeout",
+            TcpClose::Lifetime => "lifetime",
+            TcpClose::Queries => "queries",
+            TcpClose::ClientCap => "client_cap",
+            TcpClose::Error => "error",
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct ServerStats {
     answers: [[[AtomicU64; RCODES.len()]; QTYPES.len()]; TRANSPORTS.len()],
     truncated: AtomicU64,
+    tcp_open: AtomicU64,
+    tcp_closed: [AtomicU64; TcpClose::ALL.len()],
 }
 
 impl ServerStats {
@@ -51,6 +90,30 @@ impl ServerStats {
 
     pub fn truncated(&self) -> u64 {
         self.truncated.load(Relaxed)
+    }
+
+    pub fn tcp_opened(&self) {
+        self.tcp_open.fetch_add(1, Relaxed);
+    }
+
+    /// A connection ended (or was refused, `ClientCap`, without having been opened).
+    pub fn tcp_closed(&self, why: TcpClose) {
+        if why != TcpClose::ClientCap {
+            self.tcp_open.fetch_sub(1, Relaxed);
+        }
+        self.tcp_closed[why as usize].fetch_add(1, Relaxed);
+    }
+
+    /// TCP connections open now.
+    pub fn tcp_open(&self) -> u64 {
+        self.tcp_open.load(Relaxed)
+    }
+
+    /// Closes by reason.
+    pub fn tcp_closes(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        TcpClose::ALL
+            .iter()
+            .map(|why| (why.label(), self.tcp_closed[*why as usize].load(Relaxed)))
     }
 
     /// All answers of one transport.

@@ -1,24 +1,58 @@
-//! DNS over TCP (RFC 7766): several queries per connection, answered in order; an idle timeout;
-//! a cap on open connections (new ones wait for a free slot, the kernel backlog holds them).
+//! DNS over TCP (RFC 7766): several queries per connection, answered in order, within bounds a
+//! hostile client cannot stretch: an idle timeout, a write timeout (a client that sends queries
+//! and never reads its answers loses its connection once the socket buffers fill), a lifetime and
+//! a query count per connection, and caps on open connections per client address and in all.
+//! New connections beyond the global cap wait in the kernel backlog; those beyond a client's cap
+//! are closed at once. Every close for a limit is counted (`hostport_dns_tcp_closed_total`).
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     sync::Semaphore,
+    time::Instant,
 };
 use tracing::debug;
 
-use crate::server::{Shared, answer::Transport};
+use crate::server::{Shared, answer::Transport, stats::TcpClose};
 
 /// A connection with no query for this long is closed (RFC 7766 §6.2.3 suggests seconds).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// An answer the client does not take within this long closes the connection.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection is closed after this long, however busy.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(120);
+/// ...or after this many queries.
+pub const MAX_QUERIES: u32 = 10_000;
 /// Pending connections the kernel holds while all slots are busy.
 const LISTEN_BACKLOG: i32 = 1024;
-/// Open connections served at once.
-pub const MAX_CONNECTIONS: usize = 1024;
+/// Open connections served at once, by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Open connections from one client address, by default.
+pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
+
+/// The caps on open connections.
+#[derive(Clone, Copy, Debug)]
+pub struct TcpLimits {
+    pub max_connections: usize,
+    pub max_per_client: usize,
+}
+
+impl Default for TcpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_per_client: DEFAULT_MAX_PER_CLIENT,
+        }
+    }
+}
 
 /// A listening socket on `addr`; IPv6 sockets take IPv6 only (IPv4 has its own).
 pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
@@ -39,20 +73,66 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// Open connections per client address; an entry lives only while its client has one, so the
+/// map never holds more entries than connections are open.
+#[derive(Clone, Default)]
+struct PerClient(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One open connection of a client, counted until dropped.
+struct ClientSlot {
+    clients: PerClient,
+    client: IpAddr,
+}
+
+impl PerClient {
+    fn take(&self, client: IpAddr, cap: usize) -> Option<ClientSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(client).or_insert(0);
+        if *count >= cap {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            clients: self.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// Accepts connections until the task is dropped.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let clients = PerClient::default();
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Some(slot) = clients.take(peer.ip(), limits.max_per_client) else {
+                    shared.stats.tcp_closed(TcpClose::ClientCap);
+                    drop(stream);
+                    continue;
+                };
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    if let Err(err) = serve_connection(stream, &shared).await {
-                        debug!(%peer, %err, "TCP connection ended");
-                    }
+                    shared.stats.tcp_opened();
+                    let close = serve_connection(stream, &shared).await;
+                    shared.stats.tcp_closed(close);
+                    debug!(%peer, ?close, "TCP connection ended");
+                    drop(slot);
                     drop(permit);
                 });
             }
@@ -64,25 +144,39 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    stream.set_nodelay(true)?;
+/// Serves one connection until it ends; returns why.
+async fn serve_connection(mut stream: TcpStream, shared: &Shared) -> TcpClose {
+    if stream.set_nodelay(true).is_err() {
+        return TcpClose::Error;
+    }
+    let closes_at = Instant::now() + MAX_LIFETIME;
     let mut buf = Vec::with_capacity(512);
-    loop {
-        let len = match tokio::time::timeout(IDLE_TIMEOUT, stream.read_u16()).await {
+    for _ in 0..MAX_QUERIES {
+        // The idle timer runs from the last answer, but never past the connection's lifetime.
+        let deadline = (Instant::now() + IDLE_TIMEOUT).min(closes_at);
+        let len = match tokio::time::timeout_at(deadline, stream.read_u16()).await {
             Ok(Ok(len)) => len as usize,
-            // Idle, or the client closed.
-            Ok(Err(_)) | Err(_) => return Ok(()),
+            Ok(Err(_)) => return TcpClose::ByClient,
+            Err(_) if deadline == closes_at => return TcpClose::Lifetime,
+            Err(_) => return TcpClose::Idle,
         };
         buf.resize(len, 0);
-        tokio::time::timeout(IDLE_TIMEOUT, stream.read_exact(&mut buf))
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        match tokio::time::timeout_at(deadline, stream.read_exact(&mut buf)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return TcpClose::ByClient,
+            Err(_) => return TcpClose::Idle,
+        }
         let Some(answer) = shared.answer(&buf, Transport::Tcp) else {
             continue;
         };
         let mut framed = Vec::with_capacity(answer.len() + 2);
         framed.extend_from_slice(&(answer.len() as u16).to_be_bytes());
         framed.extend_from_slice(&answer);
-        stream.write_all(&framed).await?;
+        match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&framed)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return TcpClose::ByClient,
+            Err(_) => return TcpClose::WriteTimeout,
+        }
     }
+    TcpClose::Queries
 }

@@ -126,6 +126,8 @@ struct Progress {
     saving: Option<tokio::task::JoinHandle<()>>,
     /// Freed memory was handed back after the first complete snapshot.
     trimmed: bool,
+    /// The zones last published as pending (logged when they change).
+    pending: Vec<Name>,
 }
 
 /// Returns the allocator's free memory to the system (glibc keeps it otherwise).
@@ -187,6 +189,7 @@ pub async fn run(
         save_due: None,
         saving: None,
         trimmed: false,
+        pending: Vec::new(),
     };
     if let Some(path) = &save_to
         && let Some(update) = restore(path, &health, &metrics)
@@ -266,8 +269,13 @@ pub async fn run(
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            if !pending.is_empty() {
-                warn!(zones = ?pending.iter().map(Name::to_ascii).collect::<Vec<_>>(), "a watch fails before its first list: its zones answer SERVFAIL, the others are served");
+            if pending != progress.pending {
+                if pending.is_empty() {
+                    info!("every watch has listed: no zone is pending");
+                } else {
+                    warn!(zones = ?pending.iter().map(Name::to_ascii).collect::<Vec<_>>(), "a watch fails before its first list: its zones answer SERVFAIL, the others are served");
+                }
+                progress.pending = pending.clone();
             }
             let mut snapshot = compile_snapshot(&config, &mut state, &metrics);
             snapshot.pending_zones = pending;
