@@ -409,12 +409,7 @@ fn a_restart_while_the_api_server_is_down_serves_the_saved_records() {
     let name = format!("default-nginx.ingress.{ZONE}");
     let srv = format!("_https._tcp.{name}");
     let first = Agent::start_on_lo(&ns, &file, &["--saved-records", saved_arg]);
-    eventually("both pods", 10, || {
-        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
-            .answer_data()
-            .len()
-            == 2
-    });
+    eventually("both pods", 10, || addresses_of(&ns, &name) == 2);
     eventually("the records are saved", 10, || saved.exists());
     let srv_before = dig(&ns, "127.0.0.1", 1053, &[&srv, "SRV"]).answer_data();
     assert_eq!(srv_before.len(), 2, "{srv_before:?}");
@@ -469,6 +464,19 @@ fn two_api_servers(ns: &NetNs) -> (FakeApi, FakeApi) {
     (first, second)
 }
 
+/// How many addresses `name` has, asked in `ns`.
+fn addresses_of(ns: &NetNs, name: &str) -> usize {
+    dig(ns, "127.0.0.1", 1053, &[name, "A"]).answer_data().len()
+}
+
+/// `hostport_dns_api_server_active` for `server`.
+fn active(agent: &Agent, server: &FakeApi) -> f64 {
+    agent.metric(
+        "hostport_dns_api_server_active",
+        &[("server", &server.url())],
+    )
+}
+
 /// The node-local API server goes down (as in every control-plane upgrade): the watches move to
 /// the configured fallback, and the metric says which server is in use.
 #[test]
@@ -488,39 +496,15 @@ fn the_watches_move_to_a_fallback_api_server_when_the_first_is_down() {
     let agent = Agent::start_on_lo(&ns, &file, &[]);
     let name = format!("default-nginx.ingress.{ZONE}");
     eventually("the first server's pods", 10, || {
-        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
-            .answer_data()
-            .len()
-            == 2
+        addresses_of(&ns, &name) == 2
     });
-    assert_eq!(
-        agent.metric(
-            "hostport_dns_api_server_active",
-            &[("server", &first.url())]
-        ),
-        1.0
-    );
+    assert_eq!(active(&agent, &first), 1.0);
     first.set_outage(true);
     eventually("the second server's pods", 20, || {
-        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
-            .answer_data()
-            .len()
-            == 3
+        addresses_of(&ns, &name) == 3
     });
-    assert_eq!(
-        agent.metric(
-            "hostport_dns_api_server_active",
-            &[("server", &second.url())]
-        ),
-        1.0
-    );
-    assert_eq!(
-        agent.metric(
-            "hostport_dns_api_server_active",
-            &[("server", &first.url())]
-        ),
-        0.0
-    );
+    assert_eq!(active(&agent, &second), 1.0);
+    assert_eq!(active(&agent, &first), 0.0);
     eventually("ready on the fallback", 10, || {
         agent.http_get("/readyz").0 == 200
     });
@@ -546,10 +530,7 @@ fn the_api_servers_default_kubernetes_names_are_fallbacks_too() {
     let agent = Agent::start_on_lo(&ns, &file, &[]);
     let name = format!("default-nginx.ingress.{ZONE}");
     eventually("the first server's pods", 10, || {
-        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
-            .answer_data()
-            .len()
-            == 2
+        addresses_of(&ns, &name) == 2
     });
     eventually("the learned server among the candidates", 10, || {
         agent.metrics().contains(&format!(
@@ -559,18 +540,9 @@ fn the_api_servers_default_kubernetes_names_are_fallbacks_too() {
     });
     first.set_outage(true);
     eventually("the learned server's pods", 20, || {
-        dig(&ns, "127.0.0.1", 1053, &[&name, "A"])
-            .answer_data()
-            .len()
-            == 3
+        addresses_of(&ns, &name) == 3
     });
-    assert_eq!(
-        agent.metric(
-            "hostport_dns_api_server_active",
-            &[("server", &second.url())]
-        ),
-        1.0
-    );
+    assert_eq!(active(&agent, &second), 1.0);
 }
 
 #[test]

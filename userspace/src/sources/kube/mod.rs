@@ -376,15 +376,9 @@ fn apply(
     };
     // `Init` starts an attempt to list (it comes before the list request): only what the API
     // server sent shows that the watch works.
-    if !change.starts_a_list()
-        && let Transition::Recovered { failures, lasted } = watch.succeeded(seen)
-    {
-        info!(
-            watch = %watch.id,
-            failures,
-            lasted_s = lasted.as_secs_f64(),
-            "the watch works again"
-        );
+    if !change.starts_a_list() {
+        let transition = watch.succeeded(seen);
+        log_recovery(watch, transition);
     }
     match change {
         Change::Pod(i, event) => {
@@ -441,19 +435,25 @@ fn show_active_server(failover: &Failover, metrics: &Metrics) {
     }
 }
 
+/// The one line that ends a watch's run of failures.
+fn log_recovery(watch: &WatchState, transition: Transition) {
+    if let Transition::Recovered { failures, lasted } = transition {
+        info!(
+            watch = %watch.id,
+            failures,
+            lasted_s = lasted.as_secs_f64(),
+            "the watch works again"
+        );
+    }
+}
+
 /// Failing watchers whose watch the API server has accepted since: they work again.
 fn notice_accepted_watches(progress: &mut Progress, contact: &contact::ContactLog) {
     let now = Instant::now();
     for watch in &mut progress.watch {
-        if watch.watch_accepted_since_failure(contact.watch_accepted(&watch.id.watch_key))
-            && let Transition::Recovered { failures, lasted } = watch.succeeded(now)
-        {
-            info!(
-                watch = %watch.id,
-                failures,
-                lasted_s = lasted.as_secs_f64(),
-                "the watch works again"
-            );
+        if watch.watch_accepted_since_failure(contact.watch_accepted(&watch.id.watch_key)) {
+            let transition = watch.succeeded(now);
+            log_recovery(watch, transition);
         }
     }
 }
