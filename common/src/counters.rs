@@ -57,10 +57,35 @@ pub enum Counter {
     PassTooLarge,
     /// The packet could not be grown to hold the answer.
     PassNoRoom,
+    /// The query carries a DNS cookie: userspace checks it and answers with the server cookie.
+    PassCookie,
+    /// The client is not on the allow-list, which is set to refuse: userspace answers REFUSED.
+    PassNotAllowed,
+    /// A source that cannot have sent the query (loopback, unspecified, multicast or broadcast,
+    /// one of this host's own addresses, from another interface than lo), or a frame sent to a
+    /// broadcast or multicast MAC address: dropped, never answered.
+    DropMartian,
+    /// The client is not on the allow-list: dropped.
+    DropNotAllowed,
+    /// Over its rate limit: dropped.
+    DropRateLimited,
+    /// Over its rate limit, its turn to slip: answered truncated (TC=1, no records).
+    SlipRateLimited,
 }
 
 /// Number of counter slots.
-pub const COUNTER_SLOTS: u32 = Counter::PassNoRoom as u32 + 1;
+pub const COUNTER_SLOTS: u32 = Counter::SlipRateLimited as u32 + 1;
+
+/// What the program does with a packet a counter counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Sent back (XDP_TX).
+    Answered,
+    /// Up the stack (XDP_PASS).
+    Passed,
+    /// Dropped (XDP_DROP).
+    Dropped,
+}
 
 /// What an answer counter stands for: the query type and the kind of answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +123,25 @@ impl Counter {
         Counter::PassNoTable,
         Counter::PassTooLarge,
         Counter::PassNoRoom,
+        Counter::PassCookie,
+        Counter::PassNotAllowed,
+        Counter::DropMartian,
+        Counter::DropNotAllowed,
+        Counter::DropRateLimited,
+        Counter::SlipRateLimited,
     ];
+
+    /// What happens to the packet.
+    pub const fn verdict(self) -> Verdict {
+        match self {
+            Counter::DropMartian | Counter::DropNotAllowed | Counter::DropRateLimited => {
+                Verdict::Dropped
+            }
+            Counter::SlipRateLimited => Verdict::Answered,
+            other if other.answer_kind().is_some() => Verdict::Answered,
+            _ => Verdict::Passed,
+        }
+    }
 
     /// The counter of an answer to `qtype` (A or AAAA): with records, NODATA, or NXDOMAIN.
     pub const fn answer(is_aaaa: bool, with_data: bool, nxdomain: bool) -> Counter {
@@ -156,6 +199,12 @@ impl Counter {
             Counter::PassNoTable => "no_table",
             Counter::PassTooLarge => "too_large",
             Counter::PassNoRoom => "no_room",
+            Counter::PassCookie => "cookie",
+            Counter::PassNotAllowed => "refused_client",
+            Counter::DropMartian => "martian",
+            Counter::DropNotAllowed => "not_allowed",
+            Counter::DropRateLimited => "rate_limited",
+            Counter::SlipRateLimited => "slipped",
         }
     }
 }
@@ -184,5 +233,25 @@ mod tests {
             }
         }
         assert!(Counter::PassNoRoom.answer_kind().is_none());
+    }
+
+    #[test]
+    fn verdicts_follow_the_names() {
+        for c in Counter::ALL {
+            let expected = match c.verdict() {
+                Verdict::Dropped => "Drop",
+                Verdict::Passed => "Pass",
+                Verdict::Answered => "",
+            };
+            let name = std::format!("{c:?}");
+            if expected.is_empty() {
+                assert!(
+                    !name.starts_with("Pass") && !name.starts_with("Drop"),
+                    "{name}"
+                );
+            } else {
+                assert!(name.starts_with(expected), "{name}");
+            }
+        }
     }
 }

@@ -17,6 +17,8 @@ pub const POINTER_MARK: u16 = 0xC000;
 pub const TYPE_A: u16 = 1;
 pub const TYPE_AAAA: u16 = 28;
 pub const TYPE_OPT: u16 = 41;
+/// The EDNS COOKIE option (RFC 7873 §4).
+pub const EDNS_OPTION_COOKIE: u16 = 10;
 pub const CLASS_IN: u16 = 1;
 
 pub const RCODE_NOERROR: u8 = 0;
@@ -27,6 +29,7 @@ pub const RCODE_NXDOMAIN: u8 = 3;
 pub const FLAG_QR: u16 = 0x8000;
 pub const OPCODE_MASK: u16 = 0x7800;
 pub const FLAG_AA: u16 = 0x0400;
+pub const FLAG_TC: u16 = 0x0200;
 pub const FLAG_RD: u16 = 0x0100;
 pub const FLAG_CD: u16 = 0x0010;
 pub const RCODE_MASK: u16 = 0x000F;

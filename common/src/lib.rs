@@ -12,6 +12,7 @@ pub mod generation;
 pub mod hash;
 pub mod limits;
 pub mod maps;
+pub mod policy;
 pub mod record;
 
 #[cfg(test)]

@@ -99,3 +99,11 @@ pub const DEFAULT_DNS_PORT: u16 = 1053;
 
 /// TTL of the records when the configuration does not say (seconds; coreha's default).
 pub const DEFAULT_TTL: u32 = 5;
+
+/// Slots of the rate-limit table (a power of two: the slot is a masked hash). 16 bytes each:
+/// 1 MiB, whatever the number of sources; Knot's default table has 393,241 slots.
+pub const RATE_BUCKETS: u32 = 65_536;
+
+/// Prefixes each client trie (IPv4, IPv6) holds: the allow-list and the exempt prefixes
+/// together (checked by the agent).
+pub const MAX_CLIENT_PREFIXES: u32 = 1024;

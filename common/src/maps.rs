@@ -5,7 +5,7 @@
 /// whenever the layout of a pinned map changes: an upgraded agent then starts fresh maps instead
 /// of adopting ones that the running program reads differently (which keeps its own maps until
 /// its link is handed over).
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Which generation the program reads, and the hash seed: one
 /// [`crate::generation::Generation`] (see [`crate::generation`] for the design).
@@ -19,6 +19,13 @@ pub const LOCAL: &str = "HPD_LOCAL";
 /// Per-CPU counters indexed by [`crate::counters::Counter`].
 pub const COUNTERS: &str = "HPD_COUNTERS";
 
+/// IPv4 client prefixes (LPM trie) → `PREFIX_*` grants ([`crate::policy`]).
+pub const CLIENTS_V4: &str = "HPD_CLIENTS4";
+/// IPv6 client prefixes (LPM trie) → `PREFIX_*` grants.
+pub const CLIENTS_V6: &str = "HPD_CLIENTS6";
+/// The rate limiter's buckets: [`crate::policy::RateBucket`] per slot.
+pub const RATE: &str = "HPD_RATE";
+
 /// Name of the XDP program in the object file.
 pub const PROGRAM: &str = "hostport_dns_xdp";
 
@@ -31,3 +38,6 @@ pub const REFLECT_PROGRAM: &str = "hostport_dns_reflect";
 
 /// Global in the program holding the DNS port, set at load time.
 pub const GLOBAL_DNS_PORT: &str = "HPD_DNS_PORT";
+
+/// Global in the program holding its [`crate::policy::ClientPolicy`], set at load time.
+pub const GLOBAL_POLICY: &str = "HPD_POLICY";

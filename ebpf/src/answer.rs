@@ -35,6 +35,21 @@ pub struct Plan {
     pub dns_len: usize,
     /// What to count when it is sent.
     pub counter: Counter,
+    /// Sent truncated (TC=1), with no records: a rate-limited answer's slip.
+    pub truncated: bool,
+}
+
+impl Plan {
+    /// The same answer without its records and with TC=1 (as userspace truncates an answer
+    /// too large for UDP): the header, the question and the OPT record.
+    #[inline(always)]
+    pub fn truncate(&mut self, query: &Query) {
+        self.records = None;
+        self.soa = None;
+        self.dns_len = query.question_end() + if query.has_opt { OPT_RR_LEN } else { 0 };
+        self.counter = Counter::SlipRateLimited;
+        self.truncated = true;
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -89,6 +104,7 @@ pub fn plan(
         soa,
         dns_len,
         counter,
+        truncated: false,
     })
 }
 

@@ -19,17 +19,28 @@ pub enum Family {
     V6,
 }
 
-/// Where the IP header starts and which IP it is.
+/// Where the IP header starts, which IP it is, and whether the frame was sent to a group
+/// (broadcast or multicast) MAC address.
 pub struct L2 {
     pub l3_offset: usize,
     pub family: Family,
+    pub to_group: bool,
 }
+
+/// The I/G bit of a MAC address (its first byte's lowest bit): set in broadcast and multicast
+/// addresses.
+const MAC_GROUP_BIT: u8 = 0x01;
 
 #[inline(always)]
 pub fn parse(ctx: &XdpContext) -> Result<L2, Counter> {
     let eth: *mut EthHdr = ptr_at(ctx, 0).map_err(|_| Counter::PassNotIp)?;
     // SAFETY: bounds checked by ptr_at.
-    let mut ether_type = u16::from_be(unsafe { (*eth).ether_type });
+    let (mut ether_type, to_group) = unsafe {
+        (
+            u16::from_be((*eth).ether_type),
+            (*eth).dst_addr[0] & MAC_GROUP_BIT != 0,
+        )
+    };
     let mut l3_offset = EthHdr::LEN;
     if ether_type == ETH_P_8021Q || ether_type == ETH_P_8021AD {
         let inner: *mut [u8; 2] = ptr_at(ctx, EthHdr::LEN + 2).map_err(|_| Counter::PassNotIp)?;
@@ -43,7 +54,11 @@ pub fn parse(ctx: &XdpContext) -> Result<L2, Counter> {
         // A second tag, ARP, anything else.
         _ => return Err(Counter::PassNotIp),
     };
-    Ok(L2 { l3_offset, family })
+    Ok(L2 {
+        l3_offset,
+        family,
+        to_group,
+    })
 }
 
 /// Swaps source and destination MAC addresses: the answer goes back where the query came from.

@@ -17,6 +17,11 @@ const IPV4_IHL_NO_OPTIONS: u8 = 5;
 const IPV4_FRAGMENT_MASK: u16 = 0x3fff;
 /// Don't-fragment: our answers are at most 1232 bytes of DNS, well below any path MTU of 1280.
 const IPV4_FLAG_DF: u16 = 0x4000;
+/// The ECN field of the IPv4 TOS byte: an answer is a new packet, its ECN marking is not the
+/// query's (RFC 3168 §5: a CE mark copied back would signal congestion that never happened).
+const IPV4_ECN_MASK: u8 = 0x03;
+/// The ECN bits of the IPv6 traffic class, as they sit in the header's second byte.
+const IPV6_ECN_MASK: u8 = 0x30;
 /// TTL / hop limit of an answer: a fresh packet, not the query's decremented value.
 pub const ANSWER_TTL: u8 = 64;
 /// IPv6 next-header values of extension headers (RFC 8200 §4, RFC 7045): hop-by-hop, routing,
@@ -106,6 +111,7 @@ pub fn swap_for_answer(ctx: &XdpContext, l3: &L3, udp_len: usize) -> Result<u64,
             ip.id = [0, 0];
             ip.frags = IPV4_FLAG_DF.to_be_bytes();
             ip.ttl = ANSWER_TTL;
+            ip.tos &= !IPV4_ECN_MASK;
             ip.check = [0, 0];
             ip.check = crate::csum::ipv4_header(ip);
             Ok(crate::csum::pseudo_header(
@@ -121,6 +127,7 @@ pub fn swap_for_answer(ctx: &XdpContext, l3: &L3, udp_len: usize) -> Result<u64,
             core::mem::swap(&mut ip.src_addr, &mut ip.dst_addr);
             ip.payload_len = (udp_len as u16).to_be_bytes();
             ip.hop_limit = ANSWER_TTL;
+            ip.vcf[1] &= !IPV6_ECN_MASK;
             Ok(crate::csum::pseudo_header(
                 &ip.src_addr,
                 &ip.dst_addr,

@@ -2,13 +2,15 @@
 //! name table, and passes every packet it does not clearly own up to the stack, where the agent's
 //! userspace server answers it.
 //!
-//! The packet path reads top to bottom: parse (eth → ip → udp → dns), look up, plan the answer,
-//! rewrite the packet into it. Every reason to pass is a [`Counter`], turned into `XDP_PASS` in
-//! exactly one place.
+//! The packet path reads top to bottom: parse (eth → ip → udp), check who asks (this host, a
+//! plausible source, an allowed client), parse the query, look up, plan the answer, charge it to
+//! the client's rate, rewrite the packet into it. Every reason to pass or drop is a [`Counter`],
+//! turned into `XDP_PASS` or `XDP_DROP` in exactly one place.
 #![no_std]
 #![no_main]
 
 mod answer;
+mod client;
 mod csum;
 mod dns;
 mod eth;
@@ -16,10 +18,12 @@ mod host;
 mod ip;
 mod lookup;
 mod packet;
+mod rate;
 #[cfg(feature = "testbed")]
 mod reflect;
 mod rewrite;
 mod scratch;
+mod source;
 mod stats;
 mod table;
 mod udp;
@@ -27,14 +31,15 @@ mod udp;
 use aya_ebpf::{
     bindings::xdp_action,
     macros::{map, xdp},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, PerCpuArray},
     programs::XdpContext,
 };
 use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
-    counters::{COUNTER_SLOTS, Counter},
+    counters::{COUNTER_SLOTS, Counter, Verdict},
     generation::{GENERATIONS, Generation},
-    limits::{NAMES_CAPACITY, ZONES_CAPACITY},
+    limits::{MAX_CLIENT_PREFIXES, NAMES_CAPACITY, RATE_BUCKETS, ZONES_CAPACITY},
+    policy::{ClientPolicy, RateBucket},
     record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
 
@@ -64,6 +69,21 @@ static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 #[map]
 static HPD_SCRATCH: PerCpuArray<scratch::Scratch> = PerCpuArray::with_max_entries(1, 0);
 
+/// Client prefixes → grants (`hostport_dns_common::policy`), written once by the agent at load.
+#[map]
+static HPD_CLIENTS4: LpmTrie<[u8; 4], u32> = LpmTrie::with_max_entries(MAX_CLIENT_PREFIXES, 0);
+
+#[map]
+static HPD_CLIENTS6: LpmTrie<[u8; 16], u32> = LpmTrie::with_max_entries(MAX_CLIENT_PREFIXES, 0);
+
+/// The rate limiter's buckets, shared by every CPU (an array: its lookup is inlined).
+#[map]
+static HPD_RATE: Array<RateBucket> = Array::with_max_entries(RATE_BUCKETS, 0);
+
+/// Who is served and how much; the agent sets it at load time.
+#[unsafe(no_mangle)]
+static HPD_POLICY: ClientPolicy = ClientPolicy::OPEN;
+
 /// The UDP port served; the agent sets it at load time.
 #[unsafe(no_mangle)]
 static HPD_DNS_PORT: u16 = hostport_dns_common::limits::DEFAULT_DNS_PORT;
@@ -79,8 +99,12 @@ pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {
         Err(reason) => {
             stats::count(reason);
             // Off unless the agent is started with --ebpf-log-level: then one load and a branch.
-            debug!(&ctx, "passed: {}", reason.label());
-            xdp_action::XDP_PASS
+            debug!(&ctx, "not answered: {}", reason.label());
+            if reason.verdict() == Verdict::Dropped {
+                xdp_action::XDP_DROP
+            } else {
+                xdp_action::XDP_PASS
+            }
         }
     }
 }
@@ -92,11 +116,14 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     let l3 = ip::parse(ctx, &l2)?;
     let l4 = udp::parse(ctx, &l3)?;
     let table = table::current()?;
-    host::ensure_addressed_to_this_host(ctx, &l3, table)?;
+    let host = host::ensure_addressed_to_this_host(ctx, &l3, table)?;
+    source::ensure_plausible(&l2, &l4, &host)?;
+    let client = client::admit(&host)?;
     let scratch = scratch::get()?;
     let query = dns::parse(ctx, &l4, scratch, table)?;
     let found = lookup::find(&query, scratch, table)?;
-    let plan = answer::plan(&query, &found, scratch, table)?;
+    let mut plan = answer::plan(&query, &found, scratch, table)?;
+    rate::limit(&client, &query, &mut plan, table)?;
     rewrite::into_answer(ctx, &l3, &l4, &query, &plan, scratch)?;
     Ok(plan.counter)
 }

@@ -13,7 +13,7 @@ use core::ffi::c_void;
 use hostport_dns_common::{
     counters::Counter,
     csum::{at_offset, fold, sum16},
-    dns::{HEADER_LEN, OPT_RR_LEN, POINTER_MARK, TYPE_OPT, answer_flags},
+    dns::{FLAG_TC, HEADER_LEN, OPT_RR_LEN, POINTER_MARK, TYPE_OPT, answer_flags},
     limits::{
         AAAA_RRS_CAPACITY, EDNS_PAYLOAD_SIZE, MAX_FRONT_LEN, MAX_SOA_PATCHES, MAX_SOA_RR_LEN,
     },
@@ -245,7 +245,8 @@ fn write_opt(ctx: &XdpContext, udp_offset: usize, at: usize, flags: u8) -> Resul
 #[inline(always)]
 fn write_header(ctx: &XdpContext, at: usize, query: &Query, plan: &Plan) -> Result<(), Counter> {
     let header: *mut [u8; HEADER_LEN] = ptr_at(ctx, at)?;
-    let flags = answer_flags(query.flags, plan.rcode).to_be_bytes();
+    let truncation = if plan.truncated { FLAG_TC } else { 0 };
+    let flags = (answer_flags(query.flags, plan.rcode) | truncation).to_be_bytes();
     let ancount = plan.records.map_or(0, |r| r.count).to_be_bytes();
     let nscount: u16 = if plan.soa.is_some() { 1 } else { 0 };
     let arcount: u16 = if query.has_opt { 1 } else { 0 };

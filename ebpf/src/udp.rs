@@ -6,12 +6,14 @@ use network_types::udp::UdpHdr;
 
 use crate::{
     HPD_DNS_PORT,
+    eth::Family,
     ip::L3,
     packet::{be16, ptr_at},
 };
 
-/// Where the DNS message starts and how long it is.
+/// Where the DNS message starts and how long it is, and the client's port.
 pub struct L4 {
+    pub src_port: u16,
     pub udp_offset: usize,
     pub dns_offset: usize,
     pub dns_len: usize,
@@ -33,12 +35,16 @@ pub fn parse(ctx: &XdpContext, l3: &L3) -> Result<L4, Counter> {
         return Err(Counter::PassNotDns);
     }
     let udp_len = be16(udp.len) as usize;
-    // The UDP length must match the IP payload exactly, and a source port of 0 cannot be
-    // answered.
-    if udp_len != l3.payload_len || udp_len < UdpHdr::LEN || be16(udp.src) == 0 {
+    // The UDP length must match the IP payload exactly.
+    if udp_len != l3.payload_len || udp_len < UdpHdr::LEN {
+        return Err(Counter::PassMalformed);
+    }
+    // RFC 8200 §8.1: an IPv6 UDP datagram with a zero checksum is discarded (the stack does).
+    if l3.family == Family::V6 && udp.check == [0, 0] {
         return Err(Counter::PassMalformed);
     }
     Ok(L4 {
+        src_port: be16(udp.src),
         udp_offset: l3.l4_offset,
         dns_offset: l3.l4_offset + UdpHdr::LEN,
         dns_len: udp_len - UdpHdr::LEN,

@@ -19,6 +19,10 @@ pub struct Frame {
     pub udp_checksum: bool,
     /// Bytes after the IP packet (Ethernet padding of short frames).
     pub trailer: Vec<u8>,
+    /// The destination MAC address (the server's by default).
+    pub dst_mac: [u8; 6],
+    /// IPv4 TOS / IPv6 traffic class (its low two bits are the ECN field).
+    pub traffic_class: u8,
 }
 
 impl Frame {
@@ -31,6 +35,8 @@ impl Frame {
             vlan: None,
             udp_checksum: true,
             trailer: Vec::new(),
+            dst_mac: SERVER_MAC,
+            traffic_class: 0,
         }
     }
 
@@ -55,12 +61,16 @@ impl Frame {
             udp[6..8].copy_from_slice(&check.to_be_bytes());
         }
         let (ether_type, ip) = match (self.src, self.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => (0x0800u16, ipv4_header(s, d, udp.len())),
-            (IpAddr::V6(s), IpAddr::V6(d)) => (0x86dd, ipv6_header(s, d, udp.len())),
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                (0x0800u16, ipv4_header(s, d, udp.len(), self.traffic_class))
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                (0x86dd, ipv6_header(s, d, udp.len(), self.traffic_class))
+            }
             _ => panic!("mixed address families"),
         };
         let mut frame = Vec::new();
-        frame.extend_from_slice(&SERVER_MAC);
+        frame.extend_from_slice(&self.dst_mac);
         frame.extend_from_slice(&CLIENT_MAC);
         if let Some(vlan) = self.vlan {
             frame.extend_from_slice(&0x8100u16.to_be_bytes());
@@ -74,8 +84,8 @@ impl Frame {
     }
 }
 
-fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, payload: usize) -> Vec<u8> {
-    let mut h = vec![0x45, 0, 0, 0, 0x12, 0x34, 0, 0, 63, 17, 0, 0];
+fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, payload: usize, tos: u8) -> Vec<u8> {
+    let mut h = vec![0x45, tos, 0, 0, 0x12, 0x34, 0, 0, 63, 17, 0, 0];
     h[2..4].copy_from_slice(&((20 + payload) as u16).to_be_bytes());
     h.extend_from_slice(&src.octets());
     h.extend_from_slice(&dst.octets());
@@ -84,8 +94,8 @@ fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, payload: usize) -> Vec<u8> {
     h
 }
 
-fn ipv6_header(src: Ipv6Addr, dst: Ipv6Addr, payload: usize) -> Vec<u8> {
-    let mut h = vec![0x60, 0, 0, 0];
+fn ipv6_header(src: Ipv6Addr, dst: Ipv6Addr, payload: usize, traffic_class: u8) -> Vec<u8> {
+    let mut h = vec![0x60 | traffic_class >> 4, traffic_class << 4, 0, 0];
     h.extend_from_slice(&(payload as u16).to_be_bytes());
     h.extend_from_slice(&[17, 63]);
     h.extend_from_slice(&src.octets());
@@ -131,6 +141,8 @@ pub struct Parsed {
     pub src: IpAddr,
     pub dst: IpAddr,
     pub ttl: u8,
+    /// IPv4 TOS / IPv6 traffic class.
+    pub traffic_class: u8,
     pub src_port: u16,
     pub dst_port: u16,
     pub dns: Vec<u8>,
@@ -148,7 +160,7 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
     };
     let ether_type = u16::from_be_bytes([frame[at], frame[at + 1]]);
     at += 2;
-    let (src, dst, ttl, udp) = match ether_type {
+    let (src, dst, ttl, traffic_class, udp) = match ether_type {
         0x0800 => {
             let h = &frame[at..at + 20];
             assert_eq!(fold(sum_be(h)), 0xffff, "IPv4 header checksum");
@@ -160,7 +172,7 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
             );
             let src = IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15]));
             let dst = IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19]));
-            (src, dst, h[8], &frame[at + 20..])
+            (src, dst, h[8], h[1], &frame[at + 20..])
         }
         0x86dd => {
             let h = &frame[at..at + 40];
@@ -176,7 +188,7 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
             let dst = IpAddr::V6(Ipv6Addr::from(
                 <[u8; 16]>::try_from(&h[24..40]).expect("16 bytes"),
             ));
-            (src, dst, h[7], &frame[at + 40..])
+            (src, dst, h[7], (h[0] << 4) | (h[1] >> 4), &frame[at + 40..])
         }
         other => panic!("unexpected EtherType {other:#x}"),
     };
@@ -196,6 +208,7 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
         src,
         dst,
         ttl,
+        traffic_class,
         src_port: u16::from_be_bytes([udp[0], udp[1]]),
         dst_port: u16::from_be_bytes([udp[2], udp[3]]),
         dns: udp[8..].to_vec(),

@@ -9,6 +9,7 @@ use aya::{
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use hostport_dns::{
+    clients::{ClientPolicyTable, ClientsConfig},
     sources::file,
     table::RecordTable,
     xdp::{
@@ -20,6 +21,7 @@ use hostport_dns::{
 };
 use hostport_dns_common::maps;
 
+pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
 
@@ -42,6 +44,19 @@ impl Program {
         Self::load_table(table, local, Capacity::default())
     }
 
+    /// Loads the program with the client policy of `clients`, and the zones of `records_yaml`.
+    pub fn load_with_clients(records_yaml: &str, local: &[IpAddr], clients: ClientsConfig) -> Self {
+        let snapshot = file::parse(records_yaml, "test zones".as_ref()).expect("valid zones");
+        let (table, warnings) = RecordTable::compile(&snapshot.zones, snapshot.records());
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let ebpf = loader::load_with_policy(1053, &ClientPolicyTable::new(clients))
+            .expect("load the XDP program");
+        let mut program = Self::from_ebpf(ebpf, local, Capacity::default());
+        program.writer.write_table(&table).expect("write the table");
+        program.table = table;
+        program
+    }
+
     /// Loads the program and writes `table` with a writer of `capacity`.
     pub fn load_table(table: RecordTable, local: &[IpAddr], capacity: Capacity) -> Self {
         let mut program = Self::unwritten(local, capacity);
@@ -52,7 +67,11 @@ impl Program {
 
     /// Loads the program with no table written yet (only the local addresses handed over).
     pub fn unwritten(local: &[IpAddr], capacity: Capacity) -> Self {
-        let mut ebpf = loader::load(1053).expect("load the XDP program");
+        let ebpf = loader::load(1053).expect("load the XDP program");
+        Self::from_ebpf(ebpf, local, capacity)
+    }
+
+    fn from_ebpf(mut ebpf: Ebpf, local: &[IpAddr], capacity: Capacity) -> Self {
         let names_map_id = match ebpf.map(maps::NAMES).expect("the name map") {
             Map::HashMap(data) => data.info().expect("the name map's info").id(),
             _ => panic!("the name map is a hash map"),
@@ -112,6 +131,28 @@ impl Program {
     /// kernel measured.
     pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>, Duration) {
         run_once(self.answering_program(), frame)
+    }
+
+    /// Runs one frame once as if it arrived on interface `ifindex` (of the calling thread's
+    /// network namespace): the verdict and the frame as the program left it.
+    pub fn run_on(&self, frame: &[u8], ifindex: u32) -> (u32, Vec<u8>) {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex; BPF_PROG_TEST_RUN wants data 0 and data_end the frame's length.
+        let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, 0, 0];
+        let ctx: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut out = vec![0u8; 4096];
+        let result = self
+            .answering_program()
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx),
+                repeat: 1,
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN with an ingress interface");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
     }
 
     /// The answering program, for runs from other threads while the table changes.

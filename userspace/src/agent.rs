@@ -23,12 +23,13 @@ use tracing::{error, info, warn};
 
 use crate::{
     agent_config::{self, AgentConfig},
+    clients::{ClientPolicyTable, cookies::Cookies},
     config::RunArgs,
     health::Health,
     http,
     metrics::Metrics,
     publisher::{CONFIG_SOURCE, FILE_SOURCE, Publisher, Update},
-    server::{Shared, tcp, udp},
+    server::{Shared, gate::Gate, tcp, udp},
     sources::{
         Snapshot,
         file::{self, FileError},
@@ -36,7 +37,9 @@ use crate::{
         kube as kube_source,
     },
     xdp::{
-        Dataplane, XdpError, XdpMode, counters::Counters, local_addrs::LocalAddrs,
+        Dataplane, XdpError, XdpMode,
+        counters::Counters,
+        local_addrs::{AnswerOn, LocalAddrs},
         writer::MapWriter,
     },
 };
@@ -57,7 +60,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let shared = Shared::new();
+    let clients = sources
+        .config
+        .as_ref()
+        .map(|c| c.clients.clone())
+        .unwrap_or_default();
+    let cookies = if clients.cookies.enabled {
+        Some(Cookies::new(&clients.cookies).context("DNS cookies")?)
+    } else {
+        None
+    };
+    let client_policy = ClientPolicyTable::new(clients);
+    let shared = Shared::with_gate(Gate::new(client_policy.clone(), cookies));
     let workers = if args.udp_workers == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -94,6 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.xdp_mode,
             args.pin_dir.as_deref(),
             args.ebpf_log_level,
+            &client_policy,
         )?),
     };
     let (writer, counters) = match dataplane.as_mut() {
@@ -103,14 +118,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => (None, None),
     };
-    if let Some(writer) = &writer {
-        // Before the first table: it carries the node's addresses.
-        let mut local_addrs = LocalAddrs::new(writer.clone());
-        local_addrs
-            .sync()
-            .context("cannot list the node's addresses")?;
-        tokio::spawn(local_addrs.follow());
-    }
+    // Before the first table: it carries the node's addresses.
+    let mut local_addrs = LocalAddrs::new(
+        writer.clone(),
+        shared.clone(),
+        AnswerOn::parse(&args.answer_on),
+    );
+    local_addrs
+        .sync()
+        .context("cannot list the node's addresses")?;
+    tokio::spawn(local_addrs.follow());
+    tokio::spawn(reload_cookie_secrets(shared.clone()));
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
     ));
@@ -390,6 +408,35 @@ impl StopSignals {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}
+        }
+    }
+}
+
+/// How often the cookie secret file is read again (a Kubernetes Secret's mounted file changes
+/// within about a minute of the Secret).
+const COOKIE_SECRET_RELOAD: Duration = Duration::from_secs(10);
+
+/// Follows the cookie secret file: a rotation (RFC 9018 §4.3) needs no restart.
+async fn reload_cookie_secrets(shared: Arc<Shared>) {
+    let Some(cookies) = shared.gate.cookies.as_ref() else {
+        return;
+    };
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(COOKIE_SECRET_RELOAD).await;
+        match cookies.reload() {
+            Ok(changed) => {
+                if changed {
+                    info!("cookie secrets reloaded");
+                }
+                failing = false;
+            }
+            Err(err) => {
+                if !failing {
+                    warn!(%err, "keeping the cookie secrets in use");
+                }
+                failing = true;
+            }
         }
     }
 }

@@ -25,7 +25,11 @@ use std::path::{Path, PathBuf};
 use hickory_proto::rr::Name;
 use serde::Deserialize;
 
+use hostport_dns_common::limits::MAX_CLIENT_PREFIXES;
+use ipnet::IpNet;
+
 use crate::{
+    clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
     names::{RelativeName, parse_name},
     sources::{Snapshot, file::FileError, kube::syntax},
     table::{Network, ReverseConfig},
@@ -46,6 +50,8 @@ pub struct AgentConfig {
     pub endpoint_slices: Vec<EndpointSliceSource>,
     /// The reverse zones served.
     pub reverse: ReverseConfig,
+    /// Who is served and how much.
+    pub clients: ClientsConfig,
 }
 
 impl AgentConfig {
@@ -203,6 +209,109 @@ struct ConfigFile {
     endpoint_slices: Vec<EndpointSliceEntry>,
     #[serde(default)]
     reverse_zones: ReverseZonesEntry,
+    #[serde(default)]
+    clients: ClientsEntry,
+}
+
+/// `clients`: the allow-list, rate limiting and cookies.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ClientsEntry {
+    /// Source prefixes (or single addresses) served; empty: everyone.
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    outside: Outside,
+    #[serde(default)]
+    rate_limit: RateLimitEntry,
+    #[serde(default)]
+    cookies: CookieConfig,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RateLimitEntry {
+    #[serde(default)]
+    responses_per_second: u32,
+    negative_per_second: Option<u32>,
+    errors_per_second: Option<u32>,
+    #[serde(default = "default_slip")]
+    slip: u32,
+    #[serde(default)]
+    exempt: Vec<String>,
+}
+
+impl Default for RateLimitEntry {
+    fn default() -> Self {
+        Self {
+            responses_per_second: 0,
+            negative_per_second: None,
+            errors_per_second: None,
+            slip: default_slip(),
+            exempt: Vec::new(),
+        }
+    }
+}
+
+/// Knot's and BIND's default: every second limited answer slips.
+fn default_slip() -> u32 {
+    2
+}
+
+/// Largest `slip` (Knot's bound).
+const MAX_SLIP: u32 = 100;
+
+impl ClientsEntry {
+    fn compile(self) -> Result<ClientsConfig, String> {
+        let allow = prefixes(&self.allow, "clients.allow")?;
+        let rate = self.rate_limit;
+        let exempt = prefixes(&rate.exempt, "clients.rateLimit.exempt")?;
+        if rate.slip > MAX_SLIP {
+            return Err(format!(
+                "clients.rateLimit.slip: {} is more than {MAX_SLIP}",
+                rate.slip
+            ));
+        }
+        for family_v4 in [true, false] {
+            let count = allow
+                .iter()
+                .chain(&exempt)
+                .filter(|n| matches!(n, IpNet::V4(_)) == family_v4)
+                .count();
+            if count > MAX_CLIENT_PREFIXES as usize {
+                return Err(format!(
+                    "clients: {count} IPv{} prefixes in allow and rateLimit.exempt together; the kernel holds {MAX_CLIENT_PREFIXES}",
+                    if family_v4 { 4 } else { 6 }
+                ));
+            }
+        }
+        let per_second = rate.responses_per_second;
+        Ok(ClientsConfig {
+            allow,
+            outside: self.outside,
+            rate_limit: RateLimit {
+                responses_per_second: per_second,
+                negative_per_second: rate.negative_per_second.unwrap_or(per_second),
+                errors_per_second: rate.errors_per_second.unwrap_or(per_second),
+                slip: rate.slip,
+                exempt,
+            },
+            cookies: self.cookies,
+        })
+    }
+}
+
+/// Prefixes in CIDR notation, or single addresses (a /32 or /128).
+fn prefixes(list: &[String], what: &str) -> Result<Vec<IpNet>, String> {
+    list.iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let text = text.trim();
+            text.parse::<IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("{what}[{i}]: {text:?} is not an address or a prefix"))
+        })
+        .collect()
 }
 
 /// `reverseZones`: `zones` (networks on octet or nibble boundaries; absent: the /24 and /64 of
@@ -300,6 +409,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
     };
     let mut config = AgentConfig {
         kubernetes: file.kubernetes,
+        clients: file.clients.compile().map_err(invalid)?,
         ..AgentConfig::default()
     };
     let mut zones = Vec::new();
@@ -420,6 +530,38 @@ mod tests {
 
     fn parse_str(text: &str) -> Result<AgentConfig, FileError> {
         parse(text, Path::new("agent.yaml"))
+    }
+
+    #[test]
+    fn the_client_policy_parses_with_its_defaults() {
+        let config = parse_str(
+            "clients:\n  allow: [198.18.0.0/15, \"2001:db8::/32\", 203.0.113.7]\n  outside: refuse\n  rateLimit:\n    responsesPerSecond: 20\n    exempt: [198.18.7.0/24]\n",
+        )
+        .unwrap();
+        let clients = &config.clients;
+        assert_eq!(clients.allow.len(), 3);
+        assert_eq!(clients.allow[2].to_string(), "203.0.113.7/32");
+        assert_eq!(clients.outside, Outside::Refuse);
+        assert_eq!(clients.rate_limit.negative_per_second, 20);
+        assert_eq!(clients.rate_limit.slip, 2);
+        assert!(clients.cookies.enabled);
+        let open = parse_str("zones: []\n").unwrap().clients;
+        assert!(open.allow.is_empty() && !open.rate_limit.enabled());
+    }
+
+    #[test]
+    fn bad_client_prefixes_are_errors_naming_the_entry() {
+        let err = parse_str("clients:\n  allow: [198.18.0.0/15, nonsense]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("clients.allow[1]") && err.contains("nonsense"),
+            "{err}"
+        );
+        let err = parse_str("clients:\n  rateLimit: {responsesPerSecond: 5, slip: 1000}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("slip"), "{err}");
     }
 
     #[test]

@@ -31,6 +31,15 @@ pub struct Cli {
     pub log_format: LogFormat,
 }
 
+/// A count that must be at least 1 (0 would refuse every connection).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -128,11 +137,17 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", env = "HOSTPORT_DNS_SAVED_RECORDS")]
     pub saved_records: Option<PathBuf>,
     /// TCP connections served at once (more wait in the kernel backlog).
-    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_CONNECTIONS)]
+    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
     pub tcp_max_connections: usize,
     /// TCP connections one client address may hold open; more are closed at once.
-    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_PER_CLIENT)]
+    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_PER_CLIENT, value_parser = at_least_one)]
     pub tcp_max_per_client: usize,
+    /// The addresses the XDP program answers on, or interfaces whose addresses it answers on
+    /// (repeat for several). Default: every address of the node but link-local ones and those
+    /// on dummy or IPVS interfaces (kube-ipvs0 holds every ClusterIP). A named address that
+    /// moves between nodes (a keepalived or kube-vip VIP) is answered wherever it is.
+    #[arg(long = "answer-on", value_name = "ADDR|IFACE")]
+    pub answer_on: Vec<String>,
     /// Not ready when a source's data is older than this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub max_staleness: u64,

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod agent_config;
+pub mod clients;
 pub mod config;
 pub mod exposition;
 pub mod health;

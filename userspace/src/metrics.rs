@@ -21,6 +21,7 @@ use prometheus_client::{
 };
 
 use crate::{health::Health, server::Shared, xdp::counters::Counters};
+use hostport_dns_common::counters::{Counter as XdpCounter, Verdict};
 
 /// The label set of a series without labels.
 const NO_LABELS: [(&str, &str); 0] = [];
@@ -309,10 +310,33 @@ impl Collector for LiveCollector {
                 prometheus_client::metrics::MetricType::Counter,
             )?;
             for (counter, count) in counters {
-                if counter.answer_kind().is_none() {
+                if counter.verdict() == Verdict::Passed {
                     ConstCounter::new(*count)
                         .encode(passed.encode_family(&[("reason", counter.label())])?)?;
                 }
+            }
+        }
+        let mut decided = encoder.encode_descriptor(
+            "client_policy",
+            "Queries the client policy kept from their full answer, by path and decision (martian, not_allowed, refused, rate_limited, slipped, badcookie)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (decision, count) in self.shared.stats.decisions() {
+            ConstCounter::new(count)
+                .encode(decided.encode_family(&[("path", "userspace"), ("decision", decision)])?)?;
+        }
+        if let Some(counters) = &xdp {
+            for (counter, count) in counters {
+                let decision = match counter {
+                    XdpCounter::DropMartian => "martian",
+                    XdpCounter::DropNotAllowed => "not_allowed",
+                    XdpCounter::DropRateLimited => "rate_limited",
+                    XdpCounter::SlipRateLimited => "slipped",
+                    _ => continue,
+                };
+                ConstCounter::new(*count)
+                    .encode(decided.encode_family(&[("path", "xdp"), ("decision", decision)])?)?;
             }
         }
         let mut truncated = encoder.encode_descriptor(

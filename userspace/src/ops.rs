@@ -15,7 +15,7 @@ use hickory_proto::{
     rr::{Name, RecordType},
 };
 use hostport_dns_common::{
-    counters::{COUNTER_SLOTS, Counter},
+    counters::{COUNTER_SLOTS, Counter, Verdict},
     generation::{Generation, generation_of_key, zone_slot},
     limits::{A_RR_LEN, AAAA_RR_LEN, NAME_BUF_LEN, ZONES_CAPACITY},
     maps,
@@ -207,10 +207,10 @@ pub fn stats(pin_dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     println!("{:<20} {:>14}", "XDP COUNTER", "PACKETS");
     for (counter, count) in counters {
-        let kind = if counter.answer_kind().is_some() {
-            "answered"
-        } else {
-            "passed"
+        let kind = match counter.verdict() {
+            Verdict::Answered => "answered",
+            Verdict::Passed => "passed",
+            Verdict::Dropped => "dropped",
         };
         println!("{:<20} {:>14}  ({kind})", counter.label(), count);
     }

@@ -22,7 +22,14 @@ use hostport_dns_common::{
     limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
 };
 
-use crate::table::{Network, Node, RecordTable, Zone};
+use std::net::IpAddr;
+
+use hostport_dns_common::policy::RateClass;
+
+use crate::{
+    clients::cookies::{CookieState, Cookies},
+    table::{Network, Node, RecordTable, Zone},
+};
 
 /// How the answer travels: UDP answers are limited to what the client accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +38,7 @@ pub enum Transport {
     Tcp,
 }
 
-/// An answer and what it was, for metrics.
+/// An answer and what it was, for metrics and rate limiting.
 #[derive(Clone, Debug)]
 pub struct Answer {
     pub bytes: Vec<u8>,
@@ -39,11 +46,81 @@ pub struct Answer {
     /// The question's type, when the query had a readable question.
     pub qtype: Option<RecordType>,
     pub truncated: bool,
+    /// What rate limiting charges it as.
+    pub class: RateClass,
+    /// What the query's COOKIE option said.
+    pub cookie: CookieState,
+    /// Made for this client alone (it carries a server cookie): never cached.
+    pub personal: bool,
+}
+
+impl Answer {
+    /// An answer of `bytes`, charged as an error and made for nobody in particular until
+    /// [`respond_for`] says otherwise.
+    pub fn new(
+        bytes: Vec<u8>,
+        rcode: ResponseCode,
+        qtype: Option<RecordType>,
+        truncated: bool,
+    ) -> Self {
+        Self {
+            bytes,
+            rcode,
+            qtype,
+            truncated,
+            class: RateClass::Error,
+            cookie: CookieState::Absent,
+            personal: false,
+        }
+    }
+}
+
+/// What the answer is made as, once the client policy has spoken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The whole answer.
+    Full,
+    /// A rate-limited answer's slip: TC=1 and no records, as the kernel sends it.
+    Slip,
+    /// A rate-limited query with a client cookie and no valid server cookie: BADCOOKIE with a
+    /// fresh server cookie (RFC 7873 §5.2.3), with which the client's retry is exempt.
+    BadCookie,
+    /// A client outside the allow-list, in refuse mode.
+    Refused,
+}
+
+/// Who asked, and how to answer them.
+#[derive(Clone, Copy)]
+pub struct Asker<'a> {
+    /// The client's address (`None`: unknown, no cookies).
+    pub client: Option<IpAddr>,
+    /// Server cookies, when they are on.
+    pub cookies: Option<&'a Cookies>,
+    pub shape: Shape,
+}
+
+impl Asker<'_> {
+    /// Nobody in particular: no cookies, the whole answer.
+    pub const ANONYMOUS: Asker<'static> = Asker {
+        client: None,
+        cookies: None,
+        shape: Shape::Full,
+    };
 }
 
 /// Answers one query. `None` means no answer at all: too short to carry an ID, or a response
 /// (answering those could start a loop between two servers).
 pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) -> Option<Answer> {
+    respond_for(query, table, transport, &Asker::ANONYMOUS)
+}
+
+/// Answers one query from `asker`.
+pub fn respond_for(
+    query: &[u8],
+    table: Option<&RecordTable>,
+    transport: Transport,
+    asker: &Asker,
+) -> Option<Answer> {
     if query.len() < HEADER_LEN {
         return None;
     }
@@ -52,11 +129,29 @@ pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) 
     if flags & FLAG_QR != 0 {
         return None;
     }
+    let mut cookie = CookieState::Absent;
     let (request, mut response, rcode) = match parse(query) {
         Parsed::Whole(request) => {
+            cookie = cookie_state(&request, asker);
             let mut response = response_to(&request);
-            let rcode = fill(&request, &mut response, table, transport);
+            let rcode = match (cookie, asker.shape) {
+                (CookieState::Malformed, _) => {
+                    response.metadata.authoritative = false;
+                    ResponseCode::FormErr
+                }
+                (_, Shape::Refused) => {
+                    response.metadata.authoritative = false;
+                    add_extended_error(&mut response, ExtendedError::Prohibited);
+                    ResponseCode::Refused
+                }
+                (_, Shape::BadCookie) => {
+                    response.metadata.authoritative = false;
+                    ResponseCode::BADCOOKIE
+                }
+                _ => fill(&request, &mut response, table, transport),
+            };
             announce_keepalive(&request, &mut response, transport);
+            add_server_cookie(cookie, asker, &mut response);
             (request, response, rcode)
         }
         // The message parsed but more follows it: FORMERR, with the question repeated so that
@@ -70,7 +165,58 @@ pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) 
     };
     let qtype = request.queries.first().map(|q| q.query_type);
     response.metadata.response_code = rcode;
-    Some(encode(response, &request, transport, qtype))
+    let class = rate_class(&response);
+    let mut answer = encode(
+        response,
+        &request,
+        transport,
+        qtype,
+        asker.shape == Shape::Slip,
+    );
+    answer.class = class;
+    answer.cookie = cookie;
+    answer.personal = cookie.client_cookie().is_some() && asker.cookies.is_some();
+    Some(answer)
+}
+
+/// What a response counts as for rate limiting.
+fn rate_class(response: &Message) -> RateClass {
+    match response.metadata.response_code {
+        ResponseCode::NoError if !response.answers.is_empty() => RateClass::Positive,
+        ResponseCode::NoError | ResponseCode::NXDomain => RateClass::Negative,
+        _ => RateClass::Error,
+    }
+}
+
+/// The query's COOKIE option, checked when cookies are on and the client is known.
+fn cookie_state(request: &Message, asker: &Asker) -> CookieState {
+    let (Some(cookies), Some(client)) = (asker.cookies, asker.client) else {
+        return CookieState::Absent;
+    };
+    let option = request
+        .edns
+        .as_ref()
+        .and_then(|edns| edns.options().get(EdnsCode::Cookie));
+    match option {
+        Some(EdnsOption::Unknown(_, data)) => cookies.check(Some(data), client),
+        Some(_) => CookieState::Malformed,
+        None => CookieState::Absent,
+    }
+}
+
+/// A query with a client cookie gets it back with a fresh server cookie (RFC 7873 §5.2).
+fn add_server_cookie(cookie: CookieState, asker: &Asker, response: &mut Message) {
+    let (Some(cookies), Some(client), Some(client_cookie)) =
+        (asker.cookies, asker.client, cookie.client_cookie())
+    else {
+        return;
+    };
+    if let Some(edns) = response.edns.as_mut() {
+        edns.options_mut().insert(EdnsOption::Unknown(
+            u16::from(EdnsCode::Cookie),
+            cookies.answer_option(client_cookie, client),
+        ));
+    }
 }
 
 /// What the query bytes hold.
@@ -140,6 +286,8 @@ const OPT_FIXED_LEN: usize = 11;
 enum ExtendedError {
     /// 14: before the first complete table, nothing can be answered.
     NotReady = 14,
+    /// 18: the client is not on the allow-list.
+    Prohibited = 18,
     /// 20: the name is in no zone served here.
     NotAuthoritative = 20,
 }
@@ -536,6 +684,7 @@ fn encode(
     request: &Message,
     transport: Transport,
     qtype: Option<RecordType>,
+    slip: bool,
 ) -> Answer {
     let rcode = response.metadata.response_code;
     let limit = match (transport, &request.edns) {
@@ -546,31 +695,23 @@ fn encode(
                 .clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE) as usize
         }
     };
-    loop {
-        let bytes = response.to_vec().unwrap_or_default();
-        if bytes.len() <= limit && !bytes.is_empty() {
-            return Answer {
-                bytes,
-                rcode,
-                qtype,
-                truncated: false,
-            };
-        }
-        if !drop_last_additional_rrset(&mut response) {
-            break;
+    // A slip is sent truncated whatever its size.
+    if !slip {
+        loop {
+            let bytes = response.to_vec().unwrap_or_default();
+            if bytes.len() <= limit && !bytes.is_empty() {
+                return Answer::new(bytes, rcode, qtype, false);
+            }
+            if !drop_last_additional_rrset(&mut response) {
+                break;
+            }
         }
     }
     response.answers.clear();
     response.authorities.clear();
     response.additionals.clear();
     response.metadata.truncation = true;
-    let bytes = response.to_vec().unwrap_or_default();
-    Answer {
-        bytes,
-        rcode,
-        qtype,
-        truncated: true,
-    }
+    Answer::new(response.to_vec().unwrap_or_default(), rcode, qtype, true)
 }
 
 /// Removes the last RRset of the additional section (the OPT record is kept apart); false if
@@ -592,10 +733,5 @@ fn header_only(id: u16, query_flags: u16, rcode: ResponseCode) -> Answer {
     let mut bytes = vec![0u8; HEADER_LEN];
     bytes[0..2].copy_from_slice(&id.to_be_bytes());
     bytes[2..4].copy_from_slice(&flags.to_be_bytes());
-    Answer {
-        bytes,
-        rcode,
-        qtype: None,
-        truncated: false,
-    }
+    Answer::new(bytes, rcode, None, false)
 }

@@ -107,7 +107,7 @@ fn lookup_or_insert_within(
             return Some(answer);
         }
         let answer = compute()?;
-        if answer.bytes.len() >= 2 {
+        if answer.bytes.len() >= 2 && !answer.personal {
             cache.insert(key, answer.clone(), max_bytes);
         }
         Some(answer)
@@ -120,12 +120,7 @@ mod tests {
     use hickory_proto::op::ResponseCode;
 
     fn answer(bytes: &[u8]) -> Answer {
-        Answer {
-            bytes: bytes.to_vec(),
-            rcode: ResponseCode::NoError,
-            qtype: None,
-            truncated: false,
-        }
+        Answer::new(bytes.to_vec(), ResponseCode::NoError, None, false)
     }
 
     #[test]

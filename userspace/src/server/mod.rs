@@ -2,6 +2,7 @@
 //! off. UDP on one socket per core (SO_REUSEPORT), TCP with tokio (RFC 7766).
 
 pub mod answer;
+pub mod gate;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
@@ -18,18 +19,28 @@ use arc_swap::ArcSwapOption;
 use crate::table::RecordTable;
 
 /// What every server task reads: the current table (swapped whole by the agent, never locked
-/// on the query path) and the counters.
+/// on the query path), the client policy and the counters.
 #[derive(Default)]
 pub struct Shared {
     table: ArcSwapOption<RecordTable>,
     /// Bumped with every table swap: answers cached for an older table are stale.
     generation: AtomicU64,
+    pub gate: gate::Gate,
     pub stats: stats::ServerStats,
 }
 
 impl Shared {
+    /// Serves everyone, without limits or cookies.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// Serves as `gate` decides.
+    pub fn with_gate(gate: gate::Gate) -> Arc<Self> {
+        Arc::new(Self {
+            gate,
+            ..Self::default()
+        })
     }
 
     /// Serves `table` from now on.
@@ -46,12 +57,38 @@ impl Shared {
     /// Answers one query from the current table and counts it. Answers are cached per thread
     /// for the current table: load balancers ask the same questions every second.
     pub fn answer(&self, query: &[u8], transport: answer::Transport) -> Option<Vec<u8>> {
-        let generation = self.generation.load(Ordering::Acquire);
-        let answer = cache::lookup_or_insert(generation, query, transport, || {
-            let table = self.table.load();
-            answer::respond(query, table.as_deref(), transport)
-        })?;
+        let answer = self.answer_as(query, transport, &answer::Asker::ANONYMOUS)?;
         self.stats.count(transport, &answer);
         Some(answer.bytes)
+    }
+
+    /// Answers a query from `client` as the client policy decides (`gate`), and counts it.
+    pub fn answer_client(
+        &self,
+        query: &[u8],
+        transport: answer::Transport,
+        client: gate::Client,
+    ) -> Option<Vec<u8>> {
+        let answer = self.gate.answer(self, query, transport, client)?;
+        self.stats.count(transport, &answer);
+        Some(answer.bytes)
+    }
+
+    /// The answer for `asker`, from the cache when it is not made for the asker alone.
+    fn answer_as(
+        &self,
+        query: &[u8],
+        transport: answer::Transport,
+        asker: &answer::Asker,
+    ) -> Option<answer::Answer> {
+        let respond = || {
+            let table = self.table.load();
+            answer::respond_for(query, table.as_deref(), transport, asker)
+        };
+        if asker.shape != answer::Shape::Full {
+            return respond();
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        cache::lookup_or_insert(generation, query, transport, respond)
     }
 }

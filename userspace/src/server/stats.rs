@@ -12,8 +12,16 @@ pub const QTYPES: [&str; 9] = [
     "A", "AAAA", "SRV", "SOA", "NS", "PTR", "ANY", "other", "none",
 ];
 /// Rcodes counted by name.
-pub const RCODES: [&str; 9] = [
-    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "NOTAUTH", "BADVERS",
+pub const RCODES: [&str; 10] = [
+    "NOERROR",
+    "FORMERR",
+    "SERVFAIL",
+    "NXDOMAIN",
+    "NOTIMP",
+    "REFUSED",
+    "NOTAUTH",
+    "BADVERS",
+    "BADCOOKIE",
     "other",
 ];
 pub const TRANSPORTS: [&str; 2] = ["udp", "tcp"];
@@ -55,8 +63,48 @@ impl TcpClose {
     }
 }
 
+/// What the client policy did with a query instead of answering it as asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// A source that cannot have sent it: not answered.
+    Martian,
+    /// Outside the allow-list: not answered (UDP) or the connection closed (TCP).
+    NotAllowed,
+    /// Outside the allow-list: REFUSED.
+    Refused,
+    /// Over its rate: not answered.
+    RateLimited,
+    /// Over its rate: answered truncated.
+    Slipped,
+    /// Over its rate with a client cookie only: BADCOOKIE with a server cookie.
+    BadCookie,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 6] = [
+        Decision::Martian,
+        Decision::NotAllowed,
+        Decision::Refused,
+        Decision::RateLimited,
+        Decision::Slipped,
+        Decision::BadCookie,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Decision::Martian => "martian",
+            Decision::NotAllowed => "not_allowed",
+            Decision::Refused => "refused",
+            Decision::RateLimited => "rate_limited",
+            Decision::Slipped => "slipped",
+            Decision::BadCookie => "badcookie",
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct ServerStats {
+    decisions: [AtomicU64; Decision::ALL.len()],
     answers: [[[AtomicU64; RCODES.len()]; QTYPES.len()]; TRANSPORTS.len()],
     truncated: AtomicU64,
     tcp_open: AtomicU64,
@@ -86,6 +134,17 @@ impl ServerStats {
             }
         }
         out
+    }
+
+    pub fn decided(&self, decision: Decision) {
+        self.decisions[decision as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Policy decisions by kind.
+    pub fn decisions(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Decision::ALL
+            .iter()
+            .map(|d| (d.label(), self.decisions[*d as usize].load(Relaxed)))
     }
 
     pub fn truncated(&self) -> u64 {
@@ -150,6 +209,7 @@ fn rcode_index(rcode: ResponseCode) -> usize {
         ResponseCode::Refused => 5,
         ResponseCode::NotAuth => 6,
         ResponseCode::BADVERS => 7,
-        _ => 8,
+        ResponseCode::BADCOOKIE => 8,
+        _ => 9,
     }
 }

@@ -21,7 +21,7 @@ use tokio::{
 };
 use tracing::debug;
 
-use crate::server::{Shared, answer::Transport, stats::TcpClose};
+use crate::server::{Shared, answer::Transport, gate::Client, stats::TcpClose};
 
 /// A connection with no query for this long is closed (RFC 7766 §6.2.3 suggests seconds).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -121,6 +121,10 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
         };
         match listener.accept().await {
             Ok((stream, peer)) => {
+                if !shared.gate.accepts_connection(peer.ip(), &shared) {
+                    drop(stream);
+                    continue;
+                }
                 let Some(slot) = clients.take(peer.ip(), limits.max_per_client) else {
                     shared.stats.tcp_closed(TcpClose::ClientCap);
                     drop(stream);
@@ -129,7 +133,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     shared.stats.tcp_opened();
-                    let close = serve_connection(stream, &shared).await;
+                    let close = serve_connection(stream, &shared, peer).await;
                     shared.stats.tcp_closed(close);
                     debug!(%peer, ?close, "TCP connection ended");
                     drop(slot);
@@ -145,7 +149,11 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
 }
 
 /// Serves one connection until it ends; returns why.
-async fn serve_connection(mut stream: TcpStream, shared: &Shared) -> TcpClose {
+async fn serve_connection(mut stream: TcpStream, shared: &Shared, peer: SocketAddr) -> TcpClose {
+    let client = Client {
+        addr: peer,
+        ifindex: None,
+    };
     if stream.set_nodelay(true).is_err() {
         return TcpClose::Error;
     }
@@ -166,7 +174,7 @@ async fn serve_connection(mut stream: TcpStream, shared: &Shared) -> TcpClose {
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) => return TcpClose::Idle,
         }
-        let Some(answer) = shared.answer(&buf, Transport::Tcp) else {
+        let Some(answer) = shared.answer_client(&buf, Transport::Tcp, client) else {
             continue;
         };
         let mut framed = Vec::with_capacity(answer.len() + 2);

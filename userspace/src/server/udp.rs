@@ -14,7 +14,7 @@ use std::{
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::warn;
 
-use crate::server::{Shared, answer::Transport};
+use crate::server::{Shared, answer::Transport, gate::Client};
 
 /// Largest datagram read: a query longer than this is not a DNS query we answer.
 const MAX_QUERY: usize = 4096;
@@ -80,7 +80,12 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
             Ok(received) => {
                 let mut answers: Vec<(Vec<u8>, usize)> = Vec::with_capacity(received);
                 for i in 0..received {
-                    if let Some(answer) = shared.answer(batch.query(i), Transport::Udp) {
+                    let Some(client) = batch.client(i) else {
+                        continue;
+                    };
+                    if let Some(answer) =
+                        shared.answer_client(batch.query(i), Transport::Udp, client)
+                    {
                         answers.push((answer, i));
                     }
                 }
@@ -105,6 +110,7 @@ struct Batch {
     controls: Vec<[u8; CMSG_SPACE]>,
     lengths: Vec<usize>,
     locals: Vec<Option<IpAddr>>,
+    ifindexes: Vec<Option<u32>>,
 }
 
 impl Batch {
@@ -117,7 +123,16 @@ impl Batch {
             controls: vec![[0u8; CMSG_SPACE]; BATCH],
             lengths: vec![0; BATCH],
             locals: vec![None; BATCH],
+            ifindexes: vec![None; BATCH],
         }
+    }
+
+    /// Who sent datagram `i`: its source address and the interface it came in on.
+    fn client(&self, i: usize) -> Option<Client> {
+        Some(Client {
+            addr: socket_address(&self.peers[i])?,
+            ifindex: self.ifindexes[i],
+        })
     }
 
     fn query(&self, i: usize) -> &[u8] {
@@ -166,7 +181,10 @@ impl Batch {
             for (i, msg) in msgs.iter().take(n as usize).enumerate() {
                 let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
                 self.lengths[i] = if truncated { 0 } else { msg.msg_len as usize };
-                self.locals[i] = local_address(&msg.msg_hdr);
+                (self.locals[i], self.ifindexes[i]) = match packet_info(&msg.msg_hdr) {
+                    Some((local, ifindex)) => (Some(local), Some(ifindex)),
+                    None => (None, None),
+                };
             }
             Ok(n as usize)
         }
@@ -270,10 +288,35 @@ unsafe fn write_pktinfo(msg: &libc::msghdr, local: IpAddr) -> usize {
     }
 }
 
-/// The destination address from the pktinfo control message.
+/// The source address of a datagram, as recvmmsg wrote it.
+fn socket_address(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    // SAFETY: the family says which struct the storage holds; both fit in it.
+    unsafe {
+        match storage.ss_family as i32 {
+            libc::AF_INET => {
+                let sin = &*(storage as *const libc::sockaddr_storage as *const libc::sockaddr_in);
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))),
+                    u16::from_be(sin.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                let sin6 =
+                    &*(storage as *const libc::sockaddr_storage as *const libc::sockaddr_in6);
+                Some(SocketAddr::new(
+                    IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)),
+                    u16::from_be(sin6.sin6_port),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The destination address and the arrival interface from the pktinfo control message.
 ///
 /// SAFETY: msg must come from a successful recvmsg.
-unsafe fn local_address(msg: &libc::msghdr) -> Option<IpAddr> {
+unsafe fn packet_info(msg: &libc::msghdr) -> Option<(IpAddr, u32)> {
     // SAFETY: walking the control messages recvmsg wrote.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(msg);
@@ -281,13 +324,13 @@ unsafe fn local_address(msg: &libc::msghdr) -> Option<IpAddr> {
             let header = &*cmsg;
             if header.cmsg_level == libc::IPPROTO_IP && header.cmsg_type == libc::IP_PKTINFO {
                 let info = &*(libc::CMSG_DATA(cmsg) as *const libc::in_pktinfo);
-                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    info.ipi_addr.s_addr,
-                ))));
+                let local = IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)));
+                return Some((local, info.ipi_ifindex as u32));
             }
             if header.cmsg_level == libc::IPPROTO_IPV6 && header.cmsg_type == libc::IPV6_PKTINFO {
                 let info = &*(libc::CMSG_DATA(cmsg) as *const libc::in6_pktinfo);
-                return Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+                let local = IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr));
+                return Some((local, info.ipi6_ifindex));
             }
             cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::MapInfo,
+    maps::{
+        MapData, MapInfo,
+        lpm_trie::{Key, LpmTrie},
+    },
     programs::{
         ProgramError, Xdp, XdpMode as AyaXdpMode,
         links::{FdLink, PinnedLink},
@@ -16,9 +19,10 @@ use hostport_dns_common::{
     maps,
     record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
+use ipnet::IpNet;
 use tracing::{info, warn};
 
-use crate::EBPF_OBJECT;
+use crate::{EBPF_OBJECT, clients::ClientPolicyTable};
 
 /// How the program is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -112,6 +116,7 @@ impl Dataplane {
         mode: XdpMode,
         pin_dir: Option<&Path>,
         log: EbpfLogLevel,
+        clients: &ClientPolicyTable,
     ) -> Result<Self, XdpError> {
         let interfaces = resolve_interfaces(interfaces)?;
         for interface in &interfaces {
@@ -120,7 +125,7 @@ impl Dataplane {
         if let Some(dir) = pin_dir {
             prepare_pin_dir(dir)?;
         }
-        let mut ebpf = load_pinned(port, pin_dir, log)?;
+        let mut ebpf = load_pinned(port, pin_dir, log, clients)?;
         if log != EbpfLogLevel::Off {
             forward_logs(&mut ebpf);
         }
@@ -250,15 +255,30 @@ fn other_layouts(dir: &Path, name: &str, current: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Loads the embedded object with the DNS port set, without attaching it or pinning anything.
+/// Loads the embedded object with the DNS port set, serving everyone, without attaching it or
+/// pinning anything.
 pub fn load(port: u16) -> Result<Ebpf, XdpError> {
-    load_pinned(port, None, EbpfLogLevel::Off)
+    load_with_policy(port, &ClientPolicyTable::default())
 }
 
-/// Loads the embedded object, its maps pinned in (or adopted from) `pin_dir` if given.
-fn load_pinned(port: u16, pin_dir: Option<&Path>, log: EbpfLogLevel) -> Result<Ebpf, XdpError> {
+/// Loads the embedded object with the DNS port and the client policy set, without attaching it
+/// or pinning anything.
+pub fn load_with_policy(port: u16, clients: &ClientPolicyTable) -> Result<Ebpf, XdpError> {
+    load_pinned(port, None, EbpfLogLevel::Off, clients)
+}
+
+/// Loads the embedded object, its maps pinned in (or adopted from) `pin_dir` if given, and
+/// writes the client prefixes.
+fn load_pinned(
+    port: u16,
+    pin_dir: Option<&Path>,
+    log: EbpfLogLevel,
+    clients: &ClientPolicyTable,
+) -> Result<Ebpf, XdpError> {
     let mut loader = EbpfLoader::new();
     loader.override_global(maps::GLOBAL_DNS_PORT, &port, true);
+    let policy = clients.kernel_policy();
+    loader.override_global(maps::GLOBAL_POLICY, &policy, true);
     let level = log.global();
     loader.override_global(aya_log::LEVEL, &level, true);
     let paths: Vec<(&str, PathBuf)> = match pin_dir {
@@ -272,9 +292,40 @@ fn load_pinned(port: u16, pin_dir: Option<&Path>, log: EbpfLogLevel) -> Result<E
         loader.map_pin_path(name, path.as_path());
     }
     let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| classify(chain(&e)))?;
+    write_client_prefixes(&mut ebpf, clients)?;
     let program = xdp_program(&mut ebpf)?;
     program.load().map_err(|e| classify(describe(&e)))?;
     Ok(ebpf)
+}
+
+/// The allow-list and exempt prefixes, into the program's two tries (before it answers).
+fn write_client_prefixes(ebpf: &mut Ebpf, clients: &ClientPolicyTable) -> Result<(), XdpError> {
+    let failed = |e: String| XdpError::Load(format!("cannot write the client prefixes: {e}"));
+    let mut v4: LpmTrie<&mut MapData, [u8; 4], u32> = ebpf
+        .map_mut(maps::CLIENTS_V4)
+        .ok_or_else(|| failed("no IPv4 trie".into()))?
+        .try_into()
+        .map_err(|e: aya::maps::MapError| failed(e.to_string()))?;
+    for (net, grants) in clients.prefixes.entries() {
+        if let IpNet::V4(net) = net {
+            let key = Key::new(u32::from(net.prefix_len()), net.network().octets());
+            v4.insert(&key, grants, 0)
+                .map_err(|e| failed(e.to_string()))?;
+        }
+    }
+    let mut v6: LpmTrie<&mut MapData, [u8; 16], u32> = ebpf
+        .map_mut(maps::CLIENTS_V6)
+        .ok_or_else(|| failed("no IPv6 trie".into()))?
+        .try_into()
+        .map_err(|e: aya::maps::MapError| failed(e.to_string()))?;
+    for (net, grants) in clients.prefixes.entries() {
+        if let IpNet::V6(net) = net {
+            let key = Key::new(u32::from(net.prefix_len()), net.network().octets());
+            v6.insert(&key, grants, 0)
+                .map_err(|e| failed(e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Attaches through the link pinned at `path` (handing it the new program atomically), or

@@ -1,5 +1,5 @@
-//! Keeps the XDP program's local addresses equal to the node's addresses, VIPs included: only
-//! packets for these addresses are answered in the kernel. They are part of the table's
+//! Keeps the XDP program's local addresses equal to the node's addresses it answers on, VIPs
+//! included (see [`AnswerOn`]): only packets for these addresses are answered in the kernel. They are part of the table's
 //! generation, so the map writer writes them; this follower tells it whenever the kernel announces
 //! an address change (netlink), and checks every few seconds regardless.
 
@@ -18,32 +18,106 @@ use hostport_dns_common::{
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, warn};
 
-use crate::xdp::writer::MapWriter;
+use crate::{server::Shared, xdp::writer::MapWriter};
 
 /// Re-read the addresses at least this often, in case a netlink message was lost.
 const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Hands the node's addresses to the map writer.
+/// Interfaces whose addresses are not this host's to answer on by default: IPVS puts every
+/// ClusterIP on `kube-ipvs0` (a dummy device), and the stack forwards what arrives for them.
+const IPVS_INTERFACE: &str = "kube-ipvs0";
+/// The driver of dummy devices, as ethtool names it.
+const DUMMY_DRIVER: &str = "dummy";
+
+/// Which of the node's addresses the kernel answers on (`--answer-on`): by default every
+/// address but link-local ones and those on dummy or IPVS interfaces; or exactly the named
+/// addresses (while the node holds them: a VIP that moves is answered where it is) and the
+/// addresses of the named interfaces.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnswerOn {
+    pub addresses: Vec<IpAddr>,
+    pub interfaces: Vec<String>,
+}
+
+impl AnswerOn {
+    /// From `--answer-on` values: each an address or an interface name.
+    pub fn parse(values: &[String]) -> Self {
+        let mut on = Self::default();
+        for value in values {
+            match value.parse::<IpAddr>() {
+                Ok(addr) => on.addresses.push(addr),
+                Err(_) => on.interfaces.push(value.clone()),
+            }
+        }
+        on
+    }
+
+    fn is_default(&self) -> bool {
+        self.addresses.is_empty() && self.interfaces.is_empty()
+    }
+
+    /// The addresses the kernel treats as this host's, out of every address of the node.
+    pub fn select(&self, node: &[InterfaceAddress]) -> BTreeSet<IpAddr> {
+        node.iter()
+            .filter(|a| !is_link_local(a.address))
+            .filter(|a| {
+                if self.is_default() {
+                    !a.on_dummy
+                } else {
+                    self.addresses.contains(&a.address) || self.interfaces.contains(&a.interface)
+                }
+            })
+            .map(|a| a.address)
+            .collect()
+    }
+}
+
+fn is_link_local(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(a) => a.is_link_local(),
+        IpAddr::V6(a) => a.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}
+
+/// Hands the node's addresses to the map writer (what the kernel answers on) and to the
+/// userspace server (what a spoofed source may claim).
 pub struct LocalAddrs {
-    writer: Arc<Mutex<MapWriter>>,
+    writer: Option<Arc<Mutex<MapWriter>>>,
+    shared: Arc<Shared>,
+    answer_on: AnswerOn,
 }
 
 impl LocalAddrs {
-    pub fn new(writer: Arc<Mutex<MapWriter>>) -> Self {
-        Self { writer }
+    pub fn new(
+        writer: Option<Arc<Mutex<MapWriter>>>,
+        shared: Arc<Shared>,
+        answer_on: AnswerOn,
+    ) -> Self {
+        Self {
+            writer,
+            shared,
+            answer_on,
+        }
     }
 
-    /// Writes the node's current addresses; returns how many there are.
+    /// Writes the node's current addresses; returns how many the kernel answers on.
     pub fn sync(&mut self) -> std::io::Result<usize> {
-        let current = node_addresses()?;
-        let value = compile(&current);
+        let node = node_addresses()?;
+        self.shared
+            .gate
+            .set_local(node.iter().map(|a| a.address).collect());
+        let Some(writer) = &self.writer else {
+            return Ok(0);
+        };
+        let answered = self.answer_on.select(&node);
+        let value = compile(&answered);
         // A switch waits for the program's running invocations: not on an async worker's time.
         tokio::task::block_in_place(|| {
-            let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+            let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
             writer.write_local(value)
         })
         .map_err(std::io::Error::other)?;
-        Ok(current.len())
+        Ok(answered.len())
     }
 
     /// Follows address changes until the task is dropped.
@@ -91,26 +165,106 @@ pub fn compile(addresses: &BTreeSet<IpAddr>) -> LocalAddrsValue {
     value
 }
 
-/// Every unicast address of every interface.
-pub fn node_addresses() -> std::io::Result<BTreeSet<IpAddr>> {
-    let mut addresses = BTreeSet::new();
+/// One address of one interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceAddress {
+    pub interface: String,
+    pub address: IpAddr,
+    /// The interface is a dummy device (or IPVS's `kube-ipvs0`).
+    pub on_dummy: bool,
+}
+
+/// Every address of every interface.
+pub fn node_addresses() -> std::io::Result<Vec<InterfaceAddress>> {
+    let mut addresses = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills head with a list we free below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    let mut dummies: std::collections::BTreeMap<String, bool> = Default::default();
     let mut cursor = head;
     while !cursor.is_null() {
         // SAFETY: a node of the list getifaddrs returned.
         let entry = unsafe { &*cursor };
-        if let Some(addr) = socket_address(entry.ifa_addr) {
-            addresses.insert(addr);
+        if let Some(address) = socket_address(entry.ifa_addr) {
+            // SAFETY: ifa_name is a NUL-terminated interface name.
+            let interface = unsafe { std::ffi::CStr::from_ptr(entry.ifa_name) }
+                .to_string_lossy()
+                .into_owned();
+            let on_dummy = *dummies
+                .entry(interface.clone())
+                .or_insert_with(|| is_dummy(&interface));
+            addresses.push(InterfaceAddress {
+                interface,
+                address,
+                on_dummy,
+            });
         }
         cursor = entry.ifa_next;
     }
     // SAFETY: the list from getifaddrs above.
     unsafe { libc::freeifaddrs(head) };
     Ok(addresses)
+}
+
+/// Whether `interface` is a dummy device (by its driver, as `ethtool -i` reports it) or IPVS's.
+fn is_dummy(interface: &str) -> bool {
+    interface == IPVS_INTERFACE || driver_of(interface).is_some_and(|d| d == DUMMY_DRIVER)
+}
+
+/// `struct ethtool_drvinfo` (linux/ethtool.h), up to the fields read here and padded to its size.
+#[repr(C)]
+struct DriverInfo {
+    cmd: u32,
+    driver: [u8; 32],
+    rest: [u8; 160],
+}
+
+const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+/// The ethtool ioctl (linux/sockios.h).
+const SIOCETHTOOL: libc::c_ulong = 0x8946;
+
+/// `struct ifreq` with its union as the data pointer ethtool reads (40 bytes on 64-bit).
+#[repr(C)]
+struct EthtoolRequest {
+    name: [u8; libc::IFNAMSIZ],
+    data: *mut DriverInfo,
+    pad: [u8; 16],
+}
+
+/// The driver of `interface`, from the ETHTOOL_GDRVINFO ioctl.
+fn driver_of(interface: &str) -> Option<String> {
+    let name = std::ffi::CString::new(interface).ok()?;
+    // SAFETY: a plain socket(2) call; the descriptor is closed by OwnedFd.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut info = DriverInfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        rest: [0; 160],
+    };
+    let bytes = name.as_bytes_with_nul();
+    if bytes.len() > libc::IFNAMSIZ {
+        return None;
+    }
+    let mut request = EthtoolRequest {
+        name: [0; libc::IFNAMSIZ],
+        data: &mut info,
+        pad: [0; 16],
+    };
+    request.name[..bytes.len()].copy_from_slice(bytes);
+    // SAFETY: the request names the interface and points to `info`, both outliving the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL, &mut request) };
+    if rc != 0 {
+        return None;
+    }
+    let end = info.driver.iter().position(|b| *b == 0).unwrap_or(32);
+    Some(String::from_utf8_lossy(&info.driver[..end]).into_owned())
 }
 
 fn socket_address(sa: *const libc::sockaddr) -> Option<IpAddr> {

@@ -1,0 +1,380 @@
+//! Hostile traffic through the XDP program (BPF_PROG_TEST_RUN, real packets through the real
+//! kernel program): spoofed and martian sources, group MAC addresses, loopback destinations from
+//! other interfaces, ECN, the client allow-list and response rate limiting. Frames "arrive" on a
+//! veth of a namespace the test creates (the run's ingress interface), or on lo.
+
+use std::net::IpAddr;
+
+use hickory_proto::op::Message;
+use hostport_dns::{
+    clients::{ClientsConfig, Outside, RateLimit},
+    server::answer::{Asker, Shape, Transport, respond, respond_for},
+};
+use hostport_dns_common::counters::Counter;
+use hostport_dns_tests::{
+    netns::NetNs,
+    packet::{CLIENT_MAC, Frame, QueryBuilder, parse_checked},
+    require_root,
+    xdp::{Program, XDP_DROP, XDP_PASS, XDP_TX},
+};
+
+const SERVER_V4: &str = "198.18.0.1";
+const SERVER_V6: &str = "2001:db8::1";
+const ZONE: &str = "zones:
+  - name: prod.coreha.example
+    records:
+      one: [198.18.0.30, \"2001:db8::30\"]
+";
+const LOOPBACK_IFINDEX: u32 = 1;
+
+fn local() -> Vec<IpAddr> {
+    [SERVER_V4, SERVER_V6, "127.0.0.1", "::1"]
+        .iter()
+        .map(|a| a.parse().expect("an address"))
+        .collect()
+}
+
+fn query() -> Vec<u8> {
+    QueryBuilder::new("one.prod.coreha.example", 1).bytes()
+}
+
+fn from(src: &str, dst: &str) -> Frame {
+    let base = if dst.contains(':') {
+        Frame::v6(dst)
+    } else {
+        Frame::v4(dst)
+    };
+    Frame {
+        src: src.parse().expect("an address"),
+        ..base
+    }
+}
+
+/// Runs `check` on a thread inside a fresh namespace holding a veth pair, with the index of one
+/// of its ends (this kernel has no dummy devices).
+fn on_a_foreign_interface(check: impl FnOnce(u32) + Send + 'static) {
+    require_root();
+    let ns = NetNs::new("hostile");
+    ns.ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd1"]);
+    ns.ip(&["link", "set", "hd0", "up"]);
+    ns.run(move || {
+        // SAFETY: a NUL-terminated interface name.
+        let ifindex = unsafe { libc::if_nametoindex(c"hd0".as_ptr()) };
+        assert_ne!(ifindex, 0, "the interface exists");
+        assert_ne!(ifindex, LOOPBACK_IFINDEX);
+        check(ifindex);
+    });
+}
+
+/// Asserts the verdict and the counter it was counted under.
+fn expect(
+    program: &Program,
+    frame: &Frame,
+    ifindex: u32,
+    verdict: u32,
+    counter: Counter,
+) -> Vec<u8> {
+    let before = program.counters.get(counter);
+    let bytes = frame.build(&query());
+    let (got, out) = program.run_on(&bytes, ifindex);
+    assert_eq!(
+        (got, program.counters.get(counter)),
+        (verdict, before + 1),
+        "{frame:?} on interface {ifindex}: expected {counter:?}"
+    );
+    if verdict == XDP_PASS {
+        assert_eq!(out, bytes, "a passed packet is untouched");
+    }
+    out
+}
+
+#[test]
+fn sources_that_cannot_have_sent_the_query_are_dropped_except_on_lo() {
+    on_a_foreign_interface(|ifindex| {
+        let program = Program::load(ZONE, &local());
+        for src in ["127.0.0.1", "127.9.9.9", "0.1.2.3", SERVER_V4] {
+            expect(
+                &program,
+                &from(src, SERVER_V4),
+                ifindex,
+                XDP_DROP,
+                Counter::DropMartian,
+            );
+        }
+        for src in ["::1", "::", SERVER_V6] {
+            expect(
+                &program,
+                &from(src, SERVER_V6),
+                ifindex,
+                XDP_DROP,
+                Counter::DropMartian,
+            );
+        }
+        // Group sources and port 0, anywhere.
+        for at in [ifindex, LOOPBACK_IFINDEX] {
+            for src in ["224.0.0.1", "239.1.2.3", "255.255.255.255", "240.0.0.1"] {
+                expect(
+                    &program,
+                    &from(src, SERVER_V4),
+                    at,
+                    XDP_DROP,
+                    Counter::DropMartian,
+                );
+            }
+            expect(
+                &program,
+                &from("ff02::1", SERVER_V6),
+                at,
+                XDP_DROP,
+                Counter::DropMartian,
+            );
+            let port_zero = Frame {
+                src_port: 0,
+                ..Frame::v4(SERVER_V4)
+            };
+            expect(&program, &port_zero, at, XDP_DROP, Counter::DropMartian);
+        }
+        // On lo, local clients ask from loopback and from the node's own addresses.
+        expect(
+            &program,
+            &from("127.0.0.1", "127.0.0.1"),
+            LOOPBACK_IFINDEX,
+            XDP_TX,
+            Counter::AnswerA,
+        );
+        expect(
+            &program,
+            &from(SERVER_V4, SERVER_V4),
+            LOOPBACK_IFINDEX,
+            XDP_TX,
+            Counter::AnswerA,
+        );
+        expect(
+            &program,
+            &from("::1", "::1"),
+            LOOPBACK_IFINDEX,
+            XDP_TX,
+            Counter::AnswerA,
+        );
+        // And a real client on the foreign interface is answered.
+        expect(
+            &program,
+            &Frame::v4(SERVER_V4),
+            ifindex,
+            XDP_TX,
+            Counter::AnswerA,
+        );
+        expect(
+            &program,
+            &Frame::v6(SERVER_V6),
+            ifindex,
+            XDP_TX,
+            Counter::AnswerA,
+        );
+    });
+}
+
+#[test]
+fn frames_to_broadcast_or_multicast_macs_are_dropped() {
+    on_a_foreign_interface(|ifindex| {
+        let program = Program::load(ZONE, &local());
+        for mac in [
+            [0xff; 6],
+            [0x01, 0x00, 0x5e, 0, 0, 1],
+            [0x33, 0x33, 0, 0, 0, 1],
+        ] {
+            let frame = Frame {
+                dst_mac: mac,
+                ..Frame::v4(SERVER_V4)
+            };
+            expect(&program, &frame, ifindex, XDP_DROP, Counter::DropMartian);
+        }
+    });
+}
+
+#[test]
+fn a_loopback_destination_is_this_host_only_on_lo() {
+    on_a_foreign_interface(|ifindex| {
+        let program = Program::load(ZONE, &local());
+        // The stack drops these as martian destinations; XDP does not answer them.
+        expect(
+            &program,
+            &Frame::v4("127.0.0.1"),
+            ifindex,
+            XDP_PASS,
+            Counter::PassNotForThisHost,
+        );
+        expect(
+            &program,
+            &Frame::v6("::1"),
+            ifindex,
+            XDP_PASS,
+            Counter::PassNotForThisHost,
+        );
+    });
+}
+
+#[test]
+fn the_answer_does_not_copy_the_querys_ecn_bits() {
+    require_root();
+    let program = Program::load(ZONE, &local());
+    for base in [Frame::v4(SERVER_V4), Frame::v6(SERVER_V6)] {
+        // DSCP 46 (EF) with ECN CE.
+        let frame = Frame {
+            traffic_class: 0xb8 | 0x03,
+            ..base
+        };
+        let out = expect(&program, &frame, LOOPBACK_IFINDEX, XDP_TX, Counter::AnswerA);
+        assert_eq!(parse_checked(&out).traffic_class, 0xb8, "{frame:?}");
+    }
+}
+
+#[test]
+fn ipv6_udp_without_a_checksum_is_not_answered() {
+    require_root();
+    let program = Program::load(ZONE, &local());
+    let frame = Frame {
+        udp_checksum: false,
+        ..Frame::v6(SERVER_V6)
+    };
+    expect(
+        &program,
+        &frame,
+        LOOPBACK_IFINDEX,
+        XDP_PASS,
+        Counter::PassMalformed,
+    );
+}
+
+fn allow_list(outside: Outside) -> ClientsConfig {
+    ClientsConfig {
+        allow: vec![
+            "198.18.0.0/24".parse().expect("a prefix"),
+            "2001:db8::/64".parse().expect("a prefix"),
+        ],
+        outside,
+        ..ClientsConfig::default()
+    }
+}
+
+#[test]
+fn clients_outside_the_allow_list_are_dropped_or_left_to_userspace_to_refuse() {
+    require_root();
+    let dropping = Program::load_with_clients(ZONE, &local(), allow_list(Outside::Drop));
+    expect(
+        &dropping,
+        &Frame::v4(SERVER_V4),
+        LOOPBACK_IFINDEX,
+        XDP_TX,
+        Counter::AnswerA,
+    );
+    expect(
+        &dropping,
+        &Frame::v6(SERVER_V6),
+        LOOPBACK_IFINDEX,
+        XDP_TX,
+        Counter::AnswerA,
+    );
+    expect(
+        &dropping,
+        &from("198.18.9.2", SERVER_V4),
+        LOOPBACK_IFINDEX,
+        XDP_DROP,
+        Counter::DropNotAllowed,
+    );
+    expect(
+        &dropping,
+        &from("2001:db8:1::2", SERVER_V6),
+        LOOPBACK_IFINDEX,
+        XDP_DROP,
+        Counter::DropNotAllowed,
+    );
+    let refusing = Program::load_with_clients(ZONE, &local(), allow_list(Outside::Refuse));
+    expect(
+        &refusing,
+        &from("198.18.9.2", SERVER_V4),
+        LOOPBACK_IFINDEX,
+        XDP_PASS,
+        Counter::PassNotAllowed,
+    );
+    expect(
+        &refusing,
+        &Frame::v4(SERVER_V4),
+        LOOPBACK_IFINDEX,
+        XDP_TX,
+        Counter::AnswerA,
+    );
+}
+
+#[test]
+fn a_flooding_prefix_is_limited_with_slips_equal_to_userspaces_and_an_exempt_one_is_not() {
+    require_root();
+    let clients = ClientsConfig {
+        rate_limit: RateLimit {
+            responses_per_second: 5,
+            negative_per_second: 5,
+            errors_per_second: 5,
+            slip: 2,
+            exempt: vec!["198.18.7.0/24".parse().expect("a prefix")],
+        },
+        ..ClientsConfig::default()
+    };
+    let program = Program::load_with_clients(ZONE, &local(), clients);
+    let slip = respond_for(
+        &query(),
+        Some(&program.table),
+        Transport::Udp,
+        &Asker {
+            shape: Shape::Slip,
+            ..Asker::ANONYMOUS
+        },
+    )
+    .expect("a slip");
+    let full = respond(&query(), Some(&program.table), Transport::Udp).expect("an answer");
+    let (mut answered, mut slipped, mut dropped) = (0, 0, 0);
+    for _ in 0..40 {
+        let frame = from("198.18.5.9", SERVER_V4).build(&query());
+        let (verdict, out) = program.run_on(&frame, LOOPBACK_IFINDEX);
+        match verdict {
+            XDP_TX => {
+                let dns = parse_checked(&out).dns;
+                if dns == full.bytes {
+                    answered += 1;
+                } else {
+                    assert_eq!(dns, slip.bytes, "a slip is userspace's truncated answer");
+                    let message = Message::from_vec(&dns).expect("a message");
+                    assert!(message.metadata.truncation && message.answers.is_empty());
+                    slipped += 1;
+                }
+            }
+            XDP_DROP => dropped += 1,
+            other => panic!("verdict {other}"),
+        }
+    }
+    // One budget a second: a run across a second boundary gets two.
+    assert!((5..=10).contains(&answered), "{answered} answered");
+    assert!(
+        slipped >= 10 && dropped >= 10,
+        "{slipped} slipped, {dropped} dropped"
+    );
+    assert_eq!(program.counters.get(Counter::SlipRateLimited), slipped);
+    assert_eq!(program.counters.get(Counter::DropRateLimited), dropped);
+    // The exempt prefix and another prefix are answered every time.
+    for _ in 0..40 {
+        expect(
+            &program,
+            &from("198.18.7.9", SERVER_V4),
+            LOOPBACK_IFINDEX,
+            XDP_TX,
+            Counter::AnswerA,
+        );
+    }
+    let out = expect(
+        &program,
+        &from("198.18.6.9", SERVER_V4),
+        LOOPBACK_IFINDEX,
+        XDP_TX,
+        Counter::AnswerA,
+    );
+    assert_eq!(parse_checked(&out).dst_mac, CLIENT_MAC);
+}
