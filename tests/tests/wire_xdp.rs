@@ -419,3 +419,102 @@ fn interface_auto_is_the_default_routes_and_several_interfaces_all_answer() {
     assert_eq!(xdp_answers(&agent), 2.0, "on lo");
     assert_eq!(userspace_answers(&agent), 0.0);
 }
+
+/// A ClusterIP as IPVS puts it on the node (on `kube-ipvs0`), and a second address of the veth.
+const CLUSTER_IP: &str = "198.18.60.10";
+const SECOND_ADDRESS: &str = "198.18.0.5";
+
+/// Gives the server a `kube-ipvs0` interface holding a ClusterIP (a veth named so: this kernel
+/// has no dummy devices; the name is what marks IPVS's interface) and the client a route to it.
+fn add_ipvs_interface(link: &Link) {
+    link.server_ns.ip(&[
+        "link",
+        "add",
+        "kube-ipvs0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "ipvs-peer",
+    ]);
+    link.server_ns.ip(&[
+        "addr",
+        "add",
+        &format!("{CLUSTER_IP}/32"),
+        "dev",
+        "kube-ipvs0",
+    ]);
+    link.server_ns.ip(&["link", "set", "kube-ipvs0", "up"]);
+    link.server_ns.ip(&[
+        "addr",
+        "add",
+        &format!("{SECOND_ADDRESS}/24"),
+        "dev",
+        &link.server.ifname,
+    ]);
+    link.client_ns.ip(&[
+        "route",
+        "add",
+        &format!("{CLUSTER_IP}/32"),
+        "via",
+        link.server.ipv4,
+    ]);
+}
+
+/// Asks `address` for the A record and returns which path answered.
+fn path_answering(link: &Link, agent: &Agent, address: &str) -> &'static str {
+    let (xdp, userspace) = (xdp_answers(agent), userspace_answers(agent));
+    let reply = dig(
+        &link.client_ns,
+        address,
+        PORT,
+        &["+nocookie", "dual.prod.coreha.example", "A"],
+    );
+    assert_eq!(reply.status, "NOERROR", "{address}");
+    match (
+        xdp_answers(agent) - xdp,
+        userspace_answers(agent) - userspace,
+    ) {
+        (1.0, 0.0) => "xdp",
+        (0.0, 1.0) => "userspace",
+        other => panic!("{address}: answers moved by {other:?}"),
+    }
+}
+
+#[test]
+fn ipvs_addresses_are_not_this_host_and_answer_on_names_what_is() {
+    require_root();
+    let link = Link::new("ipvs");
+    let dir = TempDir::new("ipvs");
+    add_ipvs_interface(&link);
+    let agent = start(&link, &dir, "native");
+    // The ClusterIP is the stack's (IPVS forwards it): the kernel path leaves it alone, and
+    // what reaches the listener is answered there.
+    assert_eq!(path_answering(&link, &agent, CLUSTER_IP), "userspace");
+    assert_eq!(path_answering(&link, &agent, link.server.ipv4), "xdp");
+    assert_eq!(path_answering(&link, &agent, SECOND_ADDRESS), "xdp");
+    drop(agent);
+    // --answer-on an address: only that one is the kernel's.
+    let file = dir.write("records.yaml", &records());
+    let only = Agent::start_native(
+        &link,
+        &["--records", file.to_str().expect("UTF-8")],
+        &["--answer-on", link.server.ipv4],
+    );
+    assert_eq!(path_answering(&link, &only, link.server.ipv4), "xdp");
+    assert_eq!(path_answering(&link, &only, SECOND_ADDRESS), "userspace");
+    drop(only);
+    // --answer-on an interface: its addresses, the ClusterIP's included when it is named.
+    let named = Agent::start_native(
+        &link,
+        &["--records", file.to_str().expect("UTF-8")],
+        &[
+            "--answer-on",
+            &link.server.ifname,
+            "--answer-on",
+            "kube-ipvs0",
+        ],
+    );
+    assert_eq!(path_answering(&link, &named, SECOND_ADDRESS), "xdp");
+    assert_eq!(path_answering(&link, &named, CLUSTER_IP), "xdp");
+}

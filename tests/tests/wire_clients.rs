@@ -1,0 +1,535 @@
+//! The client policy on the wire, on both paths: the agent in one namespace (XDP native on its
+//! veth, or userspace alone), clients with several source addresses in another. The allow-list,
+//! refusal, DNS cookies with dig and kdig (and a secret rotated under a running agent), rate
+//! limiting with slips that dig retries over TCP, an exempt prefix and a cookie client answered
+//! every time.
+
+use std::{
+    io::Read,
+    net::{IpAddr, SocketAddr, TcpStream, UdpSocket},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use hickory_proto::{
+    op::Message,
+    rr::rdata::opt::{EdnsCode, EdnsOption},
+};
+use hostport_dns::clients::cookies::{CookieState, Cookies};
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    clients::{dig, extended_errors},
+    eventually,
+    netns::{Link, NetNs, sh},
+    packet::QueryBuilder,
+    require_root,
+    vectors::CAPTURE_ZONE,
+};
+
+const PORT: u16 = 1053;
+/// A client address outside the allow-lists below (which end at .63).
+const OUTSIDER: &str = "198.18.0.66";
+/// A client address in the rate limiter's exempt prefix.
+const EXEMPT: &str = "198.18.0.130";
+const NAME: &str = "default-nginx.ingress.prod.coreha.example";
+const SECRET_1: &str = "0123456789abcdef0123456789abcdef";
+const SECRET_2: &str = "fedcba9876543210fedcba9876543210";
+
+fn secret(hex: &str) -> [u8; 16] {
+    let bytes: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect();
+    bytes.try_into().expect("16 bytes")
+}
+
+/// The capture zone with a `clients:` section.
+fn config(dir: &TempDir, clients: &str) -> String {
+    let path = dir.write("config.yaml", &format!("{CAPTURE_ZONE}clients:\n{clients}"));
+    path.to_str().expect("UTF-8").to_owned()
+}
+
+/// The agent on the server end: XDP native on the veth, or userspace alone.
+fn start(link: &Link, config: &str, with_xdp: bool) -> Agent {
+    if with_xdp {
+        Agent::start_native(link, &["--config", config], &[])
+    } else {
+        Agent::start(&link.server_ns, &["--config", config])
+    }
+}
+
+/// Gives the client end more source addresses.
+fn add_client_addresses(link: &Link, addresses: &[&str]) {
+    for address in addresses {
+        link.client_ns.ip(&[
+            "addr",
+            "add",
+            &format!("{address}/24"),
+            "dev",
+            &link.client.ifname,
+        ]);
+    }
+}
+
+/// Sends each query from `source` to the server and collects the answers that arrive within
+/// `wait` of the last query (in order of arrival).
+fn udp_from(
+    ns: &NetNs,
+    source: &str,
+    server: SocketAddr,
+    queries: Vec<Vec<u8>>,
+    wait: Duration,
+) -> Vec<Vec<u8>> {
+    let source: IpAddr = source.parse().expect("an address");
+    ns.run(move || {
+        let socket = UdpSocket::bind(SocketAddr::new(source, 0)).expect("bind the client");
+        socket.set_read_timeout(Some(wait)).expect("timeout");
+        for query in &queries {
+            socket.send_to(query, server).expect("send");
+        }
+        let mut answers = Vec::new();
+        let mut buf = vec![0u8; 65535];
+        while let Ok((n, _)) = socket.recv_from(&mut buf) {
+            answers.push(buf[..n].to_vec());
+        }
+        answers
+    })
+}
+
+/// Connects from `source` and sends one query over TCP: the answer, or None when the server
+/// closed the connection without one.
+fn tcp_from(ns: &NetNs, source: &str, server: SocketAddr, query: Vec<u8>) -> Option<Vec<u8>> {
+    let source: IpAddr = source.parse().expect("an address");
+    ns.run(move || {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a socket");
+        socket
+            .bind(&SocketAddr::new(source, 0).into())
+            .expect("bind the client");
+        socket
+            .connect_timeout(&server.into(), Duration::from_secs(3))
+            .ok()?;
+        let mut stream: TcpStream = socket.into();
+        stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+        use std::io::Write;
+        stream.write_all(&(query.len() as u16).to_be_bytes()).ok()?;
+        stream.write_all(&query).ok()?;
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).ok()?;
+        let mut answer = vec![0u8; u16::from_be_bytes(len) as usize];
+        stream.read_exact(&mut answer).ok()?;
+        Some(answer)
+    })
+}
+
+fn server_v4(link: &Link) -> SocketAddr {
+    SocketAddr::new(link.server.ipv4.parse().expect("an address"), PORT)
+}
+
+fn rcode(answer: &[u8]) -> u8 {
+    answer[3] & 0x0f
+}
+
+#[test]
+fn clients_outside_the_allow_list_get_nothing_on_either_path() {
+    require_root();
+    for with_xdp in [true, false] {
+        let link = Link::new("acl");
+        let dir = TempDir::new("acl");
+        add_client_addresses(&link, &[OUTSIDER]);
+        let config = config(&dir, "  allow: [198.18.0.0/26, \"2001:db8::/64\"]\n");
+        let agent = start(&link, &config, with_xdp);
+        let server = server_v4(&link);
+        // A (the kernel's when XDP runs) and SRV (always userspace's).
+        let queries = vec![
+            QueryBuilder::new(NAME, 1).bytes(),
+            QueryBuilder::new(NAME, 33).bytes(),
+        ];
+        let inside = udp_from(
+            &link.client_ns,
+            link.client.ipv4,
+            server,
+            queries.clone(),
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            inside.len(),
+            2,
+            "xdp {with_xdp}: an allowed client is answered"
+        );
+        let outside = udp_from(
+            &link.client_ns,
+            OUTSIDER,
+            server,
+            queries.clone(),
+            Duration::from_secs(1),
+        );
+        assert!(outside.is_empty(), "xdp {with_xdp}: {outside:?}");
+        assert_eq!(
+            tcp_from(&link.client_ns, OUTSIDER, server, queries[1].clone()),
+            None,
+            "xdp {with_xdp}: the connection is closed"
+        );
+        assert!(
+            tcp_from(
+                &link.client_ns,
+                link.client.ipv4,
+                server,
+                queries[1].clone()
+            )
+            .is_some()
+        );
+        let path = if with_xdp { "xdp" } else { "userspace" };
+        let dropped = agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", path), ("decision", "not_allowed")],
+        );
+        assert!(
+            dropped >= 2.0,
+            "xdp {with_xdp}: {dropped} counted on {path}"
+        );
+        let refused_tcp = agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", "userspace"), ("decision", "not_allowed")],
+        );
+        assert!(refused_tcp >= 1.0, "the TCP connection is counted");
+    }
+}
+
+#[test]
+fn refuse_mode_answers_outsiders_refused_with_the_reason() {
+    require_root();
+    let link = Link::new("refuse");
+    let dir = TempDir::new("refuse");
+    add_client_addresses(&link, &[OUTSIDER]);
+    let config = config(&dir, "  allow: [198.18.0.0/26]\n  outside: refuse\n");
+    let agent = start(&link, &config, true);
+    let server = server_v4(&link);
+    let query = QueryBuilder::new(NAME, 1).edns(1232, false).bytes();
+    let answers = udp_from(
+        &link.client_ns,
+        OUTSIDER,
+        server,
+        vec![query.clone()],
+        Duration::from_secs(2),
+    );
+    assert_eq!(answers.len(), 1);
+    assert_eq!(rcode(&answers[0]), 5, "REFUSED");
+    assert_eq!(extended_errors(&answers[0]), [18], "EDE 18 (Prohibited)");
+    let over_tcp = tcp_from(&link.client_ns, OUTSIDER, server, query).expect("an answer over TCP");
+    assert_eq!(rcode(&over_tcp), 5);
+    let inside = dig(&link.client_ns, link.server.ipv4, PORT, &[NAME, "A"]);
+    assert_eq!(inside.status, "NOERROR");
+    assert!(
+        agent.metric("hostport_dns_xdp_passed", &[("reason", "refused_client")]) >= 1.0,
+        "XDP left the refusal to userspace:\n{}",
+        agent.metrics()
+    );
+}
+
+/// The COOKIE option of an answer.
+fn cookie_of(answer: &[u8]) -> Option<Vec<u8>> {
+    let message = Message::from_vec(answer).expect("an answer");
+    match message.edns?.options().get(EdnsCode::Cookie)? {
+        EdnsOption::Unknown(_, data) => Some(data.clone()),
+        _ => None,
+    }
+}
+
+/// kdig's answer's COOKIE option, from its JSON (RFC 8427) OPT record.
+fn kdig_cookie(ns: &NetNs, server: &str) -> Vec<u8> {
+    let out = sh(ns
+        .command("kdig")
+        .args([format!("@{server}"), "-p".into(), PORT.to_string()])
+        .args([
+            "+json",
+            "+retry=0",
+            "+timeout=3",
+            "+norecurse",
+            "+cookie",
+            NAME,
+        ]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("kdig prints JSON");
+    let opt = json["additionalRRs"]
+        .as_array()
+        .and_then(|rrs| rrs.iter().find(|rr| rr["TYPE"] == 41))
+        .expect("an OPT record");
+    let rdata = opt["RDATAHEX"].as_str().expect("RDATAHEX");
+    let bytes: Vec<u8> = (0..rdata.len() / 2)
+        .map(|i| u8::from_str_radix(&rdata[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect();
+    let mut at = 0;
+    while at + 4 <= bytes.len() {
+        let code = u16::from_be_bytes([bytes[at], bytes[at + 1]]);
+        let len = u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) as usize;
+        if code == 10 {
+            return bytes[at + 4..at + 4 + len].to_vec();
+        }
+        at += 4 + len;
+    }
+    panic!("no COOKIE option in {rdata}");
+}
+
+/// dig's report of the server cookie: the hex dig prints and whether it called it good.
+fn dig_cookie(ns: &NetNs, server: &str, cookie: &str) -> (String, bool) {
+    let out = sh(ns
+        .command("dig")
+        .args([format!("@{server}"), "-p".into(), PORT.to_string()])
+        .args(["+tries=1", "+timeout=3", "+norecurse", cookie, NAME]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains("COOKIE:"))
+        .unwrap_or_else(|| panic!("no cookie in dig's output:\n{text}"));
+    let hex = line
+        .split_whitespace()
+        .nth(2)
+        .expect("the cookie's hex")
+        .to_owned();
+    (hex, line.contains("(good)"))
+}
+
+#[test]
+fn cookies_are_made_and_checked_with_dig_and_kdig_and_survive_a_rotation() {
+    require_root();
+    let link = Link::new("cookie");
+    let dir = TempDir::new("cookie");
+    let secrets = dir.write("cookie-secret", &format!("{SECRET_1}\n"));
+    let config = config(
+        &dir,
+        &format!(
+            "  cookies:\n    secretFile: {}\n",
+            secrets.to_str().expect("UTF-8")
+        ),
+    );
+    let agent = start(&link, &config, true);
+    let client: IpAddr = link.client.ipv4.parse().expect("an address");
+    // dig sends a client cookie and checks that the server cookie comes back.
+    let (first, good) = dig_cookie(&link.client_ns, link.server.ipv4, "+cookie");
+    assert!(good, "dig finds the cookie good");
+    assert_eq!(
+        first.len(),
+        48,
+        "client cookie and an RFC 9018 server cookie: {first}"
+    );
+    // Returned, it checks out (dig sends it back with +cookie=<hex>).
+    let (_, good_again) = dig_cookie(
+        &link.client_ns,
+        link.server.ipv4,
+        &format!("+cookie={first}"),
+    );
+    assert!(good_again);
+    // kdig: the server cookie verifies with the shared secret for this client.
+    let from_kdig = kdig_cookie(&link.client_ns, link.server.ipv4);
+    let checker = Cookies::with_secrets(vec![secret(SECRET_1)]);
+    assert!(
+        matches!(
+            checker.check(Some(&from_kdig), client),
+            CookieState::Valid(_)
+        ),
+        "{from_kdig:02x?}"
+    );
+    // A cookie option of an impossible length: FORMERR.
+    let malformed = QueryBuilder {
+        edns: Some((1232, false, 0, vec![0, 10, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9])),
+        ..QueryBuilder::new(NAME, 1)
+    };
+    let answers = udp_from(
+        &link.client_ns,
+        link.client.ipv4,
+        server_v4(&link),
+        vec![malformed.bytes()],
+        Duration::from_secs(2),
+    );
+    assert_eq!(answers.len(), 1);
+    assert_eq!(rcode(&answers[0]), 1, "FORMERR");
+    assert!(
+        agent.metric("hostport_dns_xdp_passed", &[("reason", "cookie")]) >= 3.0,
+        "cookie queries went up to userspace"
+    );
+    // Rotation step 1 and 2 at once on this node: the new secret makes cookies, the old one is
+    // still accepted.
+    std::fs::write(&secrets, format!("{SECRET_2}\n{SECRET_1}\n")).expect("rotate");
+    let new_checker = Cookies::with_secrets(vec![secret(SECRET_2)]);
+    eventually("cookies made with the new secret", 30, || {
+        let cookie = kdig_cookie(&link.client_ns, link.server.ipv4);
+        matches!(
+            new_checker.check(Some(&cookie), client),
+            CookieState::Valid(_)
+        )
+    });
+    let (_, old_still_good) = dig_cookie(
+        &link.client_ns,
+        link.server.ipv4,
+        &format!("+cookie={first}"),
+    );
+    assert!(
+        old_still_good,
+        "a cookie made with the old secret is still valid"
+    );
+    let raw = QueryBuilder {
+        edns: Some((
+            1232,
+            false,
+            0,
+            [vec![0, 10, 0, 24], hex_bytes(&first)].concat(),
+        )),
+        ..QueryBuilder::new(NAME, 1)
+    };
+    let answers = udp_from(
+        &link.client_ns,
+        link.client.ipv4,
+        server_v4(&link),
+        vec![raw.bytes()],
+        Duration::from_secs(2),
+    );
+    let renewed = cookie_of(&answers[0]).expect("a cookie back");
+    assert!(matches!(
+        new_checker.check(Some(&renewed), client),
+        CookieState::Valid(_)
+    ));
+}
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Floods `server` from `source` with A queries (no cookie) until `stop` is set.
+fn flood_until(
+    ns: &NetNs,
+    source: &str,
+    server: SocketAddr,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let ns_name = ns.name.clone();
+    let source: IpAddr = source.parse().expect("an address");
+    std::thread::spawn(move || {
+        NetNs::enter(&ns_name, move || {
+            let socket = UdpSocket::bind(SocketAddr::new(source, 0)).expect("bind the flood");
+            let query = QueryBuilder::new(NAME, 1).bytes();
+            while !stop.load(Ordering::Relaxed) {
+                let _ = socket.send_to(&query, server);
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    })
+}
+
+#[test]
+fn a_flooding_prefix_is_limited_while_exempt_and_cookie_clients_are_answered_every_time() {
+    require_root();
+    let link = Link::new("rrl");
+    let dir = TempDir::new("rrl");
+    add_client_addresses(&link, &[EXEMPT]);
+    let config = config(
+        &dir,
+        "  rateLimit:\n    responsesPerSecond: 5\n    slip: 1\n    exempt: [198.18.0.128/26]\n",
+    );
+    let agent = start(&link, &config, true);
+    let server = server_v4(&link);
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = flood_until(&link.client_ns, link.client.ipv4, server, stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    // With slip 1 every limited answer is a TC=1 slip: dig retries over TCP, which is not
+    // limited, and gets the records.
+    let out = sh(link
+        .client_ns
+        .command("dig")
+        .args([
+            format!("@{}", link.server.ipv4),
+            "-p".into(),
+            PORT.to_string(),
+        ])
+        .args([
+            "+tries=1",
+            "+timeout=3",
+            "+norecurse",
+            "+nocookie",
+            NAME,
+            "A",
+        ]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("Truncated, retrying in TCP mode"), "{text}");
+    assert!(
+        text.contains("status: NOERROR") && text.contains("198.18.200.1"),
+        "{text}"
+    );
+    // The exempt prefix: every query answered, in full.
+    let queries: Vec<Vec<u8>> = (0..50)
+        .map(|_| QueryBuilder::new(NAME, 1).bytes())
+        .collect();
+    let exempt = udp_from(
+        &link.client_ns,
+        EXEMPT,
+        server,
+        queries,
+        Duration::from_secs(1),
+    );
+    assert_eq!(exempt.len(), 50, "the exempt client is answered every time");
+    assert!(
+        exempt.iter().all(|a| a[2] & 0x02 == 0 && a[7] == 3),
+        "full answers"
+    );
+    // A cookie client in the flooded prefix: its first query (client cookie only) gets
+    // BADCOOKIE or an answer, both with a server cookie; with that cookie every query is answered.
+    let with_client_cookie = QueryBuilder {
+        edns: Some((1232, false, 0, vec![0, 10, 0, 8, 9, 9, 9, 9, 9, 9, 9, 9])),
+        ..QueryBuilder::new(NAME, 1)
+    };
+    let first = udp_from(
+        &link.client_ns,
+        link.client.ipv4,
+        server,
+        vec![with_client_cookie.bytes()],
+        Duration::from_secs(1),
+    );
+    let cookie = first
+        .iter()
+        .find_map(|a| cookie_of(a))
+        .expect("a server cookie (BADCOOKIE, a slip or the answer)");
+    let with_cookie = QueryBuilder {
+        edns: Some((
+            1232,
+            false,
+            0,
+            [vec![0, 10, 0, cookie.len() as u8], cookie].concat(),
+        )),
+        ..QueryBuilder::new(NAME, 1)
+    };
+    let queries: Vec<Vec<u8>> = (0..50).map(|_| with_cookie.bytes()).collect();
+    let answered = udp_from(
+        &link.client_ns,
+        link.client.ipv4,
+        server,
+        queries,
+        Duration::from_secs(1),
+    );
+    stop.store(true, Ordering::Relaxed);
+    flood.join().expect("the flood");
+    assert_eq!(
+        answered.len(),
+        50,
+        "the cookie client is answered every time"
+    );
+    assert!(
+        answered
+            .iter()
+            .all(|a| a[2] & 0x02 == 0 && a[7] == 3 && rcode(a) == 0)
+    );
+    let decided = |path: &str, decision: &str| {
+        agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", path), ("decision", decision)],
+        )
+    };
+    assert!(
+        decided("xdp", "slipped") > 10.0,
+        "the kernel slipped the flood"
+    );
+    assert_eq!(decided("xdp", "rate_limited"), 0.0, "slip 1 drops nothing");
+}
