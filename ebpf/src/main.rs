@@ -99,10 +99,11 @@ pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {
         Err(reason) => {
             stats::count(reason);
             // Off unless the agent is started with --ebpf-log-level: then one load and a branch.
-            debug!(&ctx, "not answered: {}", reason.label());
             if reason.verdict() == Verdict::Dropped {
+                debug!(&ctx, "dropped: {}", reason.label());
                 xdp_action::XDP_DROP
             } else {
+                debug!(&ctx, "passed: {}", reason.label());
                 xdp_action::XDP_PASS
             }
         }

@@ -52,12 +52,14 @@ impl Reply {
     }
 }
 
-/// `dig @server -p port <args>` in the namespace, read through its YAML output.
+/// `dig @server -p port <args>` in the namespace, read through its YAML output. Without a DNS
+/// cookie (dig sends one by default, and queries with cookies are answered by userspace), unless
+/// `args` asks for one with `+cookie`.
 pub fn dig(ns: &NetNs, server: &str, port: u16, args: &[&str]) -> Reply {
     let out = sh(ns
         .command("dig")
         .args([format!("@{server}"), "-p".into(), port.to_string()])
-        .args(["+yaml", "+tries=1", "+timeout=3", "+norecurse"])
+        .args(["+yaml", "+tries=1", "+timeout=3", "+norecurse", "+nocookie"])
         .args(args));
     let text = String::from_utf8_lossy(&out.stdout);
     parse_dig_yaml(&text).unwrap_or_else(|| panic!("dig {args:?} gave no answer:\n{text}"))

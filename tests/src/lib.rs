@@ -8,6 +8,7 @@ pub mod api_tls;
 pub mod bench;
 pub mod clients;
 pub mod fake_api;
+pub mod fuzz;
 pub mod haproxy;
 pub mod k8s;
 pub mod knot;

@@ -22,7 +22,7 @@ use hostport_dns_tests::{
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{ConfigMap, Service, ServiceAccount},
+    core::v1::{ConfigMap, Secret, Service, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject},
 };
 use serde_yaml_ng::Value;
@@ -103,6 +103,7 @@ fn the_plain_manifests_parse_as_typed_kubernetes_objects() {
             "RoleBinding" => drop(typed::<RoleBinding>(doc)),
             "DaemonSet" => drop(typed::<DaemonSet>(doc)),
             "Service" => drop(typed::<Service>(doc)),
+            "Secret" => drop(typed::<Secret>(doc)),
             other => panic!("unexpected kind {other}"),
         }
     }
@@ -165,12 +166,105 @@ fn the_plain_manifests_parse_as_typed_kubernetes_objects() {
     );
 }
 
+/// Where the chart mounts the cookie Secret, as its configuration names it.
+const COOKIE_SECRET_MOUNT: &str = "/etc/hostport-dns-cookies/secret";
+
+/// The chart's agent configuration with the cookie Secret "mounted" as the kubelet would: its
+/// content written into `dir`, and the configuration pointing there.
+fn config_with_mounted_secret(docs: &[Value], dir: &TempDir) -> String {
+    let cm: ConfigMap = typed(of_kind(docs, "ConfigMap")[0]);
+    let text = cm
+        .data
+        .expect("data")
+        .remove("config.yaml")
+        .expect("config.yaml");
+    let Some(secret) = of_kind(docs, "Secret").first().map(|d| typed::<Secret>(d)) else {
+        return text;
+    };
+    let bytes = secret
+        .data
+        .expect("data")
+        .remove("secret")
+        .expect("the secret key")
+        .0;
+    let file = dir.write("cookie-secret", std::str::from_utf8(&bytes).expect("text"));
+    text.replace(COOKIE_SECRET_MOUNT, file.to_str().expect("UTF-8"))
+}
+
+/// The documents with the cookie secret the chart generates (random per render) set aside.
+fn without_generated_secrets(mut docs: Vec<Value>) -> Vec<Value> {
+    for doc in &mut docs {
+        if doc["kind"].as_str() == Some("Secret") {
+            doc["data"]["secret"] = Value::from("generated");
+        }
+    }
+    docs
+}
+
 #[test]
 fn the_plain_manifests_are_the_charts_defaults() {
     assert_eq!(
-        render(""),
-        manifests(),
+        without_generated_secrets(render("")),
+        without_generated_secrets(manifests()),
         "run `cargo xtask manifests` after changing the chart"
+    );
+}
+
+#[test]
+fn the_charts_cookie_secret_is_one_the_agent_reads_and_its_config_points_to_it() {
+    let docs = render("");
+    let secret: Secret = typed(of_kind(&docs, "Secret")[0]);
+    let bytes = secret
+        .data
+        .expect("data")
+        .remove("secret")
+        .expect("the secret key")
+        .0;
+    let dir = TempDir::new("cookiesecret");
+    let file = dir.write("secret", std::str::from_utf8(&bytes).expect("text"));
+    let config = hostport_dns::clients::cookies::CookieConfig {
+        enabled: true,
+        secret_file: Some(file),
+    };
+    hostport_dns::clients::cookies::Cookies::new(&config).expect("the agent reads the secret");
+    let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
+    let text = cm
+        .data
+        .expect("data")
+        .remove("config.yaml")
+        .expect("config");
+    let parsed = hostport_dns::agent_config::parse(&text, "configmap".as_ref()).expect("config");
+    assert_eq!(
+        parsed.clients.cookies.secret_file.as_deref(),
+        Some(COOKIE_SECRET_MOUNT.as_ref())
+    );
+    let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
+    let pod = ds.spec.expect("spec").template.spec.expect("pod");
+    let volume = pod
+        .volumes
+        .expect("volumes")
+        .into_iter()
+        .find(|v| v.name == "cookies")
+        .expect("the cookie volume");
+    assert_eq!(
+        volume
+            .secret
+            .expect("a Secret volume")
+            .secret_name
+            .as_deref(),
+        secret.metadata.name.as_deref()
+    );
+    let mount = pod.containers[0]
+        .volume_mounts
+        .clone()
+        .expect("mounts")
+        .into_iter()
+        .find(|m| m.name == "cookies")
+        .expect("the cookie mount");
+    assert_eq!(mount.mount_path, "/etc/hostport-dns-cookies");
+    assert!(
+        mount.sub_path.is_none(),
+        "a subPath mount would never see a rotation"
     );
 }
 
@@ -200,6 +294,13 @@ dns:
   interfaces: [eth1, eth2]
   xdpMode: native
   pinDir: /sys/fs/bpf/hpd-custom
+  answerOn: [198.18.0.10, eth1]
+  tcp: { maxConnections: 64, maxPerClient: 4 }
+clients:
+  allow: [198.18.0.0/24, \"2001:db8::/64\"]
+  outside: refuse
+  rateLimit: { responsesPerSecond: 40, negativePerSecond: 10, slip: 3, exempt: [198.18.0.128/25] }
+  cookies: { enabled: true, secretName: corp-dns-cookies }
 zones:
   - name: lb.corp.example
     ttl: 7
@@ -263,6 +364,25 @@ fn chart_values_reach_the_agent_configuration_exactly() {
     assert!(slices.serving_terminating && !slices.keep_last_non_empty);
     assert_eq!(slices.ttl, 30);
     assert!(config.kubernetes.token_file.is_some() && config.kubernetes.ca_file.is_some());
+    let clients = &config.clients;
+    assert_eq!(clients.allow.len(), 2);
+    assert_eq!(clients.outside, hostport_dns::clients::Outside::Refuse);
+    let rate = &clients.rate_limit;
+    assert_eq!(
+        (
+            rate.responses_per_second,
+            rate.negative_per_second,
+            rate.errors_per_second,
+            rate.slip
+        ),
+        (40, 10, 40, 3)
+    );
+    assert_eq!(rate.exempt[0].to_string(), "198.18.0.128/25");
+    assert!(clients.cookies.enabled && clients.cookies.secret_file.is_some());
+    assert!(
+        of_kind(&docs, "Secret").is_empty(),
+        "a named Secret is the operator's"
+    );
 
     let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
     let args = ds
@@ -290,6 +410,8 @@ fn chart_values_reach_the_agent_configuration_exactly() {
     assert_eq!(run.api_server.as_deref(), Some("https://198.18.0.1:6443"));
     assert_eq!(run.metrics_listen.port(), 9999);
     assert_eq!(run.max_staleness, 60);
+    assert_eq!(run.answer_on, ["198.18.0.10", "eth1"]);
+    assert_eq!((run.tcp_max_connections, run.tcp_max_per_client), (64, 4));
     assert_eq!(
         run.config.as_deref(),
         Some("/etc/hostport-dns/config.yaml".as_ref())
@@ -437,12 +559,8 @@ fn used(api: &FakeApi) -> BTreeSet<Permission> {
 fn assert_rbac_is_exact(tag: &str, values: &str) {
     require_root();
     let docs = render(values);
-    let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
-    let config = cm
-        .data
-        .expect("data")
-        .remove("config.yaml")
-        .expect("config.yaml");
+    let secret_dir = TempDir::new(&format!("{tag}-secret"));
+    let config = config_with_mounted_secret(&docs, &secret_dir);
     let ns = NetNs::new(tag);
     let api = FakeApi::start(Some(&ns));
     api.apply(
@@ -617,14 +735,7 @@ fn chart_api_server_url_reaches_the_api_server(host_ip: &str, tag: &str) {
     std::fs::write(service_account.join("token"), TOKEN).expect("the token");
     std::fs::copy(&credentials.ca_file, service_account.join("ca.crt")).expect("the CA");
     std::fs::write(service_account.join("namespace"), "kube-system").expect("the namespace");
-    let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
-    let config = dir.write(
-        "config.yaml",
-        &cm.data
-            .expect("data")
-            .remove("config.yaml")
-            .expect("config.yaml"),
-    );
+    let config = dir.write("config.yaml", &config_with_mounted_secret(&docs, &dir));
     // The chart's arguments, but for the node's paths: its configuration mount, XDP on this
     // namespace's lo, no pins in the host's bpffs, the saved records in the test's folder.
     let args: Vec<String> = args

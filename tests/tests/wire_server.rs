@@ -323,9 +323,9 @@ fn tcp_serves_several_queries_per_connection() {
 }
 
 #[test]
-fn the_question_comes_back_as_asked_and_cookies_are_ignored() {
+fn the_question_comes_back_as_asked_with_a_good_server_cookie() {
     let s = server("case");
-    // dig sends a cookie by default; a server without cookie support answers without one.
+    // dig sends a cookie by default; the answer carries it back with a server cookie.
     let out =
         s.ns.command("dig")
             .args([
@@ -361,7 +361,11 @@ fn the_question_comes_back_as_asked_and_cookies_are_ignored() {
         answer.starts_with("DEFAULT-Nginx.Ingress.prod.coreha.example."),
         "{text}"
     );
-    assert!(!text.contains("COOKIE"), "{text}");
+    let cookie = text
+        .lines()
+        .find(|l| l.starts_with("; COOKIE: "))
+        .unwrap_or_else(|| panic!("no cookie in the answer:\n{text}"));
+    assert!(cookie.ends_with("(good)"), "{cookie}");
 }
 
 #[test]

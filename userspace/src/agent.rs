@@ -118,16 +118,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         None => (None, None),
     };
-    // Before the first table: it carries the node's addresses.
-    let mut local_addrs = LocalAddrs::new(
-        writer.clone(),
-        shared.clone(),
-        AnswerOn::parse(&args.answer_on),
-    );
-    local_addrs
-        .sync()
-        .context("cannot list the node's addresses")?;
-    tokio::spawn(local_addrs.follow());
+    if let Some(writer) = &writer {
+        // Before the first table: it carries the node's addresses.
+        let mut local_addrs = LocalAddrs::new(writer.clone(), AnswerOn::parse(&args.answer_on));
+        local_addrs
+            .sync()
+            .context("cannot list the node's addresses")?;
+        tokio::spawn(local_addrs.follow());
+    }
     tokio::spawn(reload_cookie_secrets(shared.clone()));
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),

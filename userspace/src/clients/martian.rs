@@ -1,73 +1,44 @@
-//! Sources that can never have sent a query: the userspace half of the XDP program's
-//! `source` step (the stack drops most of these itself; what it lets through, such as an IPv6
-//! packet claiming one of this host's own addresses, must not be answered either: the answer
-//! would go to a local service).
+//! Sources that can never have sent a query, on the userspace path: group sources (multicast,
+//! broadcast, 240.0.0.0/4) and port 0, whose answers would go nowhere or to many.
+//!
+//! The rest of the kernel's martian rules (loopback, this-network and this host's own addresses
+//! arriving from another interface than lo) are the stack's before anything reaches a socket:
+//! IPv4 drops them as martians, IPv6 drops `::1` from other interfaces. What a socket cannot tell
+//! is the interface a packet claiming one of this host's own IPv6 addresses came in on (a local
+//! client's query to the node's address reports the address's interface, not lo), so that rule is
+//! enforced by the XDP program only, on the interfaces it is attached to.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-/// The interface index of lo in every network namespace.
-pub const LOOPBACK_IFINDEX: u32 = 1;
-
-/// Whether a query from `peer`, received on interface `ifindex`, must go unanswered.
-/// `is_local` says whether an address is one of this host's own.
-pub fn is_martian(
-    peer: SocketAddr,
-    ifindex: Option<u32>,
-    is_local: impl Fn(IpAddr) -> bool,
-) -> bool {
+/// Whether a query from `peer` must go unanswered.
+pub fn is_martian(peer: SocketAddr) -> bool {
     if peer.port() == 0 {
         return true;
     }
-    let source = crate::clients::prefixes::canonical(peer.ip());
-    let never_a_source = match source {
-        IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.octets()[0] >= 240,
-        IpAddr::V6(a) => a.is_multicast(),
-    };
-    if never_a_source {
-        return true;
+    match crate::clients::prefixes::canonical(peer.ip()) {
+        std::net::IpAddr::V4(a) => a.is_multicast() || a.is_broadcast() || a.octets()[0] >= 240,
+        std::net::IpAddr::V6(a) => a.is_multicast(),
     }
-    // On lo, loopback and own addresses are where local clients ask from.
-    let on_loopback = ifindex.is_none_or(|i| i == LOOPBACK_IFINDEX);
-    if on_loopback {
-        return false;
-    }
-    let loopback_only = match source {
-        IpAddr::V4(a) => a.is_loopback() || a.octets()[0] == 0,
-        IpAddr::V6(a) => a.is_loopback() || a.is_unspecified(),
-    };
-    loopback_only || is_local(source)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn martian(peer: &str, ifindex: u32) -> bool {
-        let own: IpAddr = "2001:db8::1".parse().unwrap();
-        is_martian(peer.parse().unwrap(), Some(ifindex), |a| a == own)
-    }
-
-    #[test]
-    fn loopback_and_own_sources_are_answered_only_on_lo() {
-        assert!(!martian("127.0.0.1:5353", 1));
-        assert!(martian("127.0.0.1:5353", 2));
-        assert!(!martian("[2001:db8::1]:5353", 1));
-        assert!(martian("[2001:db8::1]:5353", 2));
-        assert!(martian("[::1]:5353", 2));
-        assert!(martian("0.1.2.3:5353", 2));
-        assert!(!martian("198.18.0.2:5353", 2));
-    }
-
     #[test]
     fn group_sources_and_port_zero_are_never_answered() {
         for peer in [
             "224.0.0.1:53",
             "255.255.255.255:53",
+            "240.0.0.1:53",
             "[ff02::1]:53",
+            "[::ffff:224.0.0.1]:53",
             "198.18.0.2:0",
         ] {
-            assert!(martian(peer, 1), "{peer}");
-            assert!(martian(peer, 2), "{peer}");
+            assert!(is_martian(peer.parse().unwrap()), "{peer}");
+        }
+        for peer in ["198.18.0.2:5353", "127.0.0.1:5353", "[2001:db8::1]:5353"] {
+            assert!(!is_martian(peer.parse().unwrap()), "{peer}");
         }
     }
 }

@@ -1,9 +1,8 @@
 //! The client policy on the userspace path, in the kernel's order: sources that cannot have
 //! sent the query, the allow-list, then the answer (with its server cookie) and its rate.
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::net::IpAddr;
 
-use arc_swap::ArcSwap;
 use hostport_dns_common::policy::Admission;
 
 use crate::{
@@ -24,8 +23,6 @@ use crate::{
 #[derive(Clone, Copy, Debug)]
 pub struct Client {
     pub addr: std::net::SocketAddr,
-    /// The interface it arrived on (UDP: from the packet info; TCP: unknown).
-    pub ifindex: Option<u32>,
 }
 
 /// The client policy and its state.
@@ -34,8 +31,6 @@ pub struct Gate {
     pub policy: ClientPolicyTable,
     pub rate: Option<RateLimiter>,
     pub cookies: Option<Cookies>,
-    /// This host's addresses (a query claiming one from another interface than lo is spoofed).
-    local: ArcSwap<BTreeSet<IpAddr>>,
 }
 
 impl Gate {
@@ -49,13 +44,7 @@ impl Gate {
             policy,
             rate,
             cookies,
-            local: ArcSwap::default(),
         }
-    }
-
-    /// Replaces the set of this host's addresses.
-    pub fn set_local(&self, addresses: BTreeSet<IpAddr>) {
-        self.local.store(Arc::new(addresses));
     }
 
     /// Whether a TCP connection from `peer` is served at all (drop mode closes it at accept;
@@ -78,12 +67,9 @@ impl Gate {
         client: Client,
     ) -> Option<Answer> {
         let ip = client.addr.ip();
-        if transport == Transport::Udp {
-            let local = self.local.load();
-            if is_martian(client.addr, client.ifindex, |a| local.contains(&a)) {
-                shared.stats.decided(Decision::Martian);
-                return None;
-            }
+        if transport == Transport::Udp && is_martian(client.addr) {
+            shared.stats.decided(Decision::Martian);
+            return None;
         }
         let grants = self.policy.grants(ip);
         let mut asker = Asker {

@@ -150,10 +150,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
 
 /// Serves one connection until it ends; returns why.
 async fn serve_connection(mut stream: TcpStream, shared: &Shared, peer: SocketAddr) -> TcpClose {
-    let client = Client {
-        addr: peer,
-        ifindex: None,
-    };
+    let client = Client { addr: peer };
     if stream.set_nodelay(true).is_err() {
         return TcpClose::Error;
     }

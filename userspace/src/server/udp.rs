@@ -110,7 +110,6 @@ struct Batch {
     controls: Vec<[u8; CMSG_SPACE]>,
     lengths: Vec<usize>,
     locals: Vec<Option<IpAddr>>,
-    ifindexes: Vec<Option<u32>>,
 }
 
 impl Batch {
@@ -123,15 +122,13 @@ impl Batch {
             controls: vec![[0u8; CMSG_SPACE]; BATCH],
             lengths: vec![0; BATCH],
             locals: vec![None; BATCH],
-            ifindexes: vec![None; BATCH],
         }
     }
 
-    /// Who sent datagram `i`: its source address and the interface it came in on.
+    /// Who sent datagram `i`.
     fn client(&self, i: usize) -> Option<Client> {
         Some(Client {
             addr: socket_address(&self.peers[i])?,
-            ifindex: self.ifindexes[i],
         })
     }
 
@@ -181,10 +178,7 @@ impl Batch {
             for (i, msg) in msgs.iter().take(n as usize).enumerate() {
                 let truncated = msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
                 self.lengths[i] = if truncated { 0 } else { msg.msg_len as usize };
-                (self.locals[i], self.ifindexes[i]) = match packet_info(&msg.msg_hdr) {
-                    Some((local, ifindex)) => (Some(local), Some(ifindex)),
-                    None => (None, None),
-                };
+                self.locals[i] = local_address(&msg.msg_hdr);
             }
             Ok(n as usize)
         }
@@ -313,10 +307,10 @@ fn socket_address(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// The destination address and the arrival interface from the pktinfo control message.
+/// The destination address from the pktinfo control message.
 ///
 /// SAFETY: msg must come from a successful recvmsg.
-unsafe fn packet_info(msg: &libc::msghdr) -> Option<(IpAddr, u32)> {
+unsafe fn local_address(msg: &libc::msghdr) -> Option<IpAddr> {
     // SAFETY: walking the control messages recvmsg wrote.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(msg);
@@ -324,13 +318,13 @@ unsafe fn packet_info(msg: &libc::msghdr) -> Option<(IpAddr, u32)> {
             let header = &*cmsg;
             if header.cmsg_level == libc::IPPROTO_IP && header.cmsg_type == libc::IP_PKTINFO {
                 let info = &*(libc::CMSG_DATA(cmsg) as *const libc::in_pktinfo);
-                let local = IpAddr::V4(Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)));
-                return Some((local, info.ipi_ifindex as u32));
+                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    info.ipi_addr.s_addr,
+                ))));
             }
             if header.cmsg_level == libc::IPPROTO_IPV6 && header.cmsg_type == libc::IPV6_PKTINFO {
                 let info = &*(libc::CMSG_DATA(cmsg) as *const libc::in6_pktinfo);
-                let local = IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr));
-                return Some((local, info.ipi6_ifindex));
+                return Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
             }
             cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }

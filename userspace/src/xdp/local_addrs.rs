@@ -18,7 +18,7 @@ use hostport_dns_common::{
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, warn};
 
-use crate::{server::Shared, xdp::writer::MapWriter};
+use crate::xdp::writer::MapWriter;
 
 /// Re-read the addresses at least this often, in case a netlink message was lost.
 const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
@@ -79,36 +79,21 @@ fn is_link_local(addr: IpAddr) -> bool {
     }
 }
 
-/// Hands the node's addresses to the map writer (what the kernel answers on) and to the
-/// userspace server (what a spoofed source may claim).
+/// Hands the node's addresses the kernel answers on to the map writer.
 pub struct LocalAddrs {
-    writer: Option<Arc<Mutex<MapWriter>>>,
-    shared: Arc<Shared>,
+    writer: Arc<Mutex<MapWriter>>,
     answer_on: AnswerOn,
 }
 
 impl LocalAddrs {
-    pub fn new(
-        writer: Option<Arc<Mutex<MapWriter>>>,
-        shared: Arc<Shared>,
-        answer_on: AnswerOn,
-    ) -> Self {
-        Self {
-            writer,
-            shared,
-            answer_on,
-        }
+    pub fn new(writer: Arc<Mutex<MapWriter>>, answer_on: AnswerOn) -> Self {
+        Self { writer, answer_on }
     }
 
     /// Writes the node's current addresses; returns how many the kernel answers on.
     pub fn sync(&mut self) -> std::io::Result<usize> {
         let node = node_addresses()?;
-        self.shared
-            .gate
-            .set_local(node.iter().map(|a| a.address).collect());
-        let Some(writer) = &self.writer else {
-            return Ok(0);
-        };
+        let writer = &self.writer;
         let answered = self.answer_on.select(&node);
         let value = compile(&answered);
         // A switch waits for the program's running invocations: not on an async worker's time.

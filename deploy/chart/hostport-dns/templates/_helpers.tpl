@@ -20,3 +20,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "hostport-dns.needsNodes" -}}
 {{- range .Values.endpointSlices }}{{ if ne (.addressSource | default "endpointslice") "endpointslice" }}true{{ end }}{{ end -}}
 {{- end -}}
+
+{{/* The Secret holding the DNS cookie secrets. */}}
+{{- define "hostport-dns.cookieSecret" -}}
+{{ .Values.clients.cookies.secretName | default (printf "%s-cookies" .Release.Name) }}
+{{- end -}}
