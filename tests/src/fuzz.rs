@@ -110,12 +110,24 @@ fn seeds() -> Vec<Vec<u8>> {
     frames
 }
 
+/// The shortest frame a driver hands to XDP.
+const ETH_HEADER_LEN: usize = 14;
+/// The longest frame the campaign builds (an Ethernet MTU's worth).
+const MAX_FRAME_LEN: usize = 1514;
+
 /// Values a field is often wrong with.
 const INTERESTING_BYTES: [u8; 8] = [0, 1, 0x3f, 0x40, 0x7f, 0x80, 0xc0, 0xff];
 
-/// One to four random edits of `frame`, most of them in its DNS part.
+/// One to four random edits of `frame` (one, most often), most of them in its DNS part; half of
+/// the time the IP and UDP lengths are then made to match again, so that the edit reaches the
+/// DNS parser instead of stopping at the length check.
 fn mutate(rng: &mut Rng, frame: &mut Vec<u8>, seeds: &[Vec<u8>]) {
-    for _ in 0..1 + rng.below(4) {
+    let edits = match rng.below(8) {
+        0..=3 => 1,
+        4 | 5 => 2,
+        _ => 3 + rng.below(2),
+    };
+    for _ in 0..edits {
         let len = frame.len();
         // Headers are 42 to 66 bytes: three edits in four land after them.
         let at = if rng.below(4) == 0 || len <= 46 {
@@ -136,7 +148,9 @@ fn mutate(rng: &mut Rng, frame: &mut Vec<u8>, seeds: &[Vec<u8>]) {
                 };
                 frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
             }
-            4 => frame.truncate(at.max(1)),
+            // BPF_PROG_TEST_RUN takes no frame shorter than an Ethernet header (no driver hands
+            // XDP one either).
+            4 => frame.truncate(at.max(ETH_HEADER_LEN)),
             5 => {
                 let extra = 1 + rng.below(16);
                 frame.extend((0..extra).map(|_| rng.next() as u8));
@@ -155,6 +169,43 @@ fn mutate(rng: &mut Rng, frame: &mut Vec<u8>, seeds: &[Vec<u8>]) {
             }
         }
     }
+    frame.truncate(MAX_FRAME_LEN);
+    if rng.below(2) == 0 {
+        fix_lengths(frame);
+    }
+}
+
+/// Sets the IP and UDP length fields to what the frame holds (checksums are left as they are:
+/// the kernel path does not verify them).
+fn fix_lengths(frame: &mut [u8]) {
+    let mut at = 12;
+    let Some(t) = frame.get(at..at + 2) else {
+        return;
+    };
+    let mut ether_type = u16::from_be_bytes([t[0], t[1]]);
+    if ether_type == 0x8100 {
+        at += 4;
+        let Some(t) = frame.get(at..at + 2) else {
+            return;
+        };
+        ether_type = u16::from_be_bytes([t[0], t[1]]);
+    }
+    at += 2;
+    let udp_at = match ether_type {
+        0x0800 if frame.len() >= at + 28 => {
+            let total = (frame.len() - at) as u16;
+            frame[at + 2..at + 4].copy_from_slice(&total.to_be_bytes());
+            at + 20
+        }
+        0x86dd if frame.len() >= at + 48 => {
+            let payload = (frame.len() - at - 40) as u16;
+            frame[at + 4..at + 6].copy_from_slice(&payload.to_be_bytes());
+            at + 40
+        }
+        _ => return,
+    };
+    let udp_len = (frame.len() - udp_at) as u16;
+    frame[udp_at + 4..udp_at + 6].copy_from_slice(&udp_len.to_be_bytes());
 }
 
 /// The headers of a frame as the oracle reads them (independently of the program).

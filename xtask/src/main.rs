@@ -4,6 +4,7 @@
 mod bench;
 mod cmd;
 mod deploy;
+mod fuzz;
 mod run;
 mod setup;
 mod test;
@@ -35,6 +36,9 @@ enum Task {
     Lint,
     /// Benchmarks: figures and ratios against peers run side by side (never assertions).
     Bench(bench::BenchArgs),
+    /// The XDP program's mutation campaign (BPF_PROG_TEST_RUN, 10 million packets) and
+    /// coverage-guided fuzzing of the userspace query path (libFuzzer). Needs root.
+    Fuzz(fuzz::FuzzArgs),
     /// Build the release binary the container image packs, into target/dist.
     Dist,
     /// Render the chart's defaults into deploy/manifests/hostport-dns.yaml.
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Task::Test(args) => test::run(args),
         Task::Lint => test::lint(),
         Task::Bench(args) => bench::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
         Task::Dist => deploy::dist(),
         Task::Manifests => deploy::manifests(),
     };

@@ -33,7 +33,12 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
             .args(&args.cargo_test_args)
             .env("HOSTPORT_DNS_BIN", &agent)
             .env("HOSTPORT_DNS_HELM", setup::helm_path()),
-    )
+    )?;
+    // A filtered run is someone looking at some tests: the fuzz slice is for whole runs.
+    if args.cargo_test_args.is_empty() {
+        crate::fuzz::slice()?;
+    }
+    Ok(())
 }
 
 pub fn lint() -> anyhow::Result<()> {
