@@ -13,6 +13,15 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    drive(&args.what, &[])
+}
+
+/// `cargo xtask soak`: the bench driver's soak, for `seconds`.
+pub fn soak(seconds: u64) -> anyhow::Result<()> {
+    drive("soak", &[("HPD_SOAK_SECONDS", seconds.to_string())])
+}
+
+fn drive(what: &str, env: &[(&str, String)]) -> anyhow::Result<()> {
     if !cmd::is_root() {
         bail!("the benchmarks create network namespaces and load XDP programs: run them as root");
     }
@@ -29,7 +38,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let driver = cmd::workspace_root().join("target/release/hostport-dns-bench");
     cmd::run(
         std::process::Command::new(driver)
-            .arg(&args.what)
-            .env("HOSTPORT_DNS_BIN", agent),
+            .arg(what)
+            .env("HOSTPORT_DNS_BIN", agent)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
     )
 }

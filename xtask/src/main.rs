@@ -39,6 +39,13 @@ enum Task {
     /// The XDP program's mutation campaign (BPF_PROG_TEST_RUN, 10 million packets) and
     /// coverage-guided fuzzing of the userspace query path (libFuzzer). Needs root.
     Fuzz(fuzz::FuzzArgs),
+    /// Ten minutes (`--seconds`) at the generator's maximum with 1,000 pod changes a minute:
+    /// sampled answers against the table of their time, the final table against the API, memory
+    /// growth. Needs root.
+    Soak {
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+    },
     /// Build the release binary the container image packs, into target/dist.
     Dist,
     /// Render the chart's defaults into deploy/manifests/hostport-dns.yaml.
@@ -59,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Task::Lint => test::lint(),
         Task::Bench(args) => bench::run(args),
         Task::Fuzz(args) => fuzz::run(args),
+        Task::Soak { seconds } => bench::soak(seconds),
         Task::Dist => deploy::dist(),
         Task::Manifests => deploy::manifests(),
     };

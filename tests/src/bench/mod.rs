@@ -6,6 +6,7 @@ pub mod kernel;
 pub mod load;
 pub mod propagation;
 pub mod responders;
+pub mod soak;
 pub mod system;
 
 use std::fmt::Write as _;

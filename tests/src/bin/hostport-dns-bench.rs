@@ -30,6 +30,7 @@ fn main() {
         "userspace" => userspace(),
         "propagation" => bench::propagation::run(),
         "churn" => bench::churn::run(),
+        "soak" => bench::soak::run(),
         "kernel" => {
             let runs = std::env::var("HPD_BENCH_RUNS")
                 .ok()
@@ -39,7 +40,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn> (got {other:?})"
+                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn|soak> (got {other:?})"
             );
             std::process::exit(2);
         }
