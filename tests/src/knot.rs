@@ -97,10 +97,23 @@ impl Knot {
         zones: &[(String, String)],
         xdp_interface: Option<&str>,
     ) -> Self {
+        Self::start_with_modules(ns, addr, zones, xdp_interface, "", &[])
+    }
+
+    /// knotd with module sections (`modules`, configuration text such as a `mod-rrl:` block)
+    /// and the modules every zone loads (`zone_modules`, such as `mod-rrl/default`).
+    pub fn start_with_modules(
+        ns: &NetNs,
+        addr: SocketAddr,
+        zones: &[(String, String)],
+        xdp_interface: Option<&str>,
+        modules: &str,
+        zone_modules: &[&str],
+    ) -> Self {
         let dir = TempDir::new("knot");
         let xdp = match xdp_interface {
             Some(iface) => format!(
-                "xdp:\n  listen: {iface}@{}\n  udp: on\n  tcp: off\n  route-check: off\n",
+                "xdp:\n  listen: [{iface}@{}]\n  udp: on\n  tcp: off\n  route-check: off\n",
                 addr.port()
             ),
             None => String::new(),
@@ -110,6 +123,7 @@ impl Knot {
              {xdp}\
              log:\n  - target: stderr\n    any: error\n\
              database:\n  storage: {d}\n\
+             {modules}\
              zone:\n",
             addr.ip(),
             addr.port(),
@@ -122,6 +136,9 @@ impl Knot {
                 "  - domain: {apex}\n    file: {}\n    journal-content: none\n    zonefile-sync: -1\n    semantic-checks: off\n",
                 file.display()
             );
+            if !zone_modules.is_empty() {
+                let _ = writeln!(conf, "    module: [{}]", zone_modules.join(", "));
+            }
         }
         let conf_path = dir.write("knot.conf", &conf);
         let child = ns

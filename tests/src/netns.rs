@@ -201,7 +201,7 @@ impl Link {
     }
 }
 
-fn mac_of(ns: &NetNs, ifname: &str) -> String {
+pub fn mac_of(ns: &NetNs, ifname: &str) -> String {
     let out = ns.ip(&["-j", "link", "show", ifname]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j link output");
     json[0]["address"]
@@ -211,7 +211,7 @@ fn mac_of(ns: &NetNs, ifname: &str) -> String {
 }
 
 /// Loads the pass-through program and attaches it to `ifname` in native mode.
-fn attach_pass_program(ns: &NetNs, ifname: &str) -> Ebpf {
+pub fn attach_pass_program(ns: &NetNs, ifname: &str) -> Ebpf {
     let ifname = ifname.to_owned();
     ns.run(move || {
         let mut ebpf = Ebpf::load(hostport_dns::TESTBED_OBJECT).expect("load the eBPF object");

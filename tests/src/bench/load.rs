@@ -38,7 +38,27 @@ pub fn kxdpgun(
     seconds: u64,
     cpu: usize,
 ) -> Load {
-    let out = sh(ns.command("kxdpgun").args([
+    kxdpgun_from(ns, ifname, server, port, queries, qps, seconds, cpu, None)
+}
+
+/// [`kxdpgun`] with its source addresses spread over `sources` (a prefix: spoofed sources).
+#[allow(clippy::too_many_arguments)]
+pub fn kxdpgun_from(
+    ns: &NetNs,
+    ifname: &str,
+    server: &str,
+    port: u16,
+    queries: &Path,
+    qps: u64,
+    seconds: u64,
+    cpu: usize,
+    sources: Option<&str>,
+) -> Load {
+    let mut cmd = ns.command("kxdpgun");
+    if let Some(sources) = sources {
+        cmd.args(["-l", sources]);
+    }
+    let out = sh(cmd.args([
         "-t",
         &seconds.to_string(),
         "-Q",

@@ -2,6 +2,7 @@
 //! assertions. `cargo xtask bench <what>` runs them.
 
 pub mod churn;
+pub mod flood;
 pub mod kernel;
 pub mod load;
 pub mod propagation;

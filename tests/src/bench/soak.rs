@@ -82,6 +82,22 @@ impl Model {
         self.history.entry(name).or_default().push((at, set));
     }
 
+    /// How long before `at` the last state equal to `seen` ended (zero: it is current; None: the
+    /// name never had it).
+    fn age_of(&self, name: &str, seen: &BTreeSet<Ipv4Addr>, at: Instant) -> Option<Duration> {
+        let history = self.history.get(name)?;
+        history
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, set))| set == seen)
+            .map(|(k, _)| {
+                history.get(k + 1).map_or(Duration::ZERO, |(next, _)| {
+                    at.saturating_duration_since(*next)
+                })
+            })
+            .min()
+    }
+
     /// Whether `seen` was the name's set at some moment in [from, to].
     fn was_current(
         &self,
@@ -247,8 +263,9 @@ pub fn run() {
                     };
                     let answered = Instant::now();
                     let seen = addresses(&buf[..len]);
+                    let model = model.lock().expect("the model");
                     let ok = seen.as_ref().is_some_and(|set| {
-                        model.lock().expect("the model").was_current(
+                        model.was_current(
                             &name,
                             set,
                             asked.checked_sub(PROPAGATION_SLACK).unwrap_or(asked),
@@ -257,11 +274,23 @@ pub fn run() {
                     });
                     samples.fetch_add(1, Ordering::Relaxed);
                     if !ok {
+                        // A set the name once had is a late answer; one it never had is wrong.
+                        let age = seen
+                            .as_ref()
+                            .and_then(|set| model.age_of(&name, set, asked));
+                        let verdict = match age {
+                            Some(age) => format!(
+                                "late: its state ended {} ms before the question",
+                                age.as_millis()
+                            ),
+                            None => "never the name's state".to_owned(),
+                        };
                         wrong
                             .lock()
                             .expect("the list")
-                            .push(format!("{name}: {seen:?}"));
+                            .push(format!("{name}: {verdict}: {seen:?}"));
                     }
+                    drop(model);
                     thread::sleep(Duration::from_millis(20));
                 }
             })

@@ -31,6 +31,7 @@ fn main() {
         "propagation" => bench::propagation::run(),
         "churn" => bench::churn::run(),
         "soak" => bench::soak::run(),
+        "flood" => bench::flood::run(),
         "kernel" => {
             let runs = std::env::var("HPD_BENCH_RUNS")
                 .ok()
@@ -40,7 +41,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn|soak> (got {other:?})"
+                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn|soak|flood> (got {other:?})"
             );
             std::process::exit(2);
         }
