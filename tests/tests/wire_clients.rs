@@ -533,3 +533,99 @@ fn a_flooding_prefix_is_limited_while_exempt_and_cookie_clients_are_answered_eve
     );
     assert_eq!(decided("xdp", "rate_limited"), 0.0, "slip 1 drops nothing");
 }
+
+fn mac_bytes(text: &str) -> [u8; 6] {
+    let bytes: Vec<u8> = text
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).expect("a MAC address"))
+        .collect();
+    bytes.try_into().expect("six bytes")
+}
+
+#[test]
+fn spoofed_and_martian_queries_on_the_veth_get_no_answer_from_either_path() {
+    use hostport_dns_tests::{
+        packet::Frame,
+        raw::{RawSocket, is_udp_from_port},
+    };
+    require_root();
+    let link = Link::new("martian");
+    let dir = TempDir::new("martian");
+    let config = config(&dir, "  allow: []\n");
+    let agent = start(&link, &config, true);
+    let server_mac = mac_bytes(&link.server.mac);
+    let query = QueryBuilder::new(NAME, 1).bytes();
+    let to_server = |src: &str, dst: &str| {
+        let base = if dst.contains(':') {
+            Frame::v6(dst)
+        } else {
+            Frame::v4(dst)
+        };
+        Frame {
+            src: src.parse().expect("an address"),
+            dst_mac: server_mac,
+            ..base
+        }
+    };
+    let spoofed = vec![
+        // Loopback, multicast and the server's own address as the source.
+        to_server("127.0.0.1", link.server.ipv4),
+        to_server("224.0.0.1", link.server.ipv4),
+        to_server(link.server.ipv4, link.server.ipv4),
+        to_server("::1", link.server.ipv6),
+        // A query to the broadcast MAC address.
+        Frame {
+            dst_mac: [0xff; 6],
+            ..to_server(link.client.ipv4, link.server.ipv4)
+        },
+    ];
+    // A loopback destination from the veth: not this host for XDP, a martian for the stack.
+    let to_loopback = to_server(link.client.ipv4, "127.0.0.1");
+    let frames: Vec<Vec<u8>> = spoofed
+        .iter()
+        .chain([&to_loopback])
+        .map(|f| f.build(&query))
+        .collect();
+    let control = to_server(link.client.ipv4, link.server.ipv4).build(&query);
+    let ifname = link.client.ifname.clone();
+    let (answers_to_spoofed, answers_to_control) = link.client_ns.run(move || {
+        let socket = RawSocket::open(&ifname).expect("a packet socket");
+        for frame in &frames {
+            socket.send(frame).expect("send a frame");
+        }
+        let spoofed = socket.receive_for(Duration::from_secs(2));
+        socket.send(&control).expect("send the control frame");
+        let control = socket.receive_for(Duration::from_secs(1));
+        let answers =
+            |frames: &[Vec<u8>]| frames.iter().filter(|f| is_udp_from_port(f, PORT)).count();
+        (answers(&spoofed), answers(&control))
+    });
+    assert_eq!(
+        answers_to_control, 1,
+        "the capture sees an answer to a real query"
+    );
+    assert_eq!(
+        answers_to_spoofed, 0,
+        "no answer left for any spoofed query"
+    );
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", "xdp"), ("decision", "martian")]
+        ),
+        spoofed.len() as f64
+    );
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_xdp_passed",
+            &[("reason", "not_for_this_host")]
+        ),
+        1.0,
+        "the loopback destination went up, and the stack dropped it"
+    );
+    assert_eq!(
+        agent.metric("hostport_dns_responses", &[("path", "userspace")]),
+        0.0,
+        "nothing reached the listener"
+    );
+}
