@@ -567,7 +567,7 @@ fn spoofed_and_martian_queries_on_the_veth_get_no_answer_from_either_path() {
             ..base
         }
     };
-    let spoofed = vec![
+    let spoofed = [
         // Loopback, multicast and the server's own address as the source.
         to_server("127.0.0.1", link.server.ipv4),
         to_server("224.0.0.1", link.server.ipv4),
