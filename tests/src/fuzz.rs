@@ -18,6 +18,7 @@ use hostport_dns::server::answer::{Transport, respond};
 use hostport_dns_common::counters::{Counter, Verdict};
 
 use crate::{
+    Rng,
     netns::NetNs,
     packet::{Frame, QueryBuilder, parse_checked},
     vectors::{CAPTURE_ZONE, client_queries},
@@ -55,22 +56,6 @@ pub struct Tally {
     pub elapsed: Duration,
     /// Packets by the counter the program counted them under.
     pub by_counter: Vec<(Counter, u64)>,
-}
-
-/// A small, fast, seedable generator (xorshift64*): the campaign is reproducible from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// Seed frames: every captured client query over IPv4 and IPv6, with and without a VLAN tag, and
@@ -122,25 +107,25 @@ const INTERESTING_BYTES: [u8; 8] = [0, 1, 0x3f, 0x40, 0x7f, 0x80, 0xc0, 0xff];
 /// the time the IP and UDP lengths are then made to match again, so that the edit reaches the
 /// DNS parser instead of stopping at the length check.
 fn mutate(rng: &mut Rng, frame: &mut Vec<u8>, seeds: &[Vec<u8>]) {
-    let edits = match rng.below(8) {
+    let edits = match rng.index(8) {
         0..=3 => 1,
         4 | 5 => 2,
-        _ => 3 + rng.below(2),
+        _ => 3 + rng.index(2),
     };
     for _ in 0..edits {
         let len = frame.len();
         // Headers are 42 to 66 bytes: three edits in four land after them.
-        let at = if rng.below(4) == 0 || len <= 46 {
-            rng.below(len)
+        let at = if rng.index(4) == 0 || len <= 46 {
+            rng.index(len)
         } else {
-            42 + rng.below(len - 42)
+            42 + rng.index(len - 42)
         };
-        match rng.below(8) {
-            0 => frame[at] ^= 1 << rng.below(8),
-            1 => frame[at] = rng.next() as u8,
-            2 => frame[at] = INTERESTING_BYTES[rng.below(INTERESTING_BYTES.len())],
+        match rng.index(8) {
+            0 => frame[at] ^= 1 << rng.index(8),
+            1 => frame[at] = rng.next_u64() as u8,
+            2 => frame[at] = INTERESTING_BYTES[rng.index(INTERESTING_BYTES.len())],
             3 if at + 1 < len => {
-                let value: u16 = match rng.below(4) {
+                let value: u16 = match rng.index(4) {
                     0 => 0,
                     1 => 0xffff,
                     2 => u16::from_be_bytes([frame[at], frame[at + 1]]).wrapping_add(1),
@@ -152,25 +137,25 @@ fn mutate(rng: &mut Rng, frame: &mut Vec<u8>, seeds: &[Vec<u8>]) {
             // XDP one either).
             4 => frame.truncate(at.max(ETH_HEADER_LEN)),
             5 => {
-                let extra = 1 + rng.below(16);
-                frame.extend((0..extra).map(|_| rng.next() as u8));
+                let extra = 1 + rng.index(16);
+                frame.extend((0..extra).map(|_| rng.next_u64() as u8));
             }
             6 => {
-                let other = &seeds[rng.below(seeds.len())];
-                let from = rng.below(other.len());
-                let take = (1 + rng.below(32)).min(other.len() - from);
+                let other = &seeds[rng.index(seeds.len())];
+                let from = rng.index(other.len());
+                let take = (1 + rng.index(32)).min(other.len() - from);
                 let end = (at + take).min(len);
                 frame[at..end].copy_from_slice(&other[from..from + (end - at)]);
             }
             _ => {
-                let take = (1 + rng.below(8)).min(len - at);
+                let take = (1 + rng.index(8)).min(len - at);
                 let piece = frame[at..at + take].to_vec();
                 frame.splice(at..at, piece);
             }
         }
     }
     frame.truncate(MAX_FRAME_LEN);
-    if rng.below(2) == 0 {
+    if rng.index(2) == 0 {
         fix_lengths(frame);
     }
 }
@@ -297,9 +282,9 @@ fn campaign(packets: u64, budget: Duration, seed: u64) -> Tally {
     let mut tally = Tally::default();
     let started = Instant::now();
     while tally.packets < packets && started.elapsed() < budget {
-        let mut frame = seeds[rng.below(seeds.len())].clone();
+        let mut frame = seeds[rng.index(seeds.len())].clone();
         mutate(&mut rng, &mut frame, &seeds);
-        let ifindex = if rng.below(2) == 0 {
+        let ifindex = if rng.index(2) == 0 {
             LOOPBACK_IFINDEX
         } else {
             veth

@@ -31,6 +31,29 @@ pub fn require_root() {
     }
 }
 
+/// A small, fast, seedable generator (xorshift64*): randomised tests and campaigns repeat from
+/// their seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 for `n` 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// An index below `len` (0 for an empty range).
+    pub fn index(&mut self, len: usize) -> usize {
+        self.below(len as u64) as usize
+    }
+}
+
 /// Polls `check` until it holds, panicking with `what` after `seconds`.
 pub fn eventually(what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);

@@ -48,6 +48,19 @@ impl Frame {
         }
     }
 
+    /// From `src` to `dst`, either family (IPv6 when `dst` holds a colon).
+    pub fn between(src: &str, dst: &str) -> Self {
+        let base = if dst.contains(':') {
+            Self::v6(dst)
+        } else {
+            Self::v4(dst)
+        };
+        Self {
+            src: src.parse().expect("an address"),
+            ..base
+        }
+    }
+
     /// The frame carrying `dns` as its UDP payload.
     pub fn build(&self, dns: &[u8]) -> Vec<u8> {
         let mut udp = Vec::with_capacity(8 + dns.len());

@@ -181,14 +181,19 @@ fn config_with_mounted_secret(docs: &[Value], dir: &TempDir) -> String {
     let Some(secret) = of_kind(docs, "Secret").first().map(|d| typed::<Secret>(d)) else {
         return text;
     };
+    let file = dir.write("cookie-secret", &secret_text(secret));
+    text.replace(COOKIE_SECRET_MOUNT, file.to_str().expect("UTF-8"))
+}
+
+/// What the kubelet writes into the mounted file: the Secret's `secret` key, decoded.
+fn secret_text(secret: Secret) -> String {
     let bytes = secret
         .data
         .expect("data")
         .remove("secret")
         .expect("the secret key")
         .0;
-    let file = dir.write("cookie-secret", std::str::from_utf8(&bytes).expect("text"));
-    text.replace(COOKIE_SECRET_MOUNT, file.to_str().expect("UTF-8"))
+    String::from_utf8(bytes).expect("text")
 }
 
 /// The documents with the cookie secret the chart generates (random per render) set aside.
@@ -214,14 +219,8 @@ fn the_plain_manifests_are_the_charts_defaults() {
 fn the_charts_cookie_secret_is_one_the_agent_reads_and_its_config_points_to_it() {
     let docs = render("");
     let secret: Secret = typed(of_kind(&docs, "Secret")[0]);
-    let bytes = secret
-        .data
-        .expect("data")
-        .remove("secret")
-        .expect("the secret key")
-        .0;
     let dir = TempDir::new("cookiesecret");
-    let file = dir.write("secret", std::str::from_utf8(&bytes).expect("text"));
+    let file = dir.write("secret", &secret_text(secret.clone()));
     let config = hostport_dns::clients::cookies::CookieConfig {
         enabled: true,
         secret_file: Some(file),

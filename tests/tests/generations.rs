@@ -33,6 +33,7 @@ use hostport_dns_common::{
     record::{NameEntry, NameKey},
 };
 use hostport_dns_tests::{
+    Rng,
     bench::system,
     packet::{Frame, QueryBuilder, parse_checked},
     require_root,
@@ -47,23 +48,6 @@ const RCODE_NXDOMAIN: u8 = 3;
 
 fn name(text: &str) -> Name {
     Name::from_ascii(text).expect("a name")
-}
-
-/// A small deterministic generator (xorshift64*): the test needs no cryptographic randomness,
-/// and a failure replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// The zones the writer adds and removes, and the names that may exist in each.

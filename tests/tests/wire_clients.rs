@@ -555,17 +555,9 @@ fn spoofed_and_martian_queries_on_the_veth_get_no_answer_from_either_path() {
     let agent = start(&link, &config, true);
     let server_mac = mac_bytes(&link.server.mac);
     let query = QueryBuilder::new(NAME, 1).bytes();
-    let to_server = |src: &str, dst: &str| {
-        let base = if dst.contains(':') {
-            Frame::v6(dst)
-        } else {
-            Frame::v4(dst)
-        };
-        Frame {
-            src: src.parse().expect("an address"),
-            dst_mac: server_mac,
-            ..base
-        }
+    let to_server = |src: &str, dst: &str| Frame {
+        dst_mac: server_mac,
+        ..Frame::between(src, dst)
     };
     let spoofed = [
         // Loopback, multicast and the server's own address as the source.

@@ -39,15 +39,7 @@ fn query() -> Vec<u8> {
 }
 
 fn from(src: &str, dst: &str) -> Frame {
-    let base = if dst.contains(':') {
-        Frame::v6(dst)
-    } else {
-        Frame::v4(dst)
-    };
-    Frame {
-        src: src.parse().expect("an address"),
-        ..base
-    }
+    Frame::between(src, dst)
 }
 
 /// Runs `check` on a thread inside a fresh namespace holding a veth pair, with the index of one

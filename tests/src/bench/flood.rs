@@ -112,17 +112,18 @@ fn with_id(mut query: Vec<u8>, id: u16) -> Vec<u8> {
     query
 }
 
-/// The HAProxy-like client: AAAA then A for one name every 10 ms until `stop`; (asked, answered).
-fn haproxy_like(
+/// A client thread in `ns`, bound to `source`: every 10 ms until `stop`, one `step` (which asks
+/// its queries and says how many it asked and how many were answered); the totals.
+fn client_thread(
     ns: &NetNs,
-    server: SocketAddr,
-    name: String,
+    source: &'static str,
     stop: Arc<AtomicBool>,
+    mut step: impl FnMut(&UdpSocket, &mut [u8], u16) -> (u64, u64) + Send + 'static,
 ) -> thread::JoinHandle<(u64, u64)> {
     let ns = ns.name.clone();
     thread::spawn(move || {
         NetNs::enter(&ns, move || {
-            let source: IpAddr = LEGIT.parse().expect("an address");
+            let source: IpAddr = source.parse().expect("an address");
             let socket = UdpSocket::bind(SocketAddr::new(source, 0)).expect("bind");
             socket
                 .set_read_timeout(Some(Duration::from_millis(50)))
@@ -131,24 +132,39 @@ fn haproxy_like(
             let (mut asked, mut answered) = (0u64, 0u64);
             let mut id: u16 = 0;
             while !stop.load(Ordering::Relaxed) {
-                for qtype in [28u16, 1] {
-                    id = id.wrapping_add(1);
-                    let query = with_id(
-                        QueryBuilder::new(&name, qtype).edns(1232, false).bytes(),
-                        id,
-                    );
-                    asked += 1;
-                    if let Some(n) = ask(&socket, server, &query, &mut buf)
-                        && buf[2] & 0x02 == 0
-                        && n > query.len()
-                    {
-                        answered += 1;
-                    }
-                }
+                id = id.wrapping_add(2);
+                let (a, b) = step(&socket, &mut buf, id);
+                asked += a;
+                answered += b;
                 thread::sleep(Duration::from_millis(10));
             }
             (asked, answered)
         })
+    })
+}
+
+/// The HAProxy-like client: AAAA then A for one name every 10 ms until `stop`; (asked, answered).
+fn haproxy_like(
+    ns: &NetNs,
+    server: SocketAddr,
+    name: String,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<(u64, u64)> {
+    client_thread(ns, LEGIT, stop, move |socket, buf, id| {
+        let mut answered = 0;
+        for (qtype, id) in [(28u16, id), (1, id + 1)] {
+            let query = with_id(
+                QueryBuilder::new(&name, qtype).edns(1232, false).bytes(),
+                id,
+            );
+            if let Some(n) = ask(socket, server, &query, buf)
+                && buf[2] & 0x02 == 0
+                && n > query.len()
+            {
+                answered += 1;
+            }
+        }
+        (2, answered)
     })
 }
 
@@ -185,35 +201,18 @@ fn cookie_client(
     name: String,
     stop: Arc<AtomicBool>,
 ) -> thread::JoinHandle<(u64, u64)> {
-    let ns = ns.name.clone();
-    thread::spawn(move || {
-        NetNs::enter(&ns, move || {
-            let source: IpAddr = COOKIE_CLIENT.parse().expect("an address");
-            let socket = UdpSocket::bind(SocketAddr::new(source, 0)).expect("bind");
-            socket
-                .set_read_timeout(Some(Duration::from_millis(50)))
-                .ok();
-            let mut buf = vec![0u8; 4096];
-            let mut cookie = vec![0x5a; 8];
-            let (mut asked, mut answered) = (0u64, 0u64);
-            let mut id: u16 = 0;
-            while !stop.load(Ordering::Relaxed) {
-                id = id.wrapping_add(1);
-                let query = cookie_query(&name, &cookie, id);
-                asked += 1;
-                if let Some(n) = ask(&socket, server, &query, &mut buf) {
-                    if let Some(fresh) = cookie_of(&buf[..n]) {
-                        cookie = fresh;
-                    }
-                    let ancount = u16::from_be_bytes([buf[6], buf[7]]);
-                    if buf[3] & 0x0f == 0 && buf[2] & 0x02 == 0 && ancount > 0 {
-                        answered += 1;
-                    }
-                }
-                thread::sleep(Duration::from_millis(10));
-            }
-            (asked, answered)
-        })
+    let mut cookie = vec![0x5a; 8];
+    client_thread(ns, COOKIE_CLIENT, stop, move |socket, buf, id| {
+        let query = cookie_query(&name, &cookie, id);
+        let Some(n) = ask(socket, server, &query, buf) else {
+            return (1, 0);
+        };
+        if let Some(fresh) = cookie_of(&buf[..n]) {
+            cookie = fresh;
+        }
+        let ancount = u16::from_be_bytes([buf[6], buf[7]]);
+        let answered = buf[3] & 0x0f == 0 && buf[2] & 0x02 == 0 && ancount > 0;
+        (1, u64::from(answered))
     })
 }
 

@@ -9,7 +9,7 @@ use std::{
 use crate::{
     TempDir,
     agent::Agent,
-    bench::print_table,
+    bench::{print_table, system},
     clients::udp_exchange_many,
     eventually,
     fake_api::{FakeApi, Kind},
@@ -38,16 +38,6 @@ fn pod(i: usize, address_offset: usize) -> PodSpec {
         &format!("node-{i}"),
         &host,
     )
-}
-
-/// Resident memory of a process, in MiB.
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 struct Setup {
@@ -163,7 +153,7 @@ pub fn run() {
     let mut rows = Vec::new();
     for (pods, rounds) in [(1_000usize, 200), (10_000, 200), (100_000, 100)] {
         let s = setup(pods);
-        let rss = rss_mib(s.agent.pid());
+        let rss = system::rss_mib(s.agent.pid());
         let (p50, p99) = latencies(&s, pods, rounds);
         let (changes, updates) = update_rate(&s, 1000);
         rows.push(vec![

@@ -20,7 +20,7 @@ use hickory_proto::{op::Message, rr::RData};
 use crate::{
     TempDir,
     agent::Agent,
-    bench::{load, print_table},
+    bench::{load, print_table, system},
     eventually,
     fake_api::{FakeApi, Kind},
     k8s::PodSpec,
@@ -114,15 +114,6 @@ impl Model {
             set == seen && *since <= to && until.is_none_or(|u| u >= from)
         })
     }
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(f64::NAN, |kib| kib / 1024.0)
 }
 
 /// The A records of an answer.
@@ -306,7 +297,7 @@ pub fn run() {
             while !stop.load(Ordering::Relaxed) {
                 rss.lock()
                     .expect("the samples")
-                    .push((started.elapsed().as_secs_f64(), rss_mib(pid)));
+                    .push((started.elapsed().as_secs_f64(), system::rss_mib(pid)));
                 thread::sleep(RSS_INTERVAL);
             }
         })

@@ -300,30 +300,35 @@ fn load_pinned(
 
 /// The allow-list and exempt prefixes, into the program's two tries (before it answers).
 fn write_client_prefixes(ebpf: &mut Ebpf, clients: &ClientPolicyTable) -> Result<(), XdpError> {
-    let failed = |e: String| XdpError::Load(format!("cannot write the client prefixes: {e}"));
-    let mut v4: LpmTrie<&mut MapData, [u8; 4], u32> = ebpf
-        .map_mut(maps::CLIENTS_V4)
-        .ok_or_else(|| failed("no IPv4 trie".into()))?
+    let entries = clients.prefixes.entries();
+    let v4 = entries.iter().filter_map(|(net, grants)| match net {
+        IpNet::V4(n) => Some((n.prefix_len(), n.network().octets(), *grants)),
+        IpNet::V6(_) => None,
+    });
+    write_trie(ebpf, maps::CLIENTS_V4, v4)?;
+    let v6 = entries.iter().filter_map(|(net, grants)| match net {
+        IpNet::V6(n) => Some((n.prefix_len(), n.network().octets(), *grants)),
+        IpNet::V4(_) => None,
+    });
+    write_trie(ebpf, maps::CLIENTS_V6, v6)
+}
+
+/// (prefix length, network address, grants) into the LPM trie `name`.
+fn write_trie<K: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    entries: impl Iterator<Item = (u8, K, u32)>,
+) -> Result<(), XdpError> {
+    let failed =
+        |e: String| XdpError::Load(format!("cannot write the client prefixes ({name}): {e}"));
+    let mut trie: LpmTrie<&mut MapData, K, u32> = ebpf
+        .map_mut(name)
+        .ok_or_else(|| failed("no such map".into()))?
         .try_into()
         .map_err(|e: aya::maps::MapError| failed(e.to_string()))?;
-    for (net, grants) in clients.prefixes.entries() {
-        if let IpNet::V4(net) = net {
-            let key = Key::new(u32::from(net.prefix_len()), net.network().octets());
-            v4.insert(&key, grants, 0)
-                .map_err(|e| failed(e.to_string()))?;
-        }
-    }
-    let mut v6: LpmTrie<&mut MapData, [u8; 16], u32> = ebpf
-        .map_mut(maps::CLIENTS_V6)
-        .ok_or_else(|| failed("no IPv6 trie".into()))?
-        .try_into()
-        .map_err(|e: aya::maps::MapError| failed(e.to_string()))?;
-    for (net, grants) in clients.prefixes.entries() {
-        if let IpNet::V6(net) = net {
-            let key = Key::new(u32::from(net.prefix_len()), net.network().octets());
-            v6.insert(&key, grants, 0)
-                .map_err(|e| failed(e.to_string()))?;
-        }
+    for (prefix_len, network, grants) in entries {
+        trie.insert(&Key::new(u32::from(prefix_len), network), grants, 0)
+            .map_err(|e| failed(e.to_string()))?;
     }
     Ok(())
 }
