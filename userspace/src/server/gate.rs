@@ -114,3 +114,107 @@ impl Gate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hickory_proto::{
+        op::{Edns, Message, MessageType, OpCode, Query, ResponseCode},
+        rr::{
+            Name, RecordType,
+            rdata::opt::{EdnsCode, EdnsOption},
+        },
+    };
+
+    use super::*;
+    use crate::{
+        clients::{ClientsConfig, RateLimit},
+        sources::file,
+        table::RecordTable,
+    };
+
+    const ZONE: &str =
+        "zones:\n  - name: prod.coreha.example\n    records:\n      www: 198.18.0.30\n";
+
+    fn query(cookie: &[u8]) -> Vec<u8> {
+        let mut message = Message::new(7, MessageType::Query, OpCode::Query);
+        message.add_query(Query::query(
+            Name::from_ascii("www.prod.coreha.example.").unwrap(),
+            RecordType::A,
+        ));
+        let mut edns = Edns::new();
+        edns.options_mut().insert(EdnsOption::Unknown(
+            u16::from(EdnsCode::Cookie),
+            cookie.to_vec(),
+        ));
+        message.set_edns(edns);
+        message.to_vec().unwrap()
+    }
+
+    fn shared_limiting_to_one_a_second() -> Arc<Shared> {
+        let config = ClientsConfig {
+            rate_limit: RateLimit {
+                responses_per_second: 1,
+                negative_per_second: 1,
+                errors_per_second: 1,
+                slip: 1,
+                exempt: Vec::new(),
+            },
+            ..ClientsConfig::default()
+        };
+        let cookies = Cookies::with_secrets(vec![[9; 16]]);
+        let shared = Shared::with_gate(Gate::new(ClientPolicyTable::new(config), Some(cookies)));
+        let snapshot = file::parse(ZONE, "zone".as_ref()).unwrap();
+        shared.publish(RecordTable::compile(&snapshot.zones, snapshot.records()).0);
+        shared
+    }
+
+    fn ask(shared: &Shared, query: &[u8]) -> Message {
+        let client = Client {
+            addr: "198.18.0.2:5353".parse().unwrap(),
+        };
+        let bytes = shared.answer_client(query, Transport::Udp, client).unwrap();
+        Message::from_vec(&bytes).unwrap()
+    }
+
+    fn cookie_of(message: &Message) -> Vec<u8> {
+        match message
+            .edns
+            .as_ref()
+            .unwrap()
+            .options()
+            .get(EdnsCode::Cookie)
+        {
+            Some(EdnsOption::Unknown(_, data)) => data.clone(),
+            other => panic!("no cookie: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_limited_client_cookie_gets_badcookie_and_its_server_cookie_exempts_it() {
+        let shared = shared_limiting_to_one_a_second();
+        // Over the budget (one a second: of five quick queries at least one is over it), with a
+        // client cookie only: BADCOOKIE, with a server cookie to retry with (RFC 7873 §5.2.3),
+        // not a truncated slip.
+        let limited = (0..5)
+            .map(|_| ask(&shared, &query(&[1; 8])))
+            .find(|m| m.metadata.response_code != ResponseCode::NoError)
+            .expect("a limited answer");
+        assert_eq!(limited.metadata.response_code, ResponseCode::BADCOOKIE);
+        assert!(!limited.metadata.truncation && limited.answers.is_empty());
+        let cookie = cookie_of(&limited);
+        assert_eq!(cookie.len(), 24);
+        // With it, the client is answered however often it asks.
+        for _ in 0..20 {
+            let answered = ask(&shared, &query(&cookie));
+            assert_eq!(answered.metadata.response_code, ResponseCode::NoError);
+            assert_eq!(answered.answers.len(), 1);
+        }
+        let decisions: Vec<_> = shared.stats.decisions().collect();
+        assert!(
+            decisions.iter().any(|(d, n)| *d == "badcookie" && *n >= 1),
+            "{decisions:?}"
+        );
+    }
+}
