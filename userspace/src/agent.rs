@@ -36,6 +36,7 @@ use crate::{
         file_watch::FileWatch,
         kube as kube_source,
     },
+    transfer::Transfers,
     xdp::{
         Dataplane, XdpError, XdpMode,
         counters::Counters,
@@ -71,7 +72,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None
     };
     let client_policy = ClientPolicyTable::new(clients);
-    let shared = Shared::with_gate(Gate::new(client_policy.clone(), cookies));
+    let transfers = match sources.config.as_ref().and_then(|c| c.transfer.clone()) {
+        Some(config) => Some(Arc::new(Transfers::new(config).context("zone transfers")?)),
+        None => None,
+    };
+    let shared =
+        Shared::with_transfers(Gate::new(client_policy.clone(), cookies), transfers.clone());
     let workers = if args.udp_workers == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -141,12 +147,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(config) = &sources.config {
         publisher.serve_reverse(config.reverse.clone());
     }
+    if let Some(file) = &args.serials {
+        publisher.keep_serials_in(file.clone());
+    }
+    if let Some(transfers) = transfers {
+        tokio::spawn(transfers.notify());
+    }
     if let Some(config) = &sources.config {
         publisher.publish(Update {
             source: CONFIG_SOURCE,
             snapshot: config.zones.clone(),
             observed: Instant::now(),
             complete: true,
+            revision: None,
         });
     }
     if let Some((snapshot, _)) = &sources.records {
@@ -155,6 +168,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             snapshot: snapshot.clone(),
             observed: Instant::now(),
             complete: true,
+            revision: None,
         });
     }
 
@@ -363,6 +377,7 @@ async fn follow_record_file(
                         snapshot,
                         observed,
                         complete: true,
+                        revision: None,
                     })
                     .await
                     .is_err()

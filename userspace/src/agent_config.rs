@@ -33,6 +33,7 @@ use crate::{
     names::{RelativeName, parse_name},
     sources::{Snapshot, file::FileError, kube::syntax},
     table::{Network, ReverseConfig},
+    transfer::config::{TransferConfig, TransferEntry},
     zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
 };
 
@@ -52,6 +53,8 @@ pub struct AgentConfig {
     pub reverse: ReverseConfig,
     /// Who is served and how much.
     pub clients: ClientsConfig,
+    /// Zone transfers to secondaries (None: AXFR and IXFR are refused).
+    pub transfer: Option<TransferConfig>,
 }
 
 impl AgentConfig {
@@ -211,6 +214,8 @@ struct ConfigFile {
     reverse_zones: ReverseZonesEntry,
     #[serde(default)]
     clients: ClientsEntry,
+    #[serde(default)]
+    transfer: Option<TransferEntry>,
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
@@ -410,6 +415,11 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
     let mut config = AgentConfig {
         kubernetes: file.kubernetes,
         clients: file.clients.compile().map_err(invalid)?,
+        transfer: file
+            .transfer
+            .map(TransferEntry::compile)
+            .transpose()
+            .map_err(invalid)?,
         ..AgentConfig::default()
     };
     let mut zones = Vec::new();

@@ -136,6 +136,12 @@ pub struct RunArgs {
     /// chart uses a hostPath beside the pins).
     #[arg(long, value_name = "FILE", env = "HOSTPORT_DNS_SAVED_RECORDS")]
     pub saved_records: Option<PathBuf>,
+    /// Keep the zones' SOA serials here, so that they never go back across restarts and stay
+    /// equal to the other nodes' for unchanged content (the chart uses the hostPath beside the
+    /// saved records). Without it a restarted agent numbers its zones from the Kubernetes
+    /// revision (or, without Kubernetes, from their content) again.
+    #[arg(long, value_name = "FILE", env = "HOSTPORT_DNS_SERIALS")]
+    pub serials: Option<PathBuf>,
     /// TCP connections served at once (more wait in the kernel backlog).
     #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
     pub tcp_max_connections: usize,

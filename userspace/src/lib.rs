@@ -14,9 +14,11 @@ pub mod names;
 pub mod ops;
 pub mod publisher;
 pub mod records;
+pub mod serials;
 pub mod server;
 pub mod sources;
 pub mod table;
+pub mod transfer;
 pub mod xdp;
 pub mod zone;
 

@@ -20,6 +20,7 @@ use crate::{
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
     records::RecordGroup,
+    serials::Serials,
     server::Shared,
     sources::Snapshot,
     table::{CompileWarning, ReverseConfig, TableBuilder},
@@ -41,6 +42,9 @@ pub struct Update {
     /// The source's whole, current state: false while it serves saved records or some of its
     /// zones are pending (it has not synced).
     pub complete: bool,
+    /// The Kubernetes revision (resourceVersion) the snapshot is at, when the source knows it:
+    /// what the zones' serials follow (see `crate::serials`).
+    pub revision: Option<u64>,
 }
 
 /// Compiles the sources' latest snapshots into the table both paths answer from: swaps it into
@@ -62,6 +66,8 @@ pub struct Publisher {
     dropped: FxHashMap<usize, Vec<CompileWarning>>,
     /// The reverse zones the table serves.
     reverse: Arc<ReverseConfig>,
+    /// The zones' serials.
+    serials: Serials,
 }
 
 /// What one publication compiled.
@@ -94,7 +100,13 @@ impl Publisher {
             after_first_write: None,
             dropped: FxHashMap::default(),
             reverse: Arc::default(),
+            serials: Serials::new(None),
         }
+    }
+
+    /// Keeps the zones' serials in `file` across restarts.
+    pub fn keep_serials_in(&mut self, file: std::path::PathBuf) {
+        self.serials = Serials::new(Some(file));
     }
 
     /// Whether the kernel answers from a complete table (written by this agent, or adopted from
@@ -158,13 +170,19 @@ impl Publisher {
         }
 
         let started = Instant::now();
+        if let Some(revision) = update.revision {
+            self.serials.note_revision(revision);
+        }
         let (compiled, warnings) = self.compile(update.source, &previous);
         let unchanged = matches!(&compiled, Compiled::Names(names) if names.is_empty());
         drop(previous);
         self.count_warnings(&warnings);
-        let Some(builder) = self.builder.as_ref() else {
+        let Some(builder) = self.builder.as_mut() else {
             return;
         };
+        let serials = &mut self.serials;
+        builder.assign_serials(|zone| serials.serial_for(&zone.spec.apex, zone.digest));
+        serials.save();
         let table = builder.table().clone();
         let compile_time = started.elapsed();
         self.shared.publish(table.clone());

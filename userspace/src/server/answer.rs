@@ -527,12 +527,7 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
         };
     }
     if matches!(qtype, RecordType::PTR | RecordType::ANY) {
-        // One RRset, one TTL: the lowest of the names'.
-        let ttl = names
-            .iter()
-            .filter_map(|n| Some(table.node(n)?.ttl_in(table.zone_for(n)?)))
-            .min()
-            .unwrap_or(zone.spec.ttl);
+        let ttl = ptr_ttl(table, &names, &zone);
         response.add_answers(names.iter().map(|n| {
             Record::from_rdata(question.name.clone(), ttl, RData::PTR(PTR((*n).clone())))
         }));
@@ -542,10 +537,19 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
     ResponseCode::NoError
 }
 
+/// The TTL of the PTR records naming `names`: one RRset, one TTL, the lowest of the names'.
+pub fn ptr_ttl(table: &RecordTable, names: &[&Name], zone: &Zone) -> u32 {
+    names
+        .iter()
+        .filter_map(|n| Some(table.node(n)?.ttl_in(table.zone_for(n)?)))
+        .min()
+        .unwrap_or(zone.spec.ttl)
+}
+
 /// The reverse zone of `found` as a zone: its apex, with the SOA fields, TTL and name servers of
 /// the first forward zone, and a serial that changes whenever a forward zone's does (so whenever
 /// a PTR record can).
-fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>) -> Option<Zone> {
+pub fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>) -> Option<Zone> {
     let (network, _, _) = found?;
     let first = table.zones().first()?;
     let mut spec = first.spec.clone();
@@ -560,25 +564,26 @@ fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>) ->
     Some(Zone {
         id: u32::MAX,
         spec,
+        digest: 0,
         serial,
     })
 }
 
-fn addresses_a(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+pub fn addresses_a(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
     node.a
         .iter()
         .map(|a| Record::from_rdata(owner.clone(), ttl, RData::A(A(*a))))
         .collect()
 }
 
-fn addresses_aaaa(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+pub fn addresses_aaaa(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
     node.aaaa
         .iter()
         .map(|a| Record::from_rdata(owner.clone(), ttl, RData::AAAA(AAAA(*a))))
         .collect()
 }
 
-fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
+pub fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
     node.srv
         .iter()
         .map(|s| {
@@ -606,7 +611,7 @@ fn srv_target_addresses(node: &Node, table: &RecordTable) -> Vec<Record> {
     out
 }
 
-fn name_server_records(zone: &Zone, apex: &Name) -> Vec<Record> {
+pub fn name_server_records(zone: &Zone, apex: &Name) -> Vec<Record> {
     zone.spec
         .nameservers
         .iter()

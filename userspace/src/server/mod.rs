@@ -16,7 +16,11 @@ use std::sync::{
 
 use arc_swap::ArcSwapOption;
 
-use crate::table::RecordTable;
+use crate::{
+    clients::martian::is_martian,
+    table::RecordTable,
+    transfer::{self, Transfers},
+};
 
 /// What every server task reads: the current table (swapped whole by the agent, never locked
 /// on the query path), the client policy and the counters.
@@ -27,6 +31,8 @@ pub struct Shared {
     generation: AtomicU64,
     pub gate: gate::Gate,
     pub stats: stats::ServerStats,
+    /// Zone transfers, when configured.
+    pub transfers: Option<Arc<Transfers>>,
 }
 
 impl Shared {
@@ -43,10 +49,41 @@ impl Shared {
         })
     }
 
+    /// Serves as `gate` decides, and transfers zones as `transfers` says.
+    pub fn with_transfers(gate: gate::Gate, transfers: Option<Arc<Transfers>>) -> Arc<Self> {
+        Arc::new(Self {
+            gate,
+            transfers,
+            ..Self::default()
+        })
+    }
+
     /// Serves `table` from now on.
     pub fn publish(&self, table: RecordTable) {
-        self.table.store(Some(Arc::new(table)));
+        let table = Arc::new(table);
+        self.table.store(Some(table.clone()));
         self.generation.fetch_add(1, Ordering::Release);
+        if let Some(transfers) = &self.transfers {
+            transfers.record(&table);
+        }
+    }
+
+    /// The messages answering a transfer request from `client` (None: not a transfer, or no
+    /// transfers configured: it is answered the ordinary way, REFUSED).
+    pub fn transfer(
+        &self,
+        query: &[u8],
+        transport: answer::Transport,
+        client: gate::Client,
+    ) -> Option<Vec<Vec<u8>>> {
+        let transfers = self.transfers.as_ref()?;
+        if !transfer::asks_transfer(query)
+            || (transport == answer::Transport::Udp && is_martian(client.addr))
+        {
+            return None;
+        }
+        let table = self.table.load();
+        transfers.respond(query, table.as_deref(), client.addr.ip(), transport)
     }
 
     /// The table being served, if one has been published.
@@ -69,6 +106,11 @@ impl Shared {
         transport: answer::Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
+        if transport == answer::Transport::Udp
+            && let Some(mut messages) = self.transfer(query, transport, client)
+        {
+            return messages.drain(..).next();
+        }
         let answer = self.gate.answer(self, query, transport, client)?;
         self.stats.count(transport, &answer);
         Some(answer.bytes)

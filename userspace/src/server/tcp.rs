@@ -171,17 +171,30 @@ async fn serve_connection(mut stream: TcpStream, shared: &Shared, peer: SocketAd
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) => return TcpClose::Idle,
         }
-        let Some(answer) = shared.answer_client(&buf, Transport::Tcp, client) else {
-            continue;
+        let messages = match shared.transfer(&buf, Transport::Tcp, client) {
+            Some(messages) => messages,
+            None => match shared.answer_client(&buf, Transport::Tcp, client) {
+                Some(answer) => vec![answer],
+                None => continue,
+            },
         };
-        let mut framed = Vec::with_capacity(answer.len() + 2);
-        framed.extend_from_slice(&(answer.len() as u16).to_be_bytes());
-        framed.extend_from_slice(&answer);
-        match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&framed)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => return TcpClose::ByClient,
-            Err(_) => return TcpClose::WriteTimeout,
+        for message in messages {
+            if let Err(close) = send(&mut stream, &message).await {
+                return close;
+            }
         }
     }
     TcpClose::Queries
+}
+
+/// Writes one message with its length in front, within [`WRITE_TIMEOUT`].
+async fn send(stream: &mut TcpStream, message: &[u8]) -> Result<(), TcpClose> {
+    let mut framed = Vec::with_capacity(message.len() + 2);
+    framed.extend_from_slice(&(message.len() as u16).to_be_bytes());
+    framed.extend_from_slice(message);
+    match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&framed)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(TcpClose::ByClient),
+        Err(_) => Err(TcpClose::WriteTimeout),
+    }
 }

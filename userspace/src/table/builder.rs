@@ -102,7 +102,8 @@ impl TableBuilder {
             .map(|(id, spec)| Zone {
                 id: id as u32,
                 spec: spec.clone(),
-                serial: serial::zone_serial(0, spec),
+                digest: serial::zone_digest(0, spec),
+                serial: serial::serial_of_digest(serial::zone_digest(0, spec)),
             })
             .collect();
         let mut builder = Self {
@@ -287,9 +288,18 @@ impl TableBuilder {
             changed.push(key);
         }
         for zone in &mut self.table.zones {
-            zone.serial = serial::zone_serial(self.content[zone.id as usize], &zone.spec);
+            zone.digest = serial::zone_digest(self.content[zone.id as usize], &zone.spec);
+            zone.serial = serial::serial_of_digest(zone.digest);
         }
         changed
+    }
+
+    /// Numbers the zones: `serial_for` gets each zone (with its digest) after
+    /// [`TableBuilder::finish`], which numbers them by digest alone.
+    pub fn assign_serials(&mut self, mut serial_for: impl FnMut(&Zone) -> u32) {
+        for zone in &mut self.table.zones {
+            zone.serial = serial_for(zone);
+        }
     }
 
     /// Keeps address → names in step with one name's change.

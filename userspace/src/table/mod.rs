@@ -3,8 +3,8 @@
 //!
 //! A table maps every name of every zone to its [`Node`]: record sets sorted and de-duplicated
 //! (every agent behind one VIP answers the same bytes), empty non-terminals and apexes included,
-//! and each zone's SOA serial derived from its content (it changes only when the data does, and
-//! agents given the same data agree on it). [`TableBuilder`] compiles it incrementally;
+//! and each zone's content digest (it changes only when the data does, and agents given the same
+//! data agree on it), from which the agent numbers the zone's SOA serial. [`TableBuilder`] compiles it incrementally;
 //! [`RecordTable::compile`] is the same compiler run once over all records.
 //!
 //! The maps are persistent (hash array mapped tries): a copy shares everything with the
@@ -40,7 +40,10 @@ pub struct Zone {
     /// Index in [`RecordTable::zones`]; also the XDP zone id.
     pub id: u32,
     pub spec: ZoneSpec,
-    /// Derived from the zone's content.
+    /// A digest of the zone's content: equal for equal content on every agent.
+    pub digest: u64,
+    /// The SOA serial: assigned by the agent (`crate::serials`), from the digest in a table
+    /// compiled alone.
     pub serial: u32,
 }
 
@@ -167,6 +170,35 @@ impl RecordTable {
             .iter()
             .filter(|name| self.reverse_config.serves(name))
             .collect()
+    }
+
+    /// The addresses in `network` that some name holds, in order.
+    pub fn addresses_in(&self, network: &Network) -> impl Iterator<Item = &IpAddr> {
+        let (first, last) = network.range();
+        self.addresses.range(first..=last)
+    }
+
+    /// The reverse zones served now: the configured ones, or else the /24 and /64 networks that
+    /// hold an address with a PTR record.
+    pub fn reverse_zones(&self) -> Vec<Network> {
+        if let Some(zones) = &self.reverse_config.zones {
+            return zones.clone();
+        }
+        let mut networks: Vec<Network> = self
+            .addresses
+            .iter()
+            .filter_map(|address| {
+                let prefix = if address.is_ipv4() {
+                    reverse::DERIVED_V4_PREFIX
+                } else {
+                    reverse::DERIVED_V6_PREFIX
+                };
+                Network::new(*address, prefix)
+            })
+            .collect();
+        networks.dedup();
+        networks.retain(|network| self.has_ptr_in(network));
+        networks
     }
 
     /// Whether any address in `network` has a PTR record.

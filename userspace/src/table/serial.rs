@@ -1,5 +1,6 @@
-//! Zone serials derived from content: they change only when the zone's data does, and agents
-//! given the same data agree on them, whatever order the data arrived in.
+//! Zone content digests: they change only when the zone's data does, and agents given the same
+//! data agree on them, whatever order the data arrived in. The agent numbers zones from them
+//! (see `crate::serials`); a table compiled alone takes its serials from them.
 //!
 //! Each name contributes a stable 64-bit hash of its records; a zone's content is the wrapping
 //! sum of those, so a change to one name updates the sum without visiting the others.
@@ -51,8 +52,8 @@ pub fn name_part(name: &Name, node: &Node) -> u64 {
     h.0
 }
 
-/// The serial of a zone whose names sum to `content`.
-pub fn zone_serial(content: u64, spec: &ZoneSpec) -> u32 {
+/// The digest of a zone whose names sum to `content`: the names and the SOA and NS fields.
+pub fn zone_digest(content: u64, spec: &ZoneSpec) -> u64 {
     let mut h = Fnv1a64::new();
     h.write(&content.to_be_bytes());
     let soa = &spec.soa;
@@ -64,5 +65,10 @@ pub fn zone_serial(content: u64, spec: &ZoneSpec) -> u32 {
     for ns in &spec.nameservers {
         h.write(format!(" NS {}", ns.name).as_bytes());
     }
-    (h.0 ^ (h.0 >> 32)) as u32
+    h.0
+}
+
+/// The serial a zone takes from its digest alone.
+pub fn serial_of_digest(digest: u64) -> u32 {
+    (digest ^ (digest >> 32)) as u32
 }

@@ -128,6 +128,28 @@ struct Progress {
     trimmed: bool,
     /// The zones last published as pending (logged when they change).
     pending: Vec<Name>,
+    /// The highest Kubernetes revision seen, in events or by a probe after a list.
+    revision: Option<u64>,
+    /// A watcher whose list ended since the last probe: the collection's revision is asked for
+    /// before the next publication.
+    listed: Option<usize>,
+}
+
+impl Progress {
+    /// Notes the revision an outcome carries, and whether it ends a list.
+    fn note_revision(&mut self, (index, outcome, _): &Outcome) {
+        let Ok(change) = outcome else { return };
+        if let Some(revision) = change.revision() {
+            self.raise_revision(revision);
+        }
+        if change.ends_a_list() {
+            self.listed = Some(*index);
+        }
+    }
+
+    fn raise_revision(&mut self, revision: u64) {
+        self.revision = Some(self.revision.map_or(revision, |r| r.max(revision)));
+    }
 }
 
 /// Returns the allocator's free memory to the system (glibc keeps it otherwise).
@@ -190,6 +212,8 @@ pub async fn run(
         saving: None,
         trimmed: false,
         pending: Vec::new(),
+        revision: None,
+        listed: None,
     };
     if let Some(path) = &save_to
         && let Some(update) = restore(path, &health, &metrics)
@@ -223,7 +247,9 @@ pub async fn run(
                     match client::connect(&config.kubernetes, Some(&server), &contact).await {
                         Ok(client) => {
                             warn!(%server, "the watches move to another API server");
-                            changes = futures::stream::select_all(Watchers::start(&config, &client).streams);
+                            let moved = Watchers::start(&config, &client);
+                            watchers.probes = moved.probes;
+                            changes = futures::stream::select_all(moved.streams);
                         }
                         Err(err) => warn!(%server, %err, "cannot use this API server"),
                     }
@@ -236,6 +262,7 @@ pub async fn run(
         };
         // Take every change already waiting: one publication for a burst.
         let observed = first.2;
+        progress.note_revision(&first);
         let mut changed = apply(
             &mut state,
             &config,
@@ -245,6 +272,7 @@ pub async fn run(
             &metrics,
         );
         while let Some(Some(next)) = changes.next().now_or_never() {
+            progress.note_revision(&next);
             changed |= apply(
                 &mut state,
                 &config,
@@ -277,6 +305,11 @@ pub async fn run(
                 }
                 progress.pending = pending.clone();
             }
+            if let Some(index) = progress.listed.take()
+                && let Some(revision) = watchers.probes[index].revision().await
+            {
+                progress.raise_revision(revision);
+            }
             let mut snapshot = compile_snapshot(&config, &mut state, &metrics);
             snapshot.pending_zones = pending;
             if all_synced {
@@ -300,6 +333,7 @@ pub async fn run(
                 snapshot,
                 observed,
                 complete: all_synced,
+                revision: progress.revision,
             };
             if updates.send(update).await.is_err() {
                 return;
@@ -336,6 +370,7 @@ fn restore(path: &std::path::Path, health: &Health, metrics: &Metrics) -> Option
                 },
                 observed: Instant::now(),
                 complete: false,
+                revision: None,
             })
         }
         Ok(None) => None,

@@ -60,6 +60,35 @@ pub enum Change {
 }
 
 impl Change {
+    /// The resourceVersion the event carries, as a number: etcd's revision, one counter for the
+    /// whole cluster (None for events without an object, or an opaque version).
+    pub fn revision(&self) -> Option<u64> {
+        fn of<K: kube::Resource>(event: &watcher::Event<K>) -> Option<u64> {
+            match event {
+                watcher::Event::Apply(o)
+                | watcher::Event::Delete(o)
+                | watcher::Event::InitApply(o) => {
+                    o.meta().resource_version.as_deref()?.parse().ok()
+                }
+                watcher::Event::Init | watcher::Event::InitDone => None,
+            }
+        }
+        match self {
+            Change::Pod(_, event) => of(event),
+            Change::Slice(_, event) => of(event),
+            Change::Node(event) => of(event),
+        }
+    }
+
+    /// Whether this is `InitDone`: a list is complete.
+    pub fn ends_a_list(&self) -> bool {
+        match self {
+            Change::Pod(_, event) => matches!(**event, watcher::Event::InitDone),
+            Change::Slice(_, event) => matches!(**event, watcher::Event::InitDone),
+            Change::Node(event) => matches!(**event, watcher::Event::InitDone),
+        }
+    }
+
     /// Whether this is `Init`, which the watcher emits before it asks for a list: nothing the
     /// API server said.
     pub fn starts_a_list(&self) -> bool {
@@ -84,6 +113,40 @@ pub struct Watchers {
     /// The pod source each pod watcher serves.
     pub pod_sources: Vec<usize>,
     pub streams: Vec<BoxStream<'static, Outcome>>,
+    /// Per watcher, how to ask for its collection's current revision.
+    pub probes: Vec<RevisionProbe>,
+}
+
+/// Asks the API server for the current revision of one watcher's collection (a list of at most
+/// one object: its resourceVersion is the revision the list was read at). After a list, that
+/// revision is at least that of every change any watcher has seen, deletions included, whose
+/// events a list does not carry.
+#[derive(Clone)]
+pub enum RevisionProbe {
+    Pods(Api<Pod>),
+    Slices(Api<EndpointSlice>),
+    Nodes(Api<Node>),
+}
+
+/// How long a probe may take before the revision is taken from the events alone.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl RevisionProbe {
+    pub async fn revision(&self) -> Option<u64> {
+        let params = kube::api::ListParams::default().limit(1);
+        let version = tokio::time::timeout(PROBE_TIMEOUT, async {
+            match self {
+                Self::Pods(api) => api.list_metadata(&params).await.map(|l| l.metadata),
+                Self::Slices(api) => api.list_metadata(&params).await.map(|l| l.metadata),
+                Self::Nodes(api) => api.list_metadata(&params).await.map(|l| l.metadata),
+            }
+        })
+        .await
+        .ok()?
+        .ok()?
+        .resource_version?;
+        version.parse().ok()
+    }
 }
 
 impl Watchers {
@@ -93,6 +156,7 @@ impl Watchers {
             zones: Vec::new(),
             pod_sources: Vec::new(),
             streams: Vec::new(),
+            probes: Vec::new(),
         };
         for (i, source) in config.pods.iter().enumerate() {
             let selector = match &source.label_value {
@@ -111,6 +175,7 @@ impl Watchers {
                 };
                 let pod_watcher = watchers.pod_sources.len();
                 watchers.pod_sources.push(i);
+                watchers.probes.push(RevisionProbe::Pods(api.clone()));
                 let stream = watcher(api, watcher::Config::default().labels(&selector))
                     .backoff(backoff())
                     .map(move |r| r.map(|e| Change::Pod(pod_watcher, Box::new(e))));
@@ -133,6 +198,7 @@ impl Watchers {
         for (i, source) in config.endpoint_slices.iter().enumerate() {
             let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &source.namespace);
             let selector = format!("{SERVICE_NAME_LABEL}={}", source.service);
+            watchers.probes.push(RevisionProbe::Slices(api.clone()));
             let stream = watcher(api, watcher::Config::default().labels(&selector))
                 .backoff(backoff())
                 .map(move |r| r.map(|e| Change::Slice(i, Box::new(e))));
@@ -153,6 +219,7 @@ impl Watchers {
         }
         if config.needs_nodes() {
             let api: Api<Node> = Api::all(client.clone());
+            watchers.probes.push(RevisionProbe::Nodes(api.clone()));
             let stream = watcher(api, watcher::Config::default())
                 .backoff(backoff())
                 .map(|r| r.map(|e| Change::Node(Box::new(e))));

@@ -1,0 +1,227 @@
+//! Zone serials a secondary can follow (RFC 1982 arithmetic): they increase on every change of a
+//! zone's content, never go back across restarts, and are equal on every node that saw the same
+//! Kubernetes history.
+//!
+//! The scheme:
+//! - A zone keeps its serial while its content (a digest of its records and SOA fields) stays
+//!   the same.
+//! - When the content changes, the serial becomes the Kubernetes *revision* behind the change
+//!   (the `resourceVersion` of the event, etcd's revision: one counter for the whole cluster, the
+//!   same on every node), or the previous serial plus one if that is not greater.
+//! - A source that (re)lists learns the collection's revision, which is at least that of every
+//!   event any node has seen before: a node that restarts or relists never gives a serial below
+//!   another node's for older content.
+//! - Serials and contents are kept in a state file, so that a restart with unchanged content
+//!   keeps the serial (the same as the other nodes'), and one with changed content goes up.
+//! - Without Kubernetes (configuration and record file only), a zone starts at a serial made
+//!   from its content (equal on nodes given the same file) and counts up by one per change.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use hickory_proto::rr::Name;
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+/// The state file's format: a file of another version is not read.
+const FORMAT: u32 = 1;
+
+/// Whether `a` is greater than `b` in serial number arithmetic (RFC 1982 §3.2, SERIAL_BITS 32).
+pub fn serial_gt(a: u32, b: u32) -> bool {
+    a != b && a.wrapping_sub(b) < 1 << 31
+}
+
+/// A Kubernetes revision as a serial: its low 32 bits. Revisions grow by far less than 2^31
+/// between two changes of a zone, so the serial grows with them in RFC 1982 arithmetic.
+pub fn serial_of_revision(revision: u64) -> u32 {
+    revision as u32
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Kept {
+    serial: u32,
+    content: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StateFile {
+    format: u32,
+    /// The highest Kubernetes revision seen.
+    #[serde(default)]
+    revision: Option<u64>,
+    zones: BTreeMap<String, Kept>,
+}
+
+/// Assigns serials, remembers them and (with a state file) keeps them across restarts.
+pub struct Serials {
+    file: Option<PathBuf>,
+    zones: BTreeMap<Name, Kept>,
+    /// The highest Kubernetes revision behind the data; None without Kubernetes.
+    revision: Option<u64>,
+    changed: bool,
+}
+
+impl Serials {
+    /// Serials kept in `file` (read now if it exists; a file that cannot be read is reported
+    /// and ignored).
+    pub fn new(file: Option<PathBuf>) -> Self {
+        let mut serials = Self {
+            file,
+            zones: BTreeMap::new(),
+            revision: None,
+            changed: false,
+        };
+        if let Some(path) = serials.file.clone() {
+            match load(&path) {
+                Ok(Some(state)) => {
+                    serials.revision = state.revision;
+                    serials.zones = state
+                        .zones
+                        .into_iter()
+                        .filter_map(|(apex, kept)| Some((Name::from_ascii(&apex).ok()?, kept)))
+                        .collect();
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    warn!(file = %path.display(), err = format!("{err:#}"), "cannot read the zone serials; they start again from the data")
+                }
+            }
+        }
+        serials
+    }
+
+    /// A source says the data now stands at Kubernetes revision `revision`.
+    pub fn note_revision(&mut self, revision: u64) {
+        if self.revision.is_none_or(|r| revision > r) {
+            self.revision = Some(revision);
+            self.changed = true;
+        }
+    }
+
+    /// The serial of the zone at `apex` whose content is now `content`.
+    pub fn serial_for(&mut self, apex: &Name, content: u64) -> u32 {
+        let candidate = self.revision.map(serial_of_revision);
+        let serial = match self.zones.get(apex) {
+            Some(kept) if kept.content == content => return kept.serial,
+            Some(kept) => match candidate {
+                Some(c) if serial_gt(c, kept.serial) => c,
+                _ => kept.serial.wrapping_add(1),
+            },
+            None => candidate.unwrap_or((content ^ (content >> 32)) as u32),
+        };
+        self.zones.insert(apex.clone(), Kept { serial, content });
+        self.changed = true;
+        serial
+    }
+
+    /// Writes the state file if anything changed since the last write.
+    pub fn save(&mut self) {
+        let Some(path) = &self.file else { return };
+        if !self.changed {
+            return;
+        }
+        let state = StateFile {
+            format: FORMAT,
+            revision: self.revision,
+            zones: self
+                .zones
+                .iter()
+                .map(|(apex, kept)| (apex.to_ascii(), *kept))
+                .collect(),
+        };
+        match store(path, &state) {
+            Ok(()) => self.changed = false,
+            Err(err) => {
+                warn!(file = %path.display(), err = format!("{err:#}"), "cannot save the zone serials")
+            }
+        }
+    }
+}
+
+fn load(path: &Path) -> anyhow::Result<Option<StateFile>> {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err).context("cannot read the file"),
+    };
+    let state: StateFile = serde_json::from_slice(&text).context("not a serials file")?;
+    if state.format != FORMAT {
+        anyhow::bail!("format {} (this agent reads {FORMAT})", state.format);
+    }
+    Ok(Some(state))
+}
+
+/// Written to a temporary file and renamed over the old one: a crash mid-write leaves the
+/// previous version.
+fn store(path: &Path, state: &StateFile) -> anyhow::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    std::fs::write(&temporary, serde_json::to_vec(state)?).context("cannot write")?;
+    std::fs::rename(&temporary, path).context("cannot rename into place")?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apex() -> Name {
+        Name::from_ascii("example.").unwrap()
+    }
+
+    #[test]
+    fn serial_arithmetic_wraps() {
+        assert!(serial_gt(1, 0));
+        assert!(serial_gt(0, u32::MAX));
+        assert!(!serial_gt(0, 1));
+        assert!(!serial_gt(5, 5));
+        assert!(serial_gt(1 << 30, 0) && !serial_gt(0, 1 << 30));
+    }
+
+    #[test]
+    fn the_serial_changes_only_with_the_content_and_follows_the_revision() {
+        let mut s = Serials::new(None);
+        s.note_revision(100);
+        assert_eq!(s.serial_for(&apex(), 1), 100);
+        s.note_revision(120);
+        // The revision moved but the zone did not change.
+        assert_eq!(s.serial_for(&apex(), 1), 100);
+        assert_eq!(s.serial_for(&apex(), 2), 120);
+        // A change the revision does not explain (another source) still counts up.
+        assert_eq!(s.serial_for(&apex(), 3), 121);
+        s.note_revision(110);
+        assert_eq!(s.serial_for(&apex(), 4), 122);
+    }
+
+    #[test]
+    fn without_kubernetes_zones_start_from_their_content_and_count_up() {
+        let mut a = Serials::new(None);
+        let mut b = Serials::new(None);
+        let first = a.serial_for(&apex(), 0xdead_beef_0000_0001);
+        assert_eq!(first, b.serial_for(&apex(), 0xdead_beef_0000_0001));
+        assert_eq!(a.serial_for(&apex(), 7), first.wrapping_add(1));
+    }
+
+    #[test]
+    fn a_restart_keeps_the_serial_of_unchanged_content_and_goes_up_for_changed_content() {
+        let dir = std::env::temp_dir().join(format!("hpd-serials-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("serials.json");
+        let mut s = Serials::new(Some(file.clone()));
+        s.note_revision(500);
+        assert_eq!(s.serial_for(&apex(), 1), 500);
+        s.save();
+        let mut again = Serials::new(Some(file.clone()));
+        assert_eq!(again.serial_for(&apex(), 1), 500);
+        // Changed while down, and no newer revision known yet: one more.
+        assert_eq!(again.serial_for(&apex(), 2), 501);
+        std::fs::write(&file, b"not json").unwrap();
+        let mut broken = Serials::new(Some(file));
+        assert_eq!(broken.serial_for(&apex(), 2), 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,222 @@
+//! `transfer:` in the configuration file: who may transfer the zones (an ACL of prefixes, each
+//! optionally bound to a TSIG key), the TSIG keys, the secondaries to NOTIFY, and how many
+//! versions IXFR can start from.
+//!
+//! ```yaml
+//! transfer:
+//!   keys:
+//!     - name: transfer-key            # the key's name, as the secondary names it
+//!       algorithm: hmac-sha256        # hmac-sha256 (default), hmac-sha384, hmac-sha512
+//!       secretFile: /etc/hostport-dns-tsig/transfer-key   # base64, as tsig-keygen prints it
+//!   allow:
+//!     - from: 198.18.0.0/15           # an address or a prefix
+//!       key: transfer-key             # transfers from there must be signed with this key
+//!   notify:
+//!     - address: 198.18.0.2           # port 53 unless given
+//!       key: transfer-key
+//!   history: 64                       # versions kept for IXFR
+//! ```
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use hickory_proto::rr::{Name, rdata::tsig::TsigAlgorithm};
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// Versions kept for IXFR when the configuration does not say.
+pub const DEFAULT_HISTORY: usize = 64;
+/// The most versions that can be kept.
+pub const MAX_HISTORY: usize = 10_000;
+/// The port NOTIFY goes to when the configuration names none.
+const NOTIFY_PORT: u16 = 53;
+
+/// Zone transfers as configured; `None` in the agent: no transfers (AXFR and IXFR REFUSED).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferConfig {
+    pub keys: Vec<KeyConfig>,
+    pub allow: Vec<AllowEntry>,
+    pub notify: Vec<NotifyTarget>,
+    pub history: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyConfig {
+    pub name: Name,
+    pub algorithm: TsigAlgorithm,
+    pub secret_file: PathBuf,
+}
+
+/// Transfers from `from` are allowed; signed with `key` if it names one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllowEntry {
+    pub from: IpNet,
+    pub key: Option<Name>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotifyTarget {
+    pub address: SocketAddr,
+    pub key: Option<Name>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TransferEntry {
+    #[serde(default)]
+    keys: Vec<KeyEntry>,
+    #[serde(default)]
+    allow: Vec<AllowItem>,
+    #[serde(default)]
+    notify: Vec<NotifyItem>,
+    history: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KeyEntry {
+    name: String,
+    #[serde(default)]
+    algorithm: Option<String>,
+    secret_file: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AllowItem {
+    from: String,
+    #[serde(default)]
+    key: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NotifyItem {
+    address: String,
+    #[serde(default)]
+    key: Option<String>,
+}
+
+impl TransferEntry {
+    pub fn compile(self) -> Result<TransferConfig, String> {
+        let mut keys: Vec<KeyConfig> = Vec::new();
+        for (i, key) in self.keys.into_iter().enumerate() {
+            let what = format!("transfer.keys[{i}]");
+            let name = key_name(&key.name).map_err(|e| format!("{what}.name: {e}"))?;
+            if keys.iter().any(|k| k.name == name) {
+                return Err(format!("{what}.name: key {name} is defined twice"));
+            }
+            let algorithm = match key.algorithm.as_deref().unwrap_or("hmac-sha256") {
+                "hmac-sha256" => TsigAlgorithm::HmacSha256,
+                "hmac-sha384" => TsigAlgorithm::HmacSha384,
+                "hmac-sha512" => TsigAlgorithm::HmacSha512,
+                other => {
+                    return Err(format!(
+                        "{what}.algorithm: {other:?} is not one of hmac-sha256, hmac-sha384, hmac-sha512"
+                    ));
+                }
+            };
+            keys.push(KeyConfig {
+                name,
+                algorithm,
+                secret_file: key.secret_file,
+            });
+        }
+        let known = |text: &Option<String>, what: &str| -> Result<Option<Name>, String> {
+            let Some(text) = text else { return Ok(None) };
+            let name = key_name(text).map_err(|e| format!("{what}: {e}"))?;
+            if !keys.iter().any(|k| k.name == name) {
+                return Err(format!("{what}: key {name} is not in transfer.keys"));
+            }
+            Ok(Some(name))
+        };
+        let mut allow = Vec::new();
+        for (i, item) in self.allow.iter().enumerate() {
+            let what = format!("transfer.allow[{i}]");
+            let text = item.from.trim();
+            let from = text
+                .parse::<IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("{what}.from: {text:?} is not an address or a prefix"))?;
+            allow.push(AllowEntry {
+                from,
+                key: known(&item.key, &format!("{what}.key"))?,
+            });
+        }
+        let mut notify = Vec::new();
+        for (i, item) in self.notify.iter().enumerate() {
+            let what = format!("transfer.notify[{i}]");
+            let text = item.address.trim();
+            let address = text
+                .parse::<SocketAddr>()
+                .or_else(|_| {
+                    text.parse::<std::net::IpAddr>()
+                        .map(|ip| SocketAddr::new(ip, NOTIFY_PORT))
+                })
+                .map_err(|_| {
+                    format!("{what}.address: {text:?} is not an address (with or without a port)")
+                })?;
+            notify.push(NotifyTarget {
+                address,
+                key: known(&item.key, &format!("{what}.key"))?,
+            });
+        }
+        let history = self.history.unwrap_or(DEFAULT_HISTORY);
+        if history > MAX_HISTORY {
+            return Err(format!(
+                "transfer.history: {history} is more than {MAX_HISTORY}"
+            ));
+        }
+        Ok(TransferConfig {
+            keys,
+            allow,
+            notify,
+            history,
+        })
+    }
+}
+
+fn key_name(text: &str) -> Result<Name, String> {
+    let mut name = Name::from_ascii(text.trim())
+        .map_err(|e| format!("{text:?} is not a key name: {e}"))?
+        .to_lowercase();
+    name.set_fqdn(true);
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(yaml: &str) -> Result<TransferConfig, String> {
+        serde_yaml_ng::from_str::<TransferEntry>(yaml)
+            .map_err(|e| e.to_string())?
+            .compile()
+    }
+
+    #[test]
+    fn a_whole_section_compiles() {
+        let config = compile(
+            "keys: [{name: Transfer-Key, secretFile: /k}]\n\
+             allow: [{from: 198.18.0.0/15, key: transfer-key}, {from: '::1'}]\n\
+             notify: [{address: 198.18.0.2, key: transfer-key}, {address: '[::1]:5300'}]\n",
+        )
+        .unwrap();
+        assert_eq!(config.keys[0].name.to_ascii(), "transfer-key.");
+        assert_eq!(config.allow[1].from, "::1/128".parse().unwrap());
+        assert_eq!(config.notify[0].address, "198.18.0.2:53".parse().unwrap());
+        assert_eq!(config.notify[1].address, "[::1]:5300".parse().unwrap());
+        assert_eq!(config.history, DEFAULT_HISTORY);
+    }
+
+    #[test]
+    fn mistakes_are_reported_where_they_stand() {
+        let err = compile("allow: [{from: 198.18.0.0/15, key: nokey}]").unwrap_err();
+        assert!(err.contains("transfer.allow[0].key"), "{err}");
+        let err = compile("keys: [{name: k, algorithm: md5, secretFile: /k}]").unwrap_err();
+        assert!(err.contains("transfer.keys[0].algorithm"), "{err}");
+        let err = compile("notify: [{address: nowhere}]").unwrap_err();
+        assert!(err.contains("transfer.notify[0].address"), "{err}");
+        let err = compile("history: 1000000").unwrap_err();
+        assert!(err.contains("transfer.history"), "{err}");
+    }
+}

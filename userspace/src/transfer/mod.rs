@@ -1,0 +1,299 @@
+//! Zone transfers to secondaries: AXFR (RFC 5936) and IXFR (RFC 1995) over TCP for every served
+//! zone, forward and reverse, to the clients of the transfer ACL, signed with TSIG (RFC 8945);
+//! and NOTIFY (RFC 1996) to the configured secondaries when a serial changes ([`notify`]).
+//!
+//! The order a request is judged in: its TSIG first (a bad signature is NOTAUTH with BADKEY,
+//! BADSIG or BADTIME, whoever sends it), then the ACL (REFUSED outside it, or without the key
+//! its entry names), then the transport (AXFR over UDP is not a thing: NOTIMP; IXFR over UDP is
+//! answered with the current SOA only, which tells the client to come back over TCP, RFC 1995
+//! §2), then the zone (NOTAUTH for a zone not served here, SERVFAIL before the first table).
+
+pub mod config;
+pub mod history;
+pub mod notify;
+pub mod stats;
+pub mod tsig;
+pub mod zone_data;
+
+use std::{net::IpAddr, sync::Arc, sync::Mutex};
+
+use hickory_proto::{
+    op::{Message, MessageType, OpCode, ResponseCode},
+    rr::{DNSClass, RData, Record, RecordType},
+    serialize::binary::{BinDecodable, BinEncodable},
+};
+use hostport_dns_common::dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK};
+use tracing::{debug, info, warn};
+
+pub use config::TransferConfig;
+
+use crate::{
+    serials::serial_gt,
+    server::answer::Transport,
+    table::RecordTable,
+    transfer::{
+        history::History,
+        stats::{Outcome, TransferStats},
+        tsig::{Checked, Keyring, StreamSigner},
+        zone_data::ServedZone,
+    },
+};
+
+/// The bytes of records one message of a transfer carries at most, counted uncompressed: with
+/// the question, the header and a TSIG record it stays well within a TCP message's 65,535.
+const MESSAGE_BUDGET: usize = 60_000;
+
+/// What the server needs for transfers: the configuration, the keys and the versions kept.
+pub struct Transfers {
+    pub config: TransferConfig,
+    pub keys: Keyring,
+    history: Mutex<History>,
+    /// The newest table, for the NOTIFY task.
+    tables: tokio::sync::watch::Sender<Option<Arc<RecordTable>>>,
+    pub stats: TransferStats,
+}
+
+/// Whether `query` asks for a transfer: a query (QR clear, opcode QUERY) whose first question
+/// is of type AXFR or IXFR. A cheap look, before the message is parsed.
+pub fn asks_transfer(query: &[u8]) -> bool {
+    if query.len() < HEADER_LEN + 5 {
+        return false;
+    }
+    let flags = u16::from_be_bytes([query[2], query[3]]);
+    if flags & (FLAG_QR | OPCODE_MASK) != 0 || query[4..6] != [0, 1] {
+        return false;
+    }
+    // The question's name, then its type.
+    let mut at = HEADER_LEN;
+    while let Some(&len) = query.get(at) {
+        if len == 0 || len & 0xc0 != 0 {
+            break;
+        }
+        at += 1 + usize::from(len);
+    }
+    let Some(qtype) = query.get(at + 1..at + 3) else {
+        return false;
+    };
+    let qtype = RecordType::from(u16::from_be_bytes([qtype[0], qtype[1]]));
+    matches!(qtype, RecordType::AXFR | RecordType::IXFR)
+}
+
+impl Transfers {
+    pub fn new(config: TransferConfig) -> anyhow::Result<Self> {
+        let keys = Keyring::load(&config.keys)?;
+        Ok(Self {
+            history: Mutex::new(History::new(config.history)),
+            tables: tokio::sync::watch::Sender::new(None),
+            config,
+            keys,
+            stats: TransferStats::default(),
+        })
+    }
+
+    /// Keeps a published table as a version IXFR can start from, and tells the NOTIFY task.
+    pub fn record(&self, table: &Arc<RecordTable>) {
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(table);
+        self.tables.send_replace(Some(table.clone()));
+    }
+
+    /// Sends the NOTIFYs the configuration asks for, until the agent stops.
+    pub async fn notify(self: Arc<Self>) {
+        let tables = self.tables.subscribe();
+        notify::run(self, tables).await;
+    }
+
+    /// The messages answering the transfer request `query` from `client`; `None` if it is not
+    /// one this module answers (it goes the ordinary way then).
+    pub fn respond(
+        &self,
+        query: &[u8],
+        table: Option<&RecordTable>,
+        client: IpAddr,
+        transport: Transport,
+    ) -> Option<Vec<Vec<u8>>> {
+        let request = Message::from_bytes(query).ok()?;
+        let [question] = request.queries.as_slice() else {
+            return None;
+        };
+        let kind = match question.query_type {
+            RecordType::AXFR => Kind::Axfr,
+            RecordType::IXFR => Kind::Ixfr,
+            _ => return None,
+        };
+        if request.metadata.message_type != MessageType::Query
+            || request.metadata.op_code != OpCode::Query
+            || question.query_class != DNSClass::IN
+        {
+            return None;
+        }
+        let now = tsig::unix_now();
+        let mut response = response_to(&request);
+        let signed = match tsig::check(query, &request, &self.keys, now) {
+            Checked::Failed(failure) => {
+                warn!(%client, zone = %question.name, error = ?failure.error, "transfer request with a bad TSIG: NOTAUTH");
+                self.stats.count(kind.label(), Outcome::BadTsig);
+                response.metadata.response_code = ResponseCode::NotAuth;
+                if let Some(record) = failure.error_record(&response, now) {
+                    response.set_signature(record);
+                }
+                return Some(vec![response.to_vec().ok()?]);
+            }
+            Checked::Unsigned => None,
+            Checked::Signed(signed) => Some(signed),
+        };
+        let key = signed.as_ref().map(|s| s.signer.signer_name().clone());
+        let allowed = self.config.allow.iter().any(|entry| {
+            entry.from.contains(&client)
+                && entry.key.as_ref().is_none_or(|k| Some(k) == key.as_ref())
+        });
+        let mut signer = signed.map(|s| StreamSigner::new(s, now));
+        let mut finish = |response: Message| -> Option<Vec<u8>> {
+            match signer.as_mut() {
+                Some(signer) => signer.sign(response).ok(),
+                None => response.to_vec().ok(),
+            }
+        };
+        let error = |code: ResponseCode, mut response: Message| {
+            response.metadata.response_code = code;
+            response.metadata.authoritative = code == ResponseCode::NotAuth;
+            response
+        };
+        if !allowed {
+            info!(%client, zone = %question.name, key = ?key.map(|k| k.to_ascii()), "transfer refused: not in the transfer ACL");
+            self.stats.count(kind.label(), Outcome::Refused);
+            return Some(vec![finish(error(ResponseCode::Refused, response))?]);
+        }
+        if transport == Transport::Udp && kind == Kind::Axfr {
+            self.stats.count(kind.label(), Outcome::Refused);
+            return Some(vec![finish(error(ResponseCode::NotImp, response))?]);
+        }
+        let Some(table) = table else {
+            self.stats.count(kind.label(), Outcome::NotReady);
+            return Some(vec![finish(error(ResponseCode::ServFail, response))?]);
+        };
+        let Some(zone) = ServedZone::find(table, &question.name) else {
+            self.stats.count(kind.label(), Outcome::NotAuth);
+            return Some(vec![finish(error(ResponseCode::NotAuth, response))?]);
+        };
+        let (records, how) = match kind {
+            Kind::Axfr => (whole_zone(table, &zone), Outcome::Axfr),
+            Kind::Ixfr => {
+                let Some(client_serial) = client_serial(&request) else {
+                    self.stats.count(kind.label(), Outcome::Malformed);
+                    return Some(vec![finish(error(ResponseCode::FormErr, response))?]);
+                };
+                if transport == Transport::Udp || !serial_gt(zone.serial(), client_serial) {
+                    // Up to date (or UDP): the current SOA alone.
+                    (vec![zone.soa()], Outcome::UpToDate)
+                } else {
+                    let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+                    match history.find(zone.apex(), client_serial) {
+                        Some((old_table, old)) => {
+                            drop(history);
+                            (incremental(&old_table, &old, table, &zone), Outcome::Ixfr)
+                        }
+                        None => (whole_zone(table, &zone), Outcome::AxfrFallback),
+                    }
+                }
+            }
+        };
+        debug!(%client, zone = %zone.apex(), serial = zone.serial(), records = records.len(), ?how, "transfer");
+        self.stats.count(kind.label(), how);
+        let messages = split(response, records)
+            .into_iter()
+            .map(&mut finish)
+            .collect::<Option<Vec<_>>>()?;
+        self.stats
+            .sent(kind.label(), messages.iter().map(Vec::len).sum());
+        Some(messages)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Axfr,
+    Ixfr,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Axfr => "axfr",
+            Self::Ixfr => "ixfr",
+        }
+    }
+}
+
+/// AXFR: the SOA, every record, the SOA again (RFC 5936 §2.2).
+fn whole_zone(table: &RecordTable, zone: &ServedZone) -> Vec<Record> {
+    let soa = zone.soa();
+    let mut records = vec![soa.clone()];
+    records.extend(zone.records(table));
+    records.push(soa);
+    records
+}
+
+/// IXFR (RFC 1995 §4), condensed to one difference: the new SOA; the old SOA and the records
+/// gone; the new SOA and the records added; the new SOA.
+fn incremental(
+    old_table: &RecordTable,
+    old: &ServedZone,
+    table: &RecordTable,
+    zone: &ServedZone,
+) -> Vec<Record> {
+    let (gone, added) = ServedZone::changes(old_table, old, table, zone);
+    let soa = zone.soa();
+    let mut records = Vec::with_capacity(gone.len() + added.len() + 4);
+    records.push(soa.clone());
+    records.push(old.soa());
+    records.extend(gone);
+    records.push(soa.clone());
+    records.extend(added);
+    records.push(soa);
+    records
+}
+
+/// The serial in the SOA record of an IXFR request's authority section.
+fn client_serial(request: &Message) -> Option<u32> {
+    request.authorities.iter().find_map(|r| match &r.data {
+        RData::SOA(soa) => Some(soa.serial),
+        _ => None,
+    })
+}
+
+/// The response skeleton: ID kept, QR and AA set, the question echoed.
+fn response_to(request: &Message) -> Message {
+    let mut response = Message::new(
+        request.metadata.id,
+        MessageType::Response,
+        request.metadata.op_code,
+    );
+    response.metadata.authoritative = true;
+    response.add_queries(request.queries.iter().cloned());
+    response
+}
+
+/// The records in messages of at most [`MESSAGE_BUDGET`] bytes each; every message repeats the
+/// question (RFC 5936 §2.2 allows it; Knot does the same).
+fn split(skeleton: Message, records: Vec<Record>) -> Vec<Message> {
+    let mut messages = Vec::new();
+    let mut current = skeleton.clone();
+    let mut size = 0;
+    for record in records {
+        let len = record.to_bytes().map_or(MESSAGE_BUDGET, |b| b.len());
+        if size + len > MESSAGE_BUDGET && !current.answers.is_empty() {
+            messages.push(std::mem::replace(&mut current, skeleton.clone()));
+            size = 0;
+        }
+        size += len;
+        current.add_answer(record);
+    }
+    messages.push(current);
+    messages
+}
+
+#[cfg(test)]
+mod tests;

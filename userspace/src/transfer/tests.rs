@@ -1,0 +1,312 @@
+//! Transfers answered from a compiled table: the framing of AXFR and IXFR, the ACL, TSIG.
+
+use std::{net::IpAddr, sync::Arc};
+
+use hickory_proto::{
+    op::{Message, MessageType, OpCode, Query, ResponseCode},
+    rr::{Name, RData, Record, RecordType, TSigner, rdata::SOA, rdata::tsig::TsigAlgorithm},
+    serialize::binary::BinDecodable,
+};
+use ipnet::IpNet;
+
+use super::{
+    Transfers, asks_transfer,
+    config::{AllowEntry, KeyConfig, TransferConfig},
+    tsig,
+};
+use crate::{
+    records::{RecordData, SourceRecord},
+    server::answer::Transport,
+    table::{RecordTable, TableBuilder},
+    zone::ZoneSpec,
+};
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+fn name(s: &str) -> Name {
+    Name::from_ascii(s).unwrap()
+}
+
+fn a(n: &str, ip: &str) -> SourceRecord {
+    SourceRecord {
+        name: name(n),
+        ttl: None,
+        data: RecordData::A(ip.parse().unwrap()),
+    }
+}
+
+fn transfers(key: bool) -> (Transfers, tempdir::Dir) {
+    let dir = tempdir::Dir::new();
+    let secret_file = dir.0.join("key");
+    std::fs::write(&secret_file, data_encoding::BASE64.encode(SECRET)).unwrap();
+    let key_name = name("transfer-key.");
+    let config = TransferConfig {
+        keys: vec![KeyConfig {
+            name: key_name.clone(),
+            algorithm: TsigAlgorithm::HmacSha256,
+            secret_file,
+        }],
+        allow: vec![AllowEntry {
+            from: "127.0.0.0/8".parse::<IpNet>().unwrap(),
+            key: key.then_some(key_name),
+        }],
+        notify: Vec::new(),
+        history: 4,
+    };
+    (Transfers::new(config).unwrap(), dir)
+}
+
+mod tempdir {
+    pub struct Dir(pub std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "hpd-transfer-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&path).unwrap();
+            Self(path)
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A builder for `example.` holding `records`, numbered from `serial`.
+fn table(builder: &mut TableBuilder, serial: u32) -> Arc<RecordTable> {
+    builder.finish();
+    builder.assign_serials(|_| serial);
+    Arc::new(builder.table().clone())
+}
+
+fn request(qtype: RecordType, client_serial: Option<u32>) -> Message {
+    let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(name("example."), qtype));
+    if let Some(serial) = client_serial {
+        let soa = SOA::new(name("ns.example."), name("h.example."), serial, 1, 1, 1, 1);
+        m.add_authority(Record::from_rdata(name("example."), 0, RData::SOA(soa)));
+    }
+    m
+}
+
+fn ask(t: &Transfers, table: &RecordTable, query: &[u8], from: &str) -> Vec<Message> {
+    let client: IpAddr = from.parse().unwrap();
+    t.respond(query, Some(table), client, Transport::Tcp)
+        .expect("a transfer answer")
+        .iter()
+        .map(|m| Message::from_bytes(m).unwrap())
+        .collect()
+}
+
+fn answers(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .flat_map(|m| &m.answers)
+        .map(|r| format!("{} {}", r.name, r.data))
+        .collect()
+}
+
+#[test]
+fn the_cheap_look_finds_transfers_only() {
+    let bytes = |m: &Message| m.to_vec().unwrap();
+    assert!(asks_transfer(&bytes(&request(RecordType::AXFR, None))));
+    assert!(asks_transfer(&bytes(&request(RecordType::IXFR, Some(1)))));
+    assert!(!asks_transfer(&bytes(&request(RecordType::SOA, None))));
+    assert!(!asks_transfer(&[0u8; 12]));
+}
+
+#[test]
+fn axfr_is_the_soa_every_record_and_the_soa() {
+    let (t, _dir) = transfers(false);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    builder.add(&[a("b.example.", "198.18.0.2"), a("a.example.", "198.18.0.1")]);
+    let v1 = table(&mut builder, 10);
+    let messages = ask(
+        &t,
+        &v1,
+        &request(RecordType::AXFR, None).to_vec().unwrap(),
+        "127.0.0.1",
+    );
+    let records = answers(&messages);
+    assert_eq!(
+        records[0],
+        "example. ns.example. hostmaster.example. 10 3600 600 86400 5"
+    );
+    assert_eq!(records.first(), records.last());
+    assert_eq!(
+        records[1..records.len() - 1],
+        [
+            "example. ns.example.",
+            "a.example. 198.18.0.1",
+            "b.example. 198.18.0.2"
+        ]
+    );
+    assert!(
+        messages
+            .iter()
+            .all(|m| m.metadata.authoritative && m.metadata.response_code == ResponseCode::NoError)
+    );
+}
+
+#[test]
+fn ixfr_sends_the_difference_or_the_whole_zone_when_the_serial_is_too_old() {
+    let (t, _dir) = transfers(false);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    builder.add(&[a("a.example.", "198.18.0.1"), a("b.example.", "198.18.0.2")]);
+    t.record(&table(&mut builder, 10));
+    builder.remove(&[a("b.example.", "198.18.0.2")]);
+    builder.add(&[a("c.example.", "198.18.0.3")]);
+    let v2 = table(&mut builder, 11);
+    t.record(&v2);
+    let ixfr = |serial| {
+        let q = request(RecordType::IXFR, Some(serial)).to_vec().unwrap();
+        answers(&ask(&t, &v2, &q, "127.0.0.1"))
+    };
+    let diff = ixfr(10);
+    let soa = |s: u32| format!("example. ns.example. hostmaster.example. {s} 3600 600 86400 5");
+    assert_eq!(
+        diff,
+        [
+            soa(11),
+            soa(10),
+            "b.example. 198.18.0.2".to_owned(),
+            soa(11),
+            "c.example. 198.18.0.3".to_owned(),
+            soa(11),
+        ]
+    );
+    // Up to date: the SOA alone.
+    assert_eq!(ixfr(11), [soa(11)]);
+    // Older than every version kept: the whole zone, AXFR-style.
+    let whole = ixfr(3);
+    assert_eq!(whole.len(), 5, "{whole:?}");
+    assert!(whole.contains(&"c.example. 198.18.0.3".to_owned()));
+}
+
+#[test]
+fn the_acl_and_the_key_decide() {
+    let (t, _dir) = transfers(true);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    builder.add(&[a("a.example.", "198.18.0.1")]);
+    let v1 = table(&mut builder, 10);
+    let axfr = request(RecordType::AXFR, None);
+    let rcode = |m: &[Message]| m[0].metadata.response_code;
+    // Unsigned, where the ACL wants the key.
+    let unsigned = ask(&t, &v1, &axfr.to_vec().unwrap(), "127.0.0.1");
+    assert_eq!(rcode(&unsigned), ResponseCode::Refused);
+    let signer = |secret: &[u8], key: &str| {
+        TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, name(key), 300).unwrap()
+    };
+    let good = signer(SECRET, "transfer-key.");
+    let (signed, mac) = tsig::sign_request(&good, axfr.clone(), tsig::unix_now()).unwrap();
+    let answered = t
+        .respond(
+            &signed,
+            Some(&v1),
+            "127.0.0.1".parse().unwrap(),
+            Transport::Tcp,
+        )
+        .unwrap();
+    assert_eq!(Message::from_bytes(&answered[0]).unwrap().answers.len(), 4);
+    tsig::verify_response(&good, &answered[0], &mac, tsig::unix_now()).unwrap();
+    // Signed, but from outside the ACL.
+    let outside = ask(&t, &v1, &signed, "198.18.0.9");
+    assert_eq!(rcode(&outside), ResponseCode::Refused);
+    // A wrong secret, an unknown key, a time far off.
+    let tsig_error = |m: &[Message]| m[0].signature().and_then(|s| s.data.error);
+    let (bad_sig, _) = tsig::sign_request(
+        &signer(b"wrong", "transfer-key."),
+        axfr.clone(),
+        tsig::unix_now(),
+    )
+    .unwrap();
+    let bad_sig = ask(&t, &v1, &bad_sig, "127.0.0.1");
+    assert_eq!(rcode(&bad_sig), ResponseCode::NotAuth);
+    assert_eq!(tsig_error(&bad_sig), Some(tsig_error_of(16)));
+    let (bad_key, _) = tsig::sign_request(
+        &signer(SECRET, "other-key."),
+        axfr.clone(),
+        tsig::unix_now(),
+    )
+    .unwrap();
+    let bad_key = ask(&t, &v1, &bad_key, "127.0.0.1");
+    assert_eq!(rcode(&bad_key), ResponseCode::NotAuth);
+    assert_eq!(tsig_error(&bad_key), Some(tsig_error_of(17)));
+    let (bad_time, mac) = tsig::sign_request(&good, axfr, tsig::unix_now() - 3600).unwrap();
+    let bad_time_bytes = t
+        .respond(
+            &bad_time,
+            Some(&v1),
+            "127.0.0.1".parse().unwrap(),
+            Transport::Tcp,
+        )
+        .unwrap();
+    let bad_time = Message::from_bytes(&bad_time_bytes[0]).unwrap();
+    assert_eq!(bad_time.metadata.response_code, ResponseCode::NotAuth);
+    assert_eq!(
+        bad_time.signature().and_then(|s| s.data.error),
+        Some(tsig_error_of(18))
+    );
+    // BADTIME is signed, over the request's MAC.
+    assert!(
+        good.verify_message_byte(&bad_time_bytes[0], Some(&mac), true)
+            .is_ok()
+    );
+}
+
+fn tsig_error_of(code: u16) -> hickory_proto::rr::rdata::tsig::TsigError {
+    code.into()
+}
+
+#[test]
+fn a_signed_transfer_in_several_messages_chains_its_macs() {
+    let (t, _dir) = transfers(true);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    let many: Vec<SourceRecord> = (0..6000)
+        .map(|i| {
+            a(
+                &format!("host-{i}.example."),
+                &format!("198.18.{}.{}", i / 250, i % 250),
+            )
+        })
+        .collect();
+    builder.add(&many);
+    let v1 = table(&mut builder, 10);
+    let good = TSigner::new(
+        SECRET.to_vec(),
+        TsigAlgorithm::HmacSha256,
+        name("transfer-key."),
+        300,
+    )
+    .unwrap();
+    let (signed, mac) =
+        tsig::sign_request(&good, request(RecordType::AXFR, None), tsig::unix_now()).unwrap();
+    let messages = t
+        .respond(
+            &signed,
+            Some(&v1),
+            "127.0.0.1".parse().unwrap(),
+            Transport::Tcp,
+        )
+        .unwrap();
+    assert!(messages.len() > 1, "{} messages", messages.len());
+    let mut previous = mac;
+    for (i, message) in messages.iter().enumerate() {
+        assert!(message.len() <= usize::from(u16::MAX));
+        let (next, _, _) = good
+            .verify_message_byte(message, Some(&previous), i == 0)
+            .unwrap_or_else(|e| panic!("message {i}: {e}"));
+        previous = next;
+    }
+    let total: usize = messages
+        .iter()
+        .map(|m| Message::from_bytes(m).unwrap().answers.len())
+        .sum();
+    assert_eq!(total, 6000 + 3);
+}

@@ -1,0 +1,164 @@
+//! A served zone as a transfer carries it: its SOA, then every record of the zone (the apex NS
+//! records, then each name's A, AAAA and SRV records in name order; a reverse zone's PTR
+//! records in address order), and what changed between two versions of it (for IXFR).
+//!
+//! Records are made by the same functions the answers are made by (`server::answer`), so a
+//! secondary serves what this server answers.
+
+use hickory_proto::rr::{LowerName, Name, RData, Record, rdata::PTR};
+
+use crate::{
+    server::answer::{
+        addresses_a, addresses_aaaa, name_server_records, ptr_ttl, reverse_zone, soa_record,
+        srv_records,
+    },
+    table::{Network, Node, RecordTable, Zone},
+};
+
+/// A zone a transfer can be asked for.
+#[derive(Clone, Debug)]
+pub enum ServedZone {
+    Forward(Zone),
+    /// A reverse zone, for this network.
+    Reverse(Zone, Network),
+}
+
+impl ServedZone {
+    /// The zone whose apex is `apex` in `table` (case-insensitive), if it is served and ready.
+    pub fn find(table: &RecordTable, apex: &Name) -> Option<Self> {
+        if let Some(zone) = table.zones().iter().find(|z| z.spec.apex == *apex) {
+            return (!zone.spec.pending).then(|| Self::Forward(zone.clone()));
+        }
+        let found = table.reverse_zone_for(apex);
+        let (network, query, extra) = found?;
+        if extra || query != network {
+            return None;
+        }
+        Some(Self::Reverse(reverse_zone(table, found)?, network))
+    }
+
+    /// Every zone served and ready: the forward zones, then the reverse zones.
+    pub fn all(table: &RecordTable) -> Vec<Self> {
+        let forward = table
+            .zones()
+            .iter()
+            .filter(|z| !z.spec.pending)
+            .map(|z| Self::Forward(z.clone()));
+        let reverse = table
+            .reverse_zones()
+            .into_iter()
+            .filter_map(|network| Self::find(table, &network.reverse_name()));
+        forward.chain(reverse).collect()
+    }
+
+    pub fn zone(&self) -> &Zone {
+        match self {
+            Self::Forward(zone) | Self::Reverse(zone, _) => zone,
+        }
+    }
+
+    pub fn apex(&self) -> &Name {
+        &self.zone().spec.apex
+    }
+
+    pub fn serial(&self) -> u32 {
+        self.zone().serial
+    }
+
+    pub fn soa(&self) -> Record {
+        soa_record(self.zone(), self.apex())
+    }
+
+    /// Every record of the zone but the SOA.
+    pub fn records(&self, table: &RecordTable) -> Vec<Record> {
+        let zone = self.zone();
+        let mut records = name_server_records(zone, self.apex());
+        match self {
+            Self::Forward(zone) => {
+                let mut names: Vec<(&LowerName, &Node)> =
+                    table.nodes().filter(|(_, n)| n.zone == zone.id).collect();
+                names.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (name, node) in names {
+                    records.extend(node_records(&Name::from(name), node, zone));
+                }
+            }
+            Self::Reverse(zone, network) => records.extend(ptr_records(table, network, zone)),
+        }
+        records
+    }
+
+    /// What changed from `self` in `old` to `new`'s version in `table`: the records gone and
+    /// the records added, the SOA aside.
+    pub fn changes(
+        old_table: &RecordTable,
+        old: &ServedZone,
+        table: &RecordTable,
+        new: &ServedZone,
+    ) -> (Vec<Record>, Vec<Record>) {
+        let mut gone = Vec::new();
+        let mut added = Vec::new();
+        let mut compare = |before: Vec<Record>, after: Vec<Record>| {
+            gone.extend(before.iter().filter(|r| !after.contains(r)).cloned());
+            added.extend(after.iter().filter(|r| !before.contains(r)).cloned());
+        };
+        compare(
+            name_server_records(old.zone(), old.apex()),
+            name_server_records(new.zone(), new.apex()),
+        );
+        match (old, new) {
+            (Self::Forward(old_zone), Self::Forward(zone)) => {
+                // Nodes nothing changed are shared by both tables: only the others are compared.
+                for (name, node) in table.nodes().filter(|(_, n)| n.zone == zone.id) {
+                    let before = old_table.node_lower(name);
+                    if before.is_some_and(|b| std::ptr::eq(b, node)) {
+                        continue;
+                    }
+                    let owner = Name::from(name);
+                    compare(
+                        before.map_or_else(Vec::new, |b| node_records(&owner, b, old_zone)),
+                        node_records(&owner, node, zone),
+                    );
+                }
+                for (name, node) in old_table.nodes().filter(|(_, n)| n.zone == old_zone.id) {
+                    if table.node_lower(name).is_none() {
+                        compare(node_records(&Name::from(name), node, old_zone), Vec::new());
+                    }
+                }
+            }
+            (Self::Reverse(old_zone, network), Self::Reverse(zone, _)) => compare(
+                ptr_records(old_table, network, old_zone),
+                ptr_records(table, network, zone),
+            ),
+            _ => compare(old.records(old_table), new.records(table)),
+        }
+        (gone, added)
+    }
+}
+
+/// A name's A, AAAA and SRV records.
+fn node_records(owner: &Name, node: &Node, zone: &Zone) -> Vec<Record> {
+    let ttl = node.ttl_in(zone);
+    let mut records = addresses_a(owner, node, ttl);
+    records.extend(addresses_aaaa(owner, node, ttl));
+    records.extend(srv_records(owner, node, ttl));
+    records
+}
+
+/// The PTR records of the addresses in `network`.
+fn ptr_records(table: &RecordTable, network: &Network, zone: &Zone) -> Vec<Record> {
+    let mut records = Vec::new();
+    for address in table.addresses_in(network) {
+        let names = table.ptr_names(address);
+        if names.is_empty() {
+            continue;
+        }
+        let owner = Network::host(*address).reverse_name();
+        let ttl = ptr_ttl(table, &names, zone);
+        records.extend(
+            names
+                .iter()
+                .map(|n| Record::from_rdata(owner.clone(), ttl, RData::PTR(PTR((*n).clone())))),
+        );
+    }
+    records
+}
