@@ -36,21 +36,29 @@ pub struct Agent {
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
     netns: Option<String>,
+    /// Where it serves metrics and health.
+    metrics_addr: String,
 }
 
 impl Agent {
     /// Starts `hostport-dns run <args>` in `ns` and waits until it serves.
     pub fn start(ns: &NetNs, args: &[&str]) -> Self {
+        Self::start_with_metrics(ns, METRICS_ADDR, args)
+    }
+
+    /// Starts `hostport-dns run <args>` in `ns`, serving metrics on `metrics_addr` (several
+    /// agents in one namespace), and waits until it serves.
+    pub fn start_with_metrics(ns: &NetNs, metrics_addr: &str, args: &[&str]) -> Self {
         let mut cmd = ns.command(binary().to_str().expect("a UTF-8 path"));
         cmd.args([
             "run",
             "--log-format",
             "json",
             "--metrics-listen",
-            METRICS_ADDR,
+            metrics_addr,
         ])
         .args(args);
-        Self::spawn(cmd, Some(ns.name.clone()))
+        Self::spawn(cmd, Some(ns.name.clone()), metrics_addr)
     }
 
     /// Starts the agent in `ns` with the configuration file `config`, XDP in generic mode on
@@ -120,10 +128,10 @@ impl Agent {
         .env("KUBERNETES_SERVICE_PORT", service.port().to_string())
         .env("HOME", &home)
         .env_remove("KUBECONFIG");
-        Self::spawn(cmd, Some(ns.name.clone()))
+        Self::spawn(cmd, Some(ns.name.clone()), METRICS_ADDR)
     }
 
-    fn spawn(mut cmd: Command, netns: Option<String>) -> Self {
+    fn spawn(mut cmd: Command, netns: Option<String>, metrics_addr: &str) -> Self {
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -143,7 +151,12 @@ impl Agent {
                 }
             }
         });
-        let mut agent = Self { child, logs, netns };
+        let mut agent = Self {
+            child,
+            logs,
+            netns,
+            metrics_addr: metrics_addr.to_owned(),
+        };
         if ready_rx.recv_timeout(START_TIMEOUT).is_err() {
             let status = agent.child.try_wait().ok().flatten();
             panic!(
@@ -172,7 +185,8 @@ impl Agent {
     /// GET `path` on the agent's health and metrics endpoint: (status, body).
     pub fn http_get(&self, path: &str) -> (u16, String) {
         let path = path.to_owned();
-        let get = move || http_get(METRICS_ADDR, &path);
+        let addr = self.metrics_addr.clone();
+        let get = move || http_get(&addr, &path);
         match &self.netns {
             Some(name) => NetNs::enter(name, get),
             None => get(),

@@ -15,6 +15,7 @@ pub mod knot;
 pub mod netns;
 pub mod packet;
 pub mod raw;
+pub mod secondary;
 pub mod vectors;
 pub mod xdp;
 

@@ -383,6 +383,45 @@ impl Collector for LiveCollector {
             ConstGauge::new(seconds)
                 .encode(staleness.encode_family(&[("source", source.as_str())])?)?;
         }
+        if let Some(transfers) = &self.shared.transfers {
+            encode_transfers(&transfers.stats, &mut encoder)?;
+        }
         Ok(())
     }
+}
+
+/// Transfer requests by type and result, their bytes, and NOTIFYs by result.
+fn encode_transfers(
+    stats: &crate::transfer::stats::TransferStats,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let mut requests = encoder.encode_descriptor(
+        "transfers",
+        "Zone transfer requests, by type (axfr, ixfr) and result (axfr, ixfr, axfr_fallback, up_to_date, refused, bad_tsig, notauth, not_ready, malformed)",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (kind, result, count) in stats.requests() {
+        ConstCounter::new(count)
+            .encode(requests.encode_family(&[("type", kind), ("result", result)])?)?;
+    }
+    let mut bytes = encoder.encode_descriptor(
+        "transfer_bytes",
+        "Bytes of the messages of answered transfers, by type",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (kind, count) in stats.bytes() {
+        ConstCounter::new(count).encode(bytes.encode_family(&[("type", kind)])?)?;
+    }
+    let mut notifies = encoder.encode_descriptor(
+        "notify",
+        "NOTIFY messages to secondaries, by result (acknowledged, retried, failed)",
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (result, count) in stats.notifies() {
+        ConstCounter::new(count).encode(notifies.encode_family(&[("result", result)])?)?;
+    }
+    Ok(())
 }

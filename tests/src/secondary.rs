@@ -1,0 +1,281 @@
+//! Real secondaries of hostport-dns: knotd and NSD, configured to transfer zones from one or
+//! more primaries (with a TSIG key) and to take NOTIFY from them; killed on drop.
+
+use std::{
+    fmt::Write as _,
+    net::SocketAddr,
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{TempDir, clients::dig, netns::NetNs};
+
+/// A TSIG key both sides know: its name and base64 secret.
+#[derive(Clone)]
+pub struct TsigKey {
+    pub name: String,
+    pub secret: String,
+}
+
+impl TsigKey {
+    /// A fixed test key (HMAC-SHA256).
+    pub fn test(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            // base64 of 32 bytes "hostport-dns transfer test key!!"
+            secret: "aG9zdHBvcnQtZG5zIHRyYW5zZmVyIHRlc3Qga2V5ISE=".to_owned(),
+        }
+    }
+
+    /// kdig's `-y` argument.
+    pub fn kdig_arg(&self) -> String {
+        format!("hmac-sha256:{}:{}", self.name, self.secret)
+    }
+}
+
+/// Which secondary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    Knot,
+    Nsd,
+}
+
+/// A secondary server, killed on drop.
+pub struct Secondary {
+    pub flavor: Flavor,
+    child: Child,
+    dir: TempDir,
+    pub addr: SocketAddr,
+    ns_name: String,
+}
+
+impl Secondary {
+    /// A secondary of `zones` (apexes, fully qualified) listening on `addr`, transferring from
+    /// `primaries` with `key` and taking their NOTIFYs.
+    pub fn start(
+        flavor: Flavor,
+        ns: &NetNs,
+        addr: SocketAddr,
+        primaries: &[SocketAddr],
+        zones: &[&str],
+        key: &TsigKey,
+    ) -> Self {
+        let dir = TempDir::new(match flavor {
+            Flavor::Knot => "knot-secondary",
+            Flavor::Nsd => "nsd-secondary",
+        });
+        let conf = match flavor {
+            Flavor::Knot => knot_conf(&dir.path, addr, primaries, zones, key),
+            Flavor::Nsd => nsd_conf(&dir.path, addr, primaries, zones, key),
+        };
+        let conf_path = dir.write("secondary.conf", &conf);
+        let log = std::fs::File::create(dir.path.join("log")).expect("create the log file");
+        let mut cmd = match flavor {
+            Flavor::Knot => {
+                let mut cmd = ns.command("knotd");
+                cmd.arg("-c").arg(&conf_path);
+                cmd
+            }
+            Flavor::Nsd => {
+                let mut cmd = ns.command("nsd");
+                cmd.arg("-d").arg("-c").arg(&conf_path);
+                cmd
+            }
+        };
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {flavor:?}: {e}"));
+        let secondary = Self {
+            flavor,
+            child,
+            dir,
+            addr,
+            ns_name: ns.name.clone(),
+        };
+        secondary.wait_listening(ns, zones[0]);
+        secondary
+    }
+
+    fn wait_listening(&self, ns: &NetNs, zone: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = ns
+                .command("kdig")
+                .args([
+                    format!("@{}", self.addr.ip()),
+                    "-p".into(),
+                    self.addr.port().to_string(),
+                    "+retry=0".into(),
+                    "+timeout=1".into(),
+                    zone.into(),
+                    "SOA".into(),
+                ])
+                .output()
+                .expect("run kdig");
+            if String::from_utf8_lossy(&out.stdout).contains("status:") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{:?} did not start; its log:\n{}",
+                self.flavor,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The serial of the zone it serves now (None: it has no copy of the zone yet).
+    pub fn serial(&self, zone: &str) -> Option<u32> {
+        let ns = NetNs::borrowed(&self.ns_name);
+        let reply = dig(
+            &ns,
+            &self.addr.ip().to_string(),
+            self.addr.port(),
+            &[zone, "SOA"],
+        );
+        if reply.status != "NOERROR" {
+            return None;
+        }
+        reply
+            .answer
+            .iter()
+            .find(|r| r.rtype == "SOA")?
+            .data
+            .split_whitespace()
+            .nth(2)?
+            .parse()
+            .ok()
+    }
+
+    /// The addresses it answers for `name`, sorted.
+    pub fn addresses(&self, name: &str) -> Vec<String> {
+        let ns = NetNs::borrowed(&self.ns_name);
+        let mut addresses = dig(
+            &ns,
+            &self.addr.ip().to_string(),
+            self.addr.port(),
+            &[name, "A"],
+        )
+        .answer_data();
+        addresses.sort();
+        addresses
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path.join("log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Secondary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// knotd: a remote per primary, the zones bootstrapped by AXFR and refreshed by IXFR, NOTIFY
+/// accepted from the primaries with the key. Refresh timers are left at the zone's (an hour):
+/// a change reaches it by NOTIFY, not by polling.
+fn knot_conf(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    primaries: &[SocketAddr],
+    zones: &[&str],
+    key: &TsigKey,
+) -> String {
+    let d = dir.display();
+    let mut conf = format!(
+        "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n\
+         log:\n  - target: stderr\n    any: info\n\
+         database:\n  storage: {d}\n\
+         key:\n  - id: {k}\n    algorithm: hmac-sha256\n    secret: {s}\n\
+         remote:\n",
+        addr.ip(),
+        addr.port(),
+        k = key.name,
+        s = key.secret,
+    );
+    for (i, primary) in primaries.iter().enumerate() {
+        let _ = write!(
+            conf,
+            "  - id: primary{i}\n    address: {}@{}\n    key: {}\n",
+            primary.ip(),
+            primary.port(),
+            key.name
+        );
+    }
+    conf.push_str("acl:\n");
+    for (i, primary) in primaries.iter().enumerate() {
+        let _ = write!(
+            conf,
+            "  - id: notify{i}\n    address: {}\n    key: {}\n    action: notify\n",
+            primary.ip(),
+            key.name
+        );
+    }
+    let masters: Vec<String> = (0..primaries.len())
+        .map(|i| format!("primary{i}"))
+        .collect();
+    let acls: Vec<String> = (0..primaries.len()).map(|i| format!("notify{i}")).collect();
+    let _ = write!(
+        conf,
+        "template:\n  - id: default\n    storage: {d}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n\
+         zone:\n"
+    );
+    for zone in zones {
+        let _ = write!(
+            conf,
+            "  - domain: {zone}\n    master: [{}]\n    acl: [{}]\n",
+            masters.join(", "),
+            acls.join(", ")
+        );
+    }
+    conf
+}
+
+/// NSD: each zone requests transfers from every primary with the key and allows their NOTIFY.
+fn nsd_conf(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    primaries: &[SocketAddr],
+    zones: &[&str],
+    key: &TsigKey,
+) -> String {
+    let d = dir.display();
+    let mut conf = format!(
+        "server:\n  ip-address: {}@{}\n  zonesdir: \"{d}\"\n  database: \"\"\n  pidfile: \"{d}/nsd.pid\"\n  \
+         xfrdfile: \"{d}/xfrd.state\"\n  zonelistfile: \"{d}/zone.list\"\n  xfrdir: \"{d}\"\n  \
+         username: \"\"\n  server-count: 1\n  verbosity: 2\n  logfile: \"{d}/log\"\n\
+         remote-control:\n  control-enable: no\n\
+         key:\n  name: \"{k}\"\n  algorithm: hmac-sha256\n  secret: \"{s}\"\n",
+        addr.ip(),
+        addr.port(),
+        k = key.name,
+        s = key.secret,
+    );
+    for zone in zones {
+        let _ = write!(
+            conf,
+            "zone:\n  name: \"{zone}\"\n  zonefile: \"{d}/{zone}zone\"\n"
+        );
+        for primary in primaries {
+            let _ = write!(
+                conf,
+                "  allow-notify: {} {k}\n  request-xfr: {}@{} {k}\n",
+                primary.ip(),
+                primary.ip(),
+                primary.port(),
+                k = key.name
+            );
+        }
+    }
+    conf
+}

@@ -1,0 +1,341 @@
+//! Zone transfers to real secondaries: knotd and NSD transfer every zone from hostport-dns
+//! (AXFR, then IXFR after changes), learn of changes by NOTIFY, and answer the new records;
+//! transfers with a wrong key, from outside the ACL and over UDP are refused as the RFCs say;
+//! two agents give the same serials, and a secondary of both never goes backwards through their
+//! restarts.
+
+use std::net::SocketAddr;
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    clients::kdig,
+    eventually,
+    fake_api::{FakeApi, Kind},
+    k8s::PodSpec,
+    netns::NetNs,
+    require_root,
+    secondary::{Flavor, Secondary, TsigKey},
+};
+
+const ZONE: &str = "prod.coreha.example.";
+/// The reverse zone of the pods' addresses (198.18.0.0/24).
+const REVERSE: &str = "0.18.198.in-addr.arpa.";
+const KEY: &str = "transfer-key";
+const KNOT: &str = "127.0.0.1:5300";
+const NSD: &str = "127.0.0.1:5301";
+
+/// A namespace with the fake API server and the agent's files.
+struct Bed {
+    ns: NetNs,
+    api: FakeApi,
+    dir: TempDir,
+    key: TsigKey,
+}
+
+impl Bed {
+    fn new(tag: &str) -> Self {
+        require_root();
+        let ns = NetNs::new(tag);
+        let api = FakeApi::start(Some(&ns));
+        let dir = TempDir::new(tag);
+        let key = TsigKey::test(KEY);
+        dir.write("tsig-key", &key.secret);
+        Self { ns, api, dir, key }
+    }
+
+    /// The agent's configuration: the pods of the zone, transfers to 127.0.0.1 with the key,
+    /// NOTIFY to `notify`.
+    fn config(&self, notify: &[&str]) -> std::path::PathBuf {
+        let notify: Vec<String> = notify
+            .iter()
+            .map(|a| format!("{{address: \"{a}\", key: {KEY}}}"))
+            .collect();
+        let text = format!(
+            "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {api}\npods:\n  - zone: {ZONE}\n\
+             transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/tsig-key\n  \
+             allow:\n    - from: 127.0.0.1\n      key: {KEY}\n  notify: [{notify}]\n",
+            api = self.api.url(),
+            dir = self.dir.path.display(),
+            notify = notify.join(", "),
+        );
+        self.dir
+            .write(&format!("agent-{}.yaml", notify.len()), &text)
+    }
+
+    fn pod(&self, i: usize, ip: &str) {
+        let pod = PodSpec::ingress(
+            &format!("nginx-{i}"),
+            "ingress",
+            "web",
+            &format!("cp-{i}"),
+            ip,
+        );
+        self.api.apply(Kind::Pod, pod.to_json());
+    }
+
+    /// An agent on `port` (userspace only: two agents share the namespace's lo) with its
+    /// serials in `serials`.
+    fn agent(&self, config: &std::path::Path, port: u16, serials: &str) -> Agent {
+        let serials = self.dir.path.join(serials);
+        Agent::start_with_metrics(
+            &self.ns,
+            &format!("127.0.0.1:{}", 9300 + port % 100),
+            &[
+                "--config",
+                config.to_str().expect("UTF-8"),
+                "--xdp-mode",
+                "off",
+                "--port",
+                &port.to_string(),
+                "--serials",
+                serials.to_str().expect("UTF-8"),
+            ],
+        )
+    }
+
+    fn secondary(&self, flavor: Flavor, addr: &str, primaries: &[u16]) -> Secondary {
+        let primaries: Vec<SocketAddr> = primaries
+            .iter()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+            .collect();
+        Secondary::start(
+            flavor,
+            &self.ns,
+            addr.parse().expect("an address"),
+            &primaries,
+            &[ZONE, REVERSE],
+            &self.key,
+        )
+    }
+
+    /// The zone's serial as the agent on `port` answers it.
+    fn serial_at(&self, port: u16) -> u32 {
+        let reply = kdig(&self.ns, "127.0.0.1", port, &[ZONE, "SOA"]);
+        reply.answer[0]
+            .data
+            .split_whitespace()
+            .nth(2)
+            .and_then(|s| s.parse().ok())
+            .expect("a serial")
+    }
+}
+
+fn web() -> String {
+    format!("web.ingress.{ZONE}")
+}
+
+fn wait_for(secondary: &Secondary, addresses: &[&str]) {
+    let want: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+    let mut last = Vec::new();
+    eventually(
+        &format!("{:?} answers {want:?}", secondary.flavor),
+        20,
+        || {
+            last = secondary.addresses(&web());
+            last == want
+        },
+    );
+}
+
+/// `flavor` as the only secondary of an agent: it bootstraps both zones by AXFR, then follows
+/// two pod changes by NOTIFY and IXFR alone, and answers the new records.
+fn follows_pod_changes(flavor: Flavor, addr: &str) {
+    let bed = Bed::new(match flavor {
+        Flavor::Knot => "xfr-knot",
+        Flavor::Nsd => "xfr-nsd",
+    });
+    bed.pod(0, "198.18.0.11");
+    let config = bed.config(&[addr]);
+    let agent = bed.agent(&config, 1053, "serials.json");
+    let secondary = bed.secondary(flavor, addr, &[1053]);
+    wait_for(&secondary, &["198.18.0.11"]);
+    // The reverse zone came along.
+    eventually("the reverse zone is transferred", 20, || {
+        secondary.serial(REVERSE).is_some()
+    });
+    assert_eq!(secondary.serial(ZONE), Some(bed.serial_at(1053)));
+    let first = bed.serial_at(1053);
+    let count = |kind: &str, result: &str| {
+        agent.metric(
+            "hostport_dns_transfers_total",
+            &[("type", kind), ("result", result)],
+        )
+    };
+    let bootstrap = count("axfr", "axfr") + count("ixfr", "axfr_fallback");
+    assert_eq!(
+        bootstrap,
+        2.0,
+        "one whole transfer per zone:\n{}",
+        agent.metrics()
+    );
+    // A pod joins, another leaves: each change reaches the secondary by NOTIFY and IXFR.
+    bed.pod(1, "198.18.0.12");
+    wait_for(&secondary, &["198.18.0.11", "198.18.0.12"]);
+    bed.api.delete(Kind::Pod, "ingress", "nginx-0");
+    wait_for(&secondary, &["198.18.0.12"]);
+    eventually("the secondary has the agent's serial", 10, || {
+        secondary.serial(ZONE) == Some(bed.serial_at(1053))
+    });
+    let last = bed.serial_at(1053);
+    assert!(
+        last.wrapping_sub(first) > 0 && last.wrapping_sub(first) < 1 << 31,
+        "the serial went from {first} to {last}"
+    );
+    // Incremental from then on: no whole zone was sent again.
+    assert!(count("ixfr", "ixfr") >= 2.0, "{}", agent.metrics());
+    assert_eq!(
+        count("axfr", "axfr") + count("ixfr", "axfr_fallback"),
+        bootstrap,
+        "{}\n{}",
+        agent.metrics(),
+        secondary.log()
+    );
+    assert!(
+        agent.metric("hostport_dns_notify_total", &[("result", "acknowledged")]) >= 4.0,
+        "{}",
+        agent.metrics()
+    );
+}
+
+#[test]
+fn knotd_follows_pod_changes_by_notify_and_ixfr() {
+    follows_pod_changes(Flavor::Knot, KNOT);
+}
+
+#[test]
+fn nsd_follows_pod_changes_by_notify_and_ixfr() {
+    follows_pod_changes(Flavor::Nsd, NSD);
+}
+
+#[test]
+fn wrong_keys_strangers_and_udp_are_refused_as_the_rfcs_say() {
+    let bed = Bed::new("xfr-refused");
+    bed.pod(0, "198.18.0.11");
+    let config = bed.config(&[]);
+    let _agent = bed.agent(&config, 1053, "serials.json");
+    let ns = &bed.ns;
+    // kdig's whole output, its errors included (it exits non-zero on them).
+    let kdig_text = |args: &[&str]| {
+        let out = ns
+            .command("kdig")
+            .args(["@127.0.0.1", "-p", "1053", "+retry=0", "+timeout=3"])
+            .args(args)
+            .output()
+            .expect("run kdig");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    // The right key: the zone, signed (kdig checks the signatures of every message).
+    let good = kdig_text(&["+tcp", "-y", &bed.key.kdig_arg(), ZONE, "AXFR"]);
+    assert!(
+        good.contains("198.18.0.11") && good.contains("TSIG"),
+        "{good}"
+    );
+    // Another secret under the key's name: NOTAUTH, BADSIG (the rcode is checked in the
+    // unit tests; kdig names the TSIG error).
+    let wrong_secret =
+        format!("hmac-sha256:{KEY}:c2VjcmV0IHRoYXQgaXMgbm90IHRoZSBrZXkncyBzZWNyZXQ=");
+    let bad_sig = kdig_text(&["+tcp", "-y", &wrong_secret, ZONE, "AXFR"]);
+    assert!(bad_sig.contains("BADSIG"), "{bad_sig}");
+    // A key the server does not know: NOTAUTH, BADKEY.
+    let unknown = format!("hmac-sha256:other-key:{}", bed.key.secret);
+    let bad_key = kdig_text(&["+tcp", "-y", &unknown, ZONE, "AXFR"]);
+    assert!(bad_key.contains("BADKEY"), "{bad_key}");
+    // No key where the ACL wants one, and the right key from outside the ACL: REFUSED.
+    let unsigned = kdig_text(&["+tcp", ZONE, "AXFR"]);
+    assert!(unsigned.contains("REFUSED"), "{unsigned}");
+    let stranger = kdig_text(&[
+        "+tcp",
+        "-b",
+        "127.0.0.9",
+        "-y",
+        &bed.key.kdig_arg(),
+        ZONE,
+        "AXFR",
+    ]);
+    assert!(stranger.contains("REFUSED"), "{stranger}");
+    // AXFR over UDP is not a thing: NOTIMP. IXFR over UDP gets the SOA alone (RFC 1995 §2).
+    let udp_axfr = kdig_text(&["+notcp", "-y", &bed.key.kdig_arg(), ZONE, "AXFR"]);
+    assert!(
+        udp_axfr.contains("NOTIMPL") && udp_axfr.contains("(UDP)"),
+        "{udp_axfr}"
+    );
+    let udp_ixfr = kdig_text(&["+notcp", "-y", &bed.key.kdig_arg(), ZONE, "IXFR=1"]);
+    let soa_lines = udp_ixfr.lines().filter(|l| l.contains("\tSOA\t")).count();
+    assert!(
+        soa_lines == 1 && udp_ixfr.contains("(UDP)") && !udp_ixfr.contains("198.18.0.11"),
+        "{udp_ixfr}"
+    );
+    // A zone not served here: NOTAUTH.
+    let elsewhere = kdig_text(&["+tcp", "-y", &bed.key.kdig_arg(), "example.org.", "AXFR"]);
+    assert!(elsewhere.contains("NOTAUTH"), "{elsewhere}");
+}
+
+#[test]
+fn two_agents_give_the_same_serials_and_a_secondary_of_both_never_goes_back() {
+    let bed = Bed::new("xfr-two");
+    bed.pod(0, "198.18.0.11");
+    bed.pod(1, "198.18.0.12");
+    let config = bed.config(&[KNOT]);
+    let ports = [1053, 1054];
+    let files = ["serials-a.json", "serials-b.json"];
+    let mut agents = [
+        Some(bed.agent(&config, ports[0], files[0])),
+        Some(bed.agent(&config, ports[1], files[1])),
+    ];
+    let knot = bed.secondary(Flavor::Knot, KNOT, &ports);
+    let mut addresses = vec!["198.18.0.11".to_owned(), "198.18.0.12".to_owned()];
+    let converge = |addresses: &[String]| {
+        let want: Vec<&str> = addresses.iter().map(String::as_str).collect();
+        wait_for(&knot, &want);
+    };
+    converge(&addresses);
+    assert_eq!(bed.serial_at(ports[0]), bed.serial_at(ports[1]));
+    // Each round: one agent stops, a pod joins (and one leaves every other round, last: a list
+    // does not show a deletion), the other stops and the first comes back alone on its serials file; it
+    // must not give the secondary a serial below the one it holds. Then another change with
+    // only that one up, and the other comes back: both agree again.
+    for round in 0..4usize {
+        let (one, other) = (round % 2, 1 - round % 2);
+        agents[one] = None;
+        let ip = format!("198.18.0.{}", 20 + round);
+        bed.pod(20 + round, &ip);
+        addresses.push(ip);
+        addresses.sort();
+        if round % 2 == 1 {
+            let (name, ip) = if round == 1 {
+                ("nginx-0", "198.18.0.11")
+            } else {
+                ("nginx-1", "198.18.0.12")
+            };
+            bed.api.delete(Kind::Pod, "ingress", name);
+            addresses.retain(|a| a != ip);
+        }
+        converge(&addresses);
+        let held = knot.serial(ZONE).expect("a serial");
+        agents[other] = None;
+        agents[one] = Some(bed.agent(&config, ports[one], files[one]));
+        let serial = bed.serial_at(ports[one]);
+        assert!(
+            !serial_gt(held, serial),
+            "round {round}: the restarted agent gives {serial}, below the {held} the secondary holds"
+        );
+        let ip = format!("198.18.0.{}", 40 + round);
+        bed.pod(40 + round, &ip);
+        addresses.push(ip);
+        addresses.sort();
+        converge(&addresses);
+        agents[other] = Some(bed.agent(&config, ports[other], files[other]));
+        eventually("both agents give the same serial", 10, || {
+            bed.serial_at(ports[0]) == bed.serial_at(ports[1])
+        });
+        assert_eq!(knot.serial(ZONE), Some(bed.serial_at(ports[0])));
+    }
+}
+
+/// `a` is greater than `b` in serial number arithmetic (RFC 1982).
+fn serial_gt(a: u32, b: u32) -> bool {
+    a != b && a.wrapping_sub(b) < 1 << 31
+}
