@@ -71,10 +71,13 @@ pub enum Counter {
     DropRateLimited,
     /// Over its rate limit, its turn to slip: answered truncated (TC=1, no records).
     SlipRateLimited,
+    /// The query asks for the server's NSID (RFC 5001): userspace answers it, with the NSID
+    /// when it is on, so that both paths send the same bytes.
+    PassNsid,
 }
 
 /// Number of counter slots.
-pub const COUNTER_SLOTS: u32 = Counter::SlipRateLimited as u32 + 1;
+pub const COUNTER_SLOTS: u32 = Counter::PassNsid as u32 + 1;
 
 /// What the program does with a packet a counter counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +132,7 @@ impl Counter {
         Counter::DropNotAllowed,
         Counter::DropRateLimited,
         Counter::SlipRateLimited,
+        Counter::PassNsid,
     ];
 
     /// What happens to the packet.
@@ -205,6 +209,7 @@ impl Counter {
             Counter::DropNotAllowed => "not_allowed",
             Counter::DropRateLimited => "rate_limited",
             Counter::SlipRateLimited => "slipped",
+            Counter::PassNsid => "nsid",
         }
     }
 }

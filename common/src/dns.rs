@@ -19,6 +19,8 @@ pub const TYPE_AAAA: u16 = 28;
 pub const TYPE_OPT: u16 = 41;
 /// The EDNS COOKIE option (RFC 7873 §4).
 pub const EDNS_OPTION_COOKIE: u16 = 10;
+/// The EDNS NSID option (RFC 5001 §2.3).
+pub const EDNS_OPTION_NSID: u16 = 3;
 pub const CLASS_IN: u16 = 1;
 
 pub const RCODE_NOERROR: u8 = 0;

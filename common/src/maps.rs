@@ -5,7 +5,7 @@
 /// whenever the layout of a pinned map changes: an upgraded agent then starts fresh maps instead
 /// of adopting ones that the running program reads differently (which keeps its own maps until
 /// its link is handed over).
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// Which generation the program reads, and the hash seed: one
 /// [`crate::generation::Generation`] (see [`crate::generation`] for the design).

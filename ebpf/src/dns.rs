@@ -6,8 +6,8 @@ use hostport_dns_common::{
     counters::Counter,
     csum::{add_word, fold},
     dns::{
-        CLASS_IN, EDNS_FLAG_DO, EDNS_OPTION_COOKIE, FLAG_QR, HEADER_LEN, OPCODE_MASK, OPT_RR_LEN,
-        TYPE_A, TYPE_AAAA, TYPE_OPT,
+        CLASS_IN, EDNS_FLAG_DO, EDNS_OPTION_COOKIE, EDNS_OPTION_NSID, FLAG_QR, HEADER_LEN,
+        OPCODE_MASK, OPT_RR_LEN, TYPE_A, TYPE_AAAA, TYPE_OPT,
     },
     hash::{lowercase_word, mix},
     limits::{
@@ -316,9 +316,12 @@ fn walk_options(ctx: &XdpContext, l4: &L4, mut offset: usize) -> Result<(), Coun
         let header: *mut [u8; OPTION_HEADER_LEN] = ptr_at(ctx, l4.dns_offset + offset)?;
         // SAFETY: bounds checked by ptr_at.
         let header = unsafe { *header };
-        if be16([header[0], header[1]]) == EDNS_OPTION_COOKIE {
+        match be16([header[0], header[1]]) {
             // RFC 7873: userspace makes and checks server cookies (one secret, one code).
-            return Err(Counter::PassCookie);
+            EDNS_OPTION_COOKIE => return Err(Counter::PassCookie),
+            // RFC 5001: the identity is userspace's to give (or not), in one place.
+            EDNS_OPTION_NSID => return Err(Counter::PassNsid),
+            _ => {}
         }
         offset += OPTION_HEADER_LEN + be16([header[2], header[3]]) as usize;
         if offset > l4.dns_len {

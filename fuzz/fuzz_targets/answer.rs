@@ -9,7 +9,10 @@ use std::{net::IpAddr, sync::OnceLock};
 use hickory_proto::op::{Message, MessageType};
 use hostport_dns::{
     clients::cookies::Cookies,
-    server::answer::{Asker, Shape, Transport, respond_for},
+    server::{
+        answer::{Asker, Shape, Transport, respond_for},
+        identity::Identity,
+    },
     sources::file,
     table::RecordTable,
 };
@@ -42,6 +45,11 @@ fn cookies() -> &'static Cookies {
     COOKIES.get_or_init(|| Cookies::with_secrets(vec![[7; 16]]))
 }
 
+fn identity() -> &'static Identity {
+    static IDENTITY: OnceLock<Identity> = OnceLock::new();
+    IDENTITY.get_or_init(|| Identity::new("cp-1.fuzz".into(), true, true).expect("an identity"))
+}
+
 fuzz_target!(|query: &[u8]| {
     let client: IpAddr = "198.18.0.2".parse().expect("an address");
     let parsed_query = Message::from_vec(query).ok();
@@ -51,6 +59,7 @@ fuzz_target!(|query: &[u8]| {
                 client: Some(client),
                 cookies: Some(cookies()),
                 shape,
+                identity: Some(identity()),
             };
             let Some(answer) = respond_for(query, Some(table()), transport, &asker) else {
                 // No answer only to what is not a query: too short for an ID, or a response.

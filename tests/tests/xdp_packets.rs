@@ -594,6 +594,28 @@ fn edns_other_than_a_clean_version_0_is_passed() {
 }
 
 #[test]
+fn a_query_asking_for_the_nsid_is_left_to_userspace() {
+    let fx = fixture();
+    // Userspace tells the identity, or not, in one place: an NSID request alone, or after
+    // another option, goes up (and a plain query of the same name is answered).
+    for options in [vec![0, 3, 0, 0], vec![0, 12, 0, 2, 0, 0, 0, 3, 0, 0]] {
+        let nsid = QueryBuilder {
+            edns: Some((1232, false, 0, options)),
+            ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+        };
+        fx.passed(
+            &Frame::v4(SERVER_V4).build(&nsid.bytes()),
+            Counter::PassNsid,
+        );
+    }
+    let plain = QueryBuilder {
+        edns: Some((1232, false, 0, Vec::new())),
+        ..QueryBuilder::new("one.prod.coreha.example", TYPE_A)
+    };
+    fx.answered(&Frame::v4(SERVER_V4), &plain.bytes(), Counter::AnswerA);
+}
+
+#[test]
 fn a_query_with_a_cookie_is_left_to_userspace() {
     let fx = fixture();
     // Userspace makes and checks the server cookie: a client cookie, well formed or not, and

@@ -29,7 +29,7 @@ use crate::{
     http,
     metrics::Metrics,
     publisher::{CONFIG_SOURCE, FILE_SOURCE, Publisher, Update},
-    server::{Shared, gate::Gate, tcp, udp},
+    server::{Shared, gate::Gate, identity::Identity, tcp, udp},
     sources::{
         Snapshot,
         file::{self, FileError},
@@ -76,8 +76,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(config) => Some(Arc::new(Transfers::new(config).context("zone transfers")?)),
         None => None,
     };
-    let shared =
-        Shared::with_transfers(Gate::new(client_policy.clone(), cookies), transfers.clone());
+    let identity = Identity::new(
+        args.identity.clone().unwrap_or_else(host_name),
+        args.nsid,
+        args.chaos,
+    )
+    .map_err(anyhow::Error::msg)
+    .context("--identity")?;
+    let shared = Shared::with_transfers(
+        Gate::new(client_policy.clone(), cookies).with_identity(identity),
+        transfers.clone(),
+    );
     let workers = if args.udp_workers == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -430,6 +439,18 @@ impl StopSignals {
 const COOKIE_SECRET_RELOAD: Duration = Duration::from_secs(10);
 
 /// Follows the cookie secret file: a rotation (RFC 9018 §4.3) needs no restart.
+/// The host's name (a pod on the host network has the node's), or "hostport-dns".
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most the buffer's length, NUL-terminated when it fits.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+        _ => "hostport-dns".to_owned(),
+    }
+}
+
 async fn reload_cookie_secrets(shared: Arc<Shared>) {
     let Some(cookies) = shared.gate.cookies.as_ref() else {
         return;

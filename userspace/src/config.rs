@@ -142,6 +142,18 @@ pub struct RunArgs {
     /// revision (or, without Kubernetes, from their content) again.
     #[arg(long, value_name = "FILE", env = "HOSTPORT_DNS_SERIALS")]
     pub serials: Option<PathBuf>,
+    /// Answer NSID requests (RFC 5001) with the server identity (`--identity`): which node
+    /// behind a VIP answered (`dig +nsid`).
+    #[arg(long, env = "HOSTPORT_DNS_NSID")]
+    pub nsid: bool,
+    /// Answer `id.server.` and `hostname.bind.` CH TXT (RFC 4892) with the server identity
+    /// (`dig CH TXT id.server`).
+    #[arg(long, env = "HOSTPORT_DNS_CHAOS")]
+    pub chaos: bool,
+    /// The identity NSID and CHAOS tell (default: the host's name; the chart passes the
+    /// node's name).
+    #[arg(long, value_name = "NAME", env = "HOSTPORT_DNS_IDENTITY")]
+    pub identity: Option<String>,
     /// TCP connections served at once (more wait in the kernel backlog).
     #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
     pub tcp_max_connections: usize,

@@ -28,6 +28,7 @@ use hostport_dns_common::policy::RateClass;
 
 use crate::{
     clients::cookies::{CookieState, Cookies},
+    server::identity::Identity,
     table::{Network, Node, RecordTable, Zone},
 };
 
@@ -97,6 +98,8 @@ pub struct Asker<'a> {
     /// Server cookies, when they are on.
     pub cookies: Option<&'a Cookies>,
     pub shape: Shape,
+    /// The server's identity (NSID, CHAOS), when it tells it.
+    pub identity: Option<&'a Identity>,
 }
 
 impl Asker<'_> {
@@ -105,6 +108,7 @@ impl Asker<'_> {
         client: None,
         cookies: None,
         shape: Shape::Full,
+        identity: None,
     };
 }
 
@@ -148,9 +152,12 @@ pub fn respond_for(
                     response.metadata.authoritative = false;
                     ResponseCode::BADCOOKIE
                 }
-                _ => fill(&request, &mut response, table, transport),
+                _ => fill(&request, &mut response, table, transport, asker.identity),
             };
             announce_keepalive(&request, &mut response, transport);
+            if let Some(identity) = asker.identity {
+                identity.add_nsid(&request, &mut response);
+            }
             add_server_cookie(cookie, asker, &mut response);
             (request, response, rcode)
         }
@@ -351,6 +358,7 @@ fn fill(
     response: &mut Message,
     table: Option<&RecordTable>,
     transport: Transport,
+    identity: Option<&Identity>,
 ) -> ResponseCode {
     if request.metadata.op_code == OpCode::Notify {
         // RFC 1996 §3.10: a NOTIFY from no configured primary; this server has none.
@@ -383,6 +391,11 @@ fn fill(
             Transport::Udp => ResponseCode::NotImp,
             Transport::Tcp => ResponseCode::Refused,
         };
+    }
+    if let Some(answers) = identity.and_then(|i| i.chaos_answer(question)) {
+        // RFC 4892: the server's own names in class CH.
+        response.add_answers(answers);
+        return ResponseCode::NoError;
     }
     if question.query_class != DNSClass::IN {
         response.metadata.authoritative = false;

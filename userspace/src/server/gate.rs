@@ -15,6 +15,7 @@ use crate::{
     server::{
         Shared,
         answer::{Answer, Asker, Shape, Transport},
+        identity::Identity,
         stats::Decision,
     },
 };
@@ -31,6 +32,8 @@ pub struct Gate {
     pub policy: ClientPolicyTable,
     pub rate: Option<RateLimiter>,
     pub cookies: Option<Cookies>,
+    /// The identity told by NSID and CHAOS, when either is on.
+    pub identity: Option<Identity>,
 }
 
 impl Gate {
@@ -44,7 +47,14 @@ impl Gate {
             policy,
             rate,
             cookies,
+            identity: None,
         }
+    }
+
+    /// Tells `identity` to those who ask (NSID, CHAOS), as it says.
+    pub fn with_identity(mut self, identity: Identity) -> Self {
+        self.identity = (identity.nsid || identity.chaos).then_some(identity);
+        self
     }
 
     /// Whether a TCP connection from `peer` is served at all (drop mode closes it at accept;
@@ -76,6 +86,7 @@ impl Gate {
             client: Some(ip),
             cookies: self.cookies.as_ref(),
             shape: Shape::Full,
+            identity: self.identity.as_ref(),
         };
         if !grants.allowed {
             if self.policy.config.outside == Outside::Drop {

@@ -3,6 +3,7 @@
 
 pub mod answer;
 pub mod gate;
+pub mod identity;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
