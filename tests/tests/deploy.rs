@@ -300,6 +300,14 @@ clients:
   outside: refuse
   rateLimit: { responsesPerSecond: 40, negativePerSecond: 10, slip: 3, exempt: [198.18.0.128/25] }
   cookies: { enabled: true, secretName: corp-dns-cookies }
+identity: { nsid: true, chaos: true, name: cp-a }
+transfer:
+  enabled: true
+  tsigSecret: corp-tsig
+  keys: [{ name: corp-key, algorithm: hmac-sha512 }]
+  allow: [{ from: 198.18.0.0/24, key: corp-key }, { from: \"2001:db8::53\" }]
+  notify: [{ address: \"198.18.0.53:5353\", key: corp-key }]
+  history: 16
 zones:
   - name: lb.corp.example
     ttl: 7
@@ -382,18 +390,49 @@ fn chart_values_reach_the_agent_configuration_exactly() {
         of_kind(&docs, "Secret").is_empty(),
         "a named Secret is the operator's"
     );
+    let transfer = config.transfer.as_ref().expect("transfers on");
+    assert_eq!(transfer.keys[0].name.to_ascii(), "corp-key.");
+    assert_eq!(
+        transfer.keys[0].secret_file,
+        std::path::Path::new("/etc/hostport-dns-tsig/corp-key")
+    );
+    assert_eq!(
+        transfer.keys[0].algorithm,
+        hickory_proto::rr::rdata::tsig::TsigAlgorithm::HmacSha512
+    );
+    assert_eq!(transfer.allow.len(), 2);
+    assert_eq!(transfer.allow[0].key.as_ref().map(|k| k.to_ascii()).as_deref(), Some("corp-key."));
+    assert_eq!(transfer.allow[1].from.to_string(), "2001:db8::53/128");
+    assert_eq!(transfer.notify[0].address.to_string(), "198.18.0.53:5353");
+    assert_eq!(transfer.history, 16);
 
     let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
-    let args = ds
-        .spec
-        .expect("spec")
-        .template
-        .spec
-        .expect("pod")
-        .containers[0]
-        .args
-        .clone()
-        .expect("args");
+    let pod = ds.spec.expect("spec").template.spec.expect("pod");
+    let container = &pod.containers[0];
+    let args = container.args.clone().expect("args");
+    let tsig_mount = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/etc/hostport-dns-tsig")
+        .expect("the TSIG keys are mounted");
+    let tsig_volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == tsig_mount.name)
+        .expect("a TSIG volume");
+    assert_eq!(
+        tsig_volume.secret.as_ref().and_then(|s| s.secret_name.as_deref()),
+        Some("corp-tsig")
+    );
+    let identity = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "HOSTPORT_DNS_IDENTITY")
+        .expect("the identity is passed");
+    assert_eq!(identity.value.as_deref(), Some("cp-a"));
     let cli = Cli::try_parse_from(std::iter::once("hostport-dns".to_owned()).chain(args))
         .expect("the agent accepts the chart's arguments");
     let AgentCommand::Run(run) = cli.command else {
@@ -411,6 +450,11 @@ fn chart_values_reach_the_agent_configuration_exactly() {
     assert_eq!(run.max_staleness, 60);
     assert_eq!(run.answer_on, ["198.18.0.10", "eth1"]);
     assert_eq!((run.tcp_max_connections, run.tcp_max_per_client), (64, 4));
+    assert!(run.nsid && run.chaos);
+    assert_eq!(
+        run.serials.as_deref(),
+        Some("/var/lib/hostport-dns/serials.json".as_ref())
+    );
     assert_eq!(
         run.config.as_deref(),
         Some("/etc/hostport-dns/config.yaml".as_ref())
