@@ -1,4 +1,4 @@
-//! Real secondaries of hostport-dns: knotd and NSD, configured to transfer zones from one or
+//! Real secondaries of hostport-dns: knotd, NSD and BIND's named, configured to transfer zones from one or
 //! more primaries (with a TSIG key) and to take NOTIFY from them; killed on drop.
 
 use std::{
@@ -38,6 +38,7 @@ impl TsigKey {
 pub enum Flavor {
     Knot,
     Nsd,
+    Bind,
 }
 
 /// A secondary server, killed on drop.
@@ -63,10 +64,12 @@ impl Secondary {
         let dir = TempDir::new(match flavor {
             Flavor::Knot => "knot-secondary",
             Flavor::Nsd => "nsd-secondary",
+            Flavor::Bind => "bind-secondary",
         });
         let conf = match flavor {
             Flavor::Knot => knot_conf(&dir.path, addr, primaries, zones, key),
             Flavor::Nsd => nsd_conf(&dir.path, addr, primaries, zones, key),
+            Flavor::Bind => bind_conf(&dir.path, addr, primaries, zones, key),
         };
         let conf_path = dir.write("secondary.conf", &conf);
         let log = std::fs::File::create(dir.path.join("log")).expect("create the log file");
@@ -79,6 +82,11 @@ impl Secondary {
             Flavor::Nsd => {
                 let mut cmd = ns.command("nsd");
                 cmd.arg("-d").arg("-c").arg(&conf_path);
+                cmd
+            }
+            Flavor::Bind => {
+                let mut cmd = ns.command("named");
+                cmd.arg("-g").arg("-c").arg(&conf_path);
                 cmd
             }
         };
@@ -276,6 +284,42 @@ fn nsd_conf(
                 k = key.name
             );
         }
+    }
+    conf
+}
+
+/// BIND 9: each zone a secondary of every primary with the key, NOTIFY accepted only signed
+/// with it (the configuration deploy/README.md shows).
+fn bind_conf(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    primaries: &[SocketAddr],
+    zones: &[&str],
+    key: &TsigKey,
+) -> String {
+    let d = dir.display();
+    let mut conf = format!(
+        "options {{\n  directory \"{d}\";\n  managed-keys-directory \"{d}\";\n  pid-file \"{d}/named.pid\";\n  \
+         session-keyfile \"{d}/session.key\";\n  listen-on port {} {{ {}; }};\n  listen-on-v6 {{ none; }};\n  \
+         recursion no;\n  dnssec-validation no;\n  notify no;\n}};\ncontrols {{ }};\n\
+         key \"{k}\" {{\n  algorithm hmac-sha256;\n  secret \"{s}\";\n}};\n",
+        addr.port(),
+        addr.ip(),
+        k = key.name,
+        s = key.secret,
+    );
+    let primaries: Vec<String> = primaries
+        .iter()
+        .map(|p| format!("{} port {} key \"{}\";", p.ip(), p.port(), key.name))
+        .collect();
+    for zone in zones {
+        let _ = write!(
+            conf,
+            "zone \"{zone}\" {{\n  type secondary;\n  primaries {{ {} }};\n  file \"{d}/{zone}db\";\n  \
+             allow-notify {{ key \"{}\"; }};\n}};\n",
+            primaries.join(" "),
+            key.name
+        );
     }
     conf
 }

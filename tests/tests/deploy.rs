@@ -401,7 +401,14 @@ fn chart_values_reach_the_agent_configuration_exactly() {
         hickory_proto::rr::rdata::tsig::TsigAlgorithm::HmacSha512
     );
     assert_eq!(transfer.allow.len(), 2);
-    assert_eq!(transfer.allow[0].key.as_ref().map(|k| k.to_ascii()).as_deref(), Some("corp-key."));
+    assert_eq!(
+        transfer.allow[0]
+            .key
+            .as_ref()
+            .map(|k| k.to_ascii())
+            .as_deref(),
+        Some("corp-key.")
+    );
     assert_eq!(transfer.allow[1].from.to_string(), "2001:db8::53/128");
     assert_eq!(transfer.notify[0].address.to_string(), "198.18.0.53:5353");
     assert_eq!(transfer.history, 16);
@@ -423,7 +430,10 @@ fn chart_values_reach_the_agent_configuration_exactly() {
         .find(|v| v.name == tsig_mount.name)
         .expect("a TSIG volume");
     assert_eq!(
-        tsig_volume.secret.as_ref().and_then(|s| s.secret_name.as_deref()),
+        tsig_volume
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
         Some("corp-tsig")
     );
     let identity = container

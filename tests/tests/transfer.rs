@@ -1,4 +1,4 @@
-//! Zone transfers to real secondaries: knotd and NSD transfer every zone from hostport-dns
+//! Zone transfers to real secondaries: knotd, NSD and BIND transfer every zone from hostport-dns
 //! (AXFR, then IXFR after changes), learn of changes by NOTIFY, and answer the new records;
 //! transfers with a wrong key, from outside the ACL and over UDP are refused as the RFCs say;
 //! two agents give the same serials, and a secondary of both never goes backwards through their
@@ -24,6 +24,7 @@ const REVERSE: &str = "0.18.198.in-addr.arpa.";
 const KEY: &str = "transfer-key";
 const KNOT: &str = "127.0.0.1:5300";
 const NSD: &str = "127.0.0.1:5301";
+const BIND: &str = "127.0.0.1:5302";
 
 /// A namespace with the fake API server and the agent's files.
 struct Bed {
@@ -127,15 +128,20 @@ fn web() -> String {
 
 fn wait_for(secondary: &Secondary, addresses: &[&str]) {
     let want: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
-    let mut last = Vec::new();
-    eventually(
-        &format!("{:?} answers {want:?}", secondary.flavor),
-        20,
-        || {
-            last = secondary.addresses(&web());
-            last == want
-        },
-    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = secondary.addresses(&web());
+        if now == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?} answers {now:?}, not {want:?}, after 20 s; its log:\n{}",
+            secondary.flavor,
+            secondary.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// `flavor` as the only secondary of an agent: it bootstraps both zones by AXFR, then follows
@@ -144,6 +150,7 @@ fn follows_pod_changes(flavor: Flavor, addr: &str) {
     let bed = Bed::new(match flavor {
         Flavor::Knot => "xfr-knot",
         Flavor::Nsd => "xfr-nsd",
+        Flavor::Bind => "xfr-bind",
     });
     bed.pod(0, "198.18.0.11");
     let config = bed.config(&[addr]);
@@ -206,6 +213,11 @@ fn knotd_follows_pod_changes_by_notify_and_ixfr() {
 #[test]
 fn nsd_follows_pod_changes_by_notify_and_ixfr() {
     follows_pod_changes(Flavor::Nsd, NSD);
+}
+
+#[test]
+fn bind_follows_pod_changes_by_notify_and_ixfr() {
+    follows_pod_changes(Flavor::Bind, BIND);
 }
 
 #[test]

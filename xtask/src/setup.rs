@@ -4,7 +4,8 @@
 //! - the nightly toolchain's `rust-src` (the eBPF program builds `core` itself);
 //! - bpf-linker, built against the nightly's own libLLVM (no prebuilt binary fits here);
 //! - the Debian packages the tests and benchmarks run: iproute2, dig, Knot DNS and its tools,
-//!   NSD, dnsperf, HAProxy, ethtool, Prometheus (promtool checks the metrics exposition).
+//!   NSD and BIND (secondaries in the transfer tests), dnsperf, HAProxy, ethtool, Prometheus
+//!   (promtool checks the metrics exposition).
 
 use std::{
     path::{Path, PathBuf},
@@ -23,6 +24,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("knot-dnsutils", "kdig"),
     ("dnsperf", "dnsperf"),
     ("nsd", "nsd"),
+    ("bind9", "named"),
     ("haproxy", "haproxy"),
     ("ethtool", "ethtool"),
     ("prometheus", "promtool"),

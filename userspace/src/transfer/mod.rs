@@ -56,12 +56,21 @@ pub struct Transfers {
 /// Whether `query` asks for a transfer: a query (QR clear, opcode QUERY) whose first question
 /// is of type AXFR or IXFR. A cheap look, before the message is parsed.
 pub fn asks_transfer(query: &[u8]) -> bool {
+    matches!(
+        question_type(query),
+        Some(RecordType::AXFR | RecordType::IXFR)
+    )
+}
+
+/// The type of a query's one question (QR clear, opcode QUERY), read without parsing the
+/// message.
+fn question_type(query: &[u8]) -> Option<RecordType> {
     if query.len() < HEADER_LEN + 5 {
-        return false;
+        return None;
     }
     let flags = u16::from_be_bytes([query[2], query[3]]);
     if flags & (FLAG_QR | OPCODE_MASK) != 0 || query[4..6] != [0, 1] {
-        return false;
+        return None;
     }
     // The question's name, then its type.
     let mut at = HEADER_LEN;
@@ -71,11 +80,16 @@ pub fn asks_transfer(query: &[u8]) -> bool {
         }
         at += 1 + usize::from(len);
     }
-    let Some(qtype) = query.get(at + 1..at + 3) else {
-        return false;
-    };
-    let qtype = RecordType::from(u16::from_be_bytes([qtype[0], qtype[1]]));
-    matches!(qtype, RecordType::AXFR | RecordType::IXFR)
+    let qtype = query.get(at + 1..at + 3)?;
+    Some(RecordType::from(u16::from_be_bytes([qtype[0], qtype[1]])))
+}
+
+/// What becomes of a query that may carry a TSIG record.
+pub enum SignedAnswer {
+    /// Not signed: it is answered the ordinary way.
+    NotSigned,
+    /// Signed: this answer (signed, or the TSIG error), or none.
+    Answer(Option<Vec<u8>>),
 }
 
 impl Transfers {
@@ -103,6 +117,40 @@ impl Transfers {
     pub async fn notify(self: Arc<Self>) {
         let tables = self.tables.subscribe();
         notify::run(self, tables).await;
+    }
+
+    /// A secondary's SOA query signed with TSIG (its refresh check) must get a signed answer
+    /// (RFC 8945 §5.3): `respond` makes the ordinary answer, which is signed here; a TSIG that
+    /// does not verify gets NOTAUTH with its error. Other queries go the ordinary way.
+    pub fn answer_signed(
+        &self,
+        query: &[u8],
+        respond: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> SignedAnswer {
+        if question_type(query) != Some(RecordType::SOA) {
+            return SignedAnswer::NotSigned;
+        }
+        let Ok(request) = Message::from_bytes(query) else {
+            return SignedAnswer::NotSigned;
+        };
+        let now = tsig::unix_now();
+        let signed = match tsig::check(query, &request, &self.keys, now) {
+            Checked::Unsigned => return SignedAnswer::NotSigned,
+            Checked::Failed(failure) => {
+                let mut response = response_to(&request);
+                response.metadata.response_code = ResponseCode::NotAuth;
+                response.metadata.authoritative = false;
+                if let Some(record) = failure.error_record(&response, now) {
+                    response.set_signature(record);
+                }
+                return SignedAnswer::Answer(response.to_vec().ok());
+            }
+            Checked::Signed(signed) => signed,
+        };
+        let answer = respond().and_then(|bytes| Message::from_bytes(&bytes).ok());
+        SignedAnswer::Answer(
+            answer.and_then(|answer| StreamSigner::new(signed, now).sign(answer).ok()),
+        )
     }
 
     /// The messages answering the transfer request `query` from `client`; `None` if it is not

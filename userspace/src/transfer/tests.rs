@@ -10,7 +10,7 @@ use hickory_proto::{
 use ipnet::IpNet;
 
 use super::{
-    Transfers, asks_transfer,
+    SignedAnswer, Transfers, asks_transfer,
     config::{AllowEntry, KeyConfig, TransferConfig},
     tsig,
 };
@@ -309,4 +309,57 @@ fn a_signed_transfer_in_several_messages_chains_its_macs() {
         .map(|m| Message::from_bytes(m).unwrap().answers.len())
         .sum();
     assert_eq!(total, 6000 + 3);
+}
+
+#[test]
+fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way() {
+    let (t, _dir) = transfers(true);
+    let good = TSigner::new(
+        SECRET.to_vec(),
+        TsigAlgorithm::HmacSha256,
+        name("transfer-key."),
+        300,
+    )
+    .unwrap();
+    let ordinary = || Some(b"ordinary".to_vec());
+    let (signed, mac) =
+        tsig::sign_request(&good, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    let v1 = table(&mut builder, 10);
+    let respond =
+        || crate::server::answer::respond(&signed, Some(&v1), Transport::Udp).map(|a| a.bytes);
+    let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed, respond) else {
+        panic!("a signed answer");
+    };
+    tsig::verify_response(&good, &answer, &mac, tsig::unix_now()).unwrap();
+    assert_eq!(Message::from_bytes(&answer).unwrap().answers.len(), 1);
+    let wrong = TSigner::new(
+        b"wrong".to_vec(),
+        TsigAlgorithm::HmacSha256,
+        name("transfer-key."),
+        300,
+    )
+    .unwrap();
+    let (bad, _) =
+        tsig::sign_request(&wrong, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
+    let SignedAnswer::Answer(Some(refused)) = t.answer_signed(&bad, ordinary) else {
+        panic!("an error answer");
+    };
+    let refused = Message::from_bytes(&refused).unwrap();
+    assert_eq!(refused.metadata.response_code, ResponseCode::NotAuth);
+    assert_eq!(
+        refused.signature().and_then(|s| s.data.error),
+        Some(tsig_error_of(16))
+    );
+    let unsigned = request(RecordType::SOA, None).to_vec().unwrap();
+    assert!(matches!(
+        t.answer_signed(&unsigned, ordinary),
+        SignedAnswer::NotSigned
+    ));
+    let (signed_a, _) =
+        tsig::sign_request(&good, request(RecordType::A, None), tsig::unix_now()).unwrap();
+    assert!(matches!(
+        t.answer_signed(&signed_a, ordinary),
+        SignedAnswer::NotSigned
+    ));
 }
