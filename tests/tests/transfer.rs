@@ -110,15 +110,19 @@ impl Bed {
         )
     }
 
-    /// The zone's serial as the agent on `port` answers it.
+    /// The zone's serial as the agent on `port` answers it (waiting for its first table: a
+    /// restarted agent answers SERVFAIL until its watches have listed).
     fn serial_at(&self, port: u16) -> u32 {
-        let reply = kdig(&self.ns, "127.0.0.1", port, &[ZONE, "SOA"]);
-        reply.answer[0]
-            .data
-            .split_whitespace()
-            .nth(2)
-            .and_then(|s| s.parse().ok())
-            .expect("a serial")
+        let mut serial = None;
+        eventually(&format!("the agent on {port} answers the SOA"), 20, || {
+            let reply = kdig(&self.ns, "127.0.0.1", port, &[ZONE, "SOA"]);
+            serial = reply
+                .answer
+                .first()
+                .and_then(|soa| soa.data.split_whitespace().nth(2)?.parse().ok());
+            serial.is_some()
+        });
+        serial.expect("a serial")
     }
 }
 
