@@ -220,19 +220,14 @@ fn knot_conf(
             key.name
         );
     }
-    conf.push_str("acl:\n");
-    for (i, primary) in primaries.iter().enumerate() {
-        let _ = write!(
-            conf,
-            "  - id: notify{i}\n    address: {}\n    key: {}\n    action: notify\n",
-            primary.ip(),
-            key.name
-        );
-    }
-    let masters: Vec<String> = (0..primaries.len())
-        .map(|i| format!("primary{i}"))
-        .collect();
-    let acls: Vec<String> = (0..primaries.len()).map(|i| format!("notify{i}")).collect();
+    let addresses: Vec<String> = primaries.iter().map(|p| p.ip().to_string()).collect();
+    let _ = write!(
+        conf,
+        "acl:\n  - id: from-primaries\n    address: [{}]\n    key: {}\n    action: notify\n",
+        addresses.join(", "),
+        key.name
+    );
+    let masters: Vec<String> = (0..primaries.len()).map(|i| format!("primary{i}")).collect();
     let _ = write!(
         conf,
         "template:\n  - id: default\n    storage: {d}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n\
@@ -241,9 +236,8 @@ fn knot_conf(
     for zone in zones {
         let _ = write!(
             conf,
-            "  - domain: {zone}\n    master: [{}]\n    acl: [{}]\n",
-            masters.join(", "),
-            acls.join(", ")
+            "  - domain: {zone}\n    master: [{}]\n    acl: from-primaries\n",
+            masters.join(", ")
         );
     }
     conf
