@@ -227,7 +227,9 @@ fn knot_conf(
         addresses.join(", "),
         key.name
     );
-    let masters: Vec<String> = (0..primaries.len()).map(|i| format!("primary{i}")).collect();
+    let masters: Vec<String> = (0..primaries.len())
+        .map(|i| format!("primary{i}"))
+        .collect();
     let _ = write!(
         conf,
         "template:\n  - id: default\n    storage: {d}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n\

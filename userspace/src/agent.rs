@@ -186,8 +186,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // does. With a source that delivers later (Kubernetes), that is after its first full list.
     let (attach_failed_tx, mut attach_failed) = oneshot::channel::<XdpError>();
     if let Some(dp) = dataplane.as_mut() {
+        health.xdp_expected(&dp.interfaces);
         if publisher.kernel_table_active() {
             dp.attach()?;
+            note_attachments(dp, &health);
         } else {
             info!("XDP is attached once the first complete table is written");
         }
@@ -195,10 +197,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let dataplane = Arc::new(Mutex::new(dataplane));
     if !publisher.kernel_table_active() {
         let dataplane = dataplane.clone();
+        let health = health.clone();
         publisher.after_first_write(Box::new(move || {
             let mut dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(Err(err)) = dataplane.as_mut().map(Dataplane::attach) {
-                let _ = attach_failed_tx.send(err);
+            if let Some(dp) = dataplane.as_mut() {
+                match dp.attach() {
+                    Ok(()) => note_attachments(dp, &health),
+                    Err(err) => {
+                        let _ = attach_failed_tx.send(err);
+                    }
+                }
             }
         }));
     }
@@ -439,6 +447,13 @@ impl StopSignals {
 const COOKIE_SECRET_RELOAD: Duration = Duration::from_secs(10);
 
 /// Follows the cookie secret file: a rotation (RFC 9018 §4.3) needs no restart.
+/// Tells readiness and metrics where the program is attached.
+fn note_attachments(dataplane: &Dataplane, health: &Health) {
+    for (interface, mode) in &dataplane.attachments {
+        health.xdp_attached(interface, mode);
+    }
+}
+
 /// The host's name (a pod on the host network has the node's), or "hostport-dns".
 fn host_name() -> String {
     let mut buf = [0u8; 256];

@@ -18,6 +18,8 @@ pub struct Health {
 struct State {
     published: bool,
     sources: BTreeMap<String, SourceState>,
+    /// The interfaces the XDP program should be attached to, and whether it is (with the mode).
+    xdp: BTreeMap<String, Option<&'static str>>,
 }
 
 #[derive(Clone, Default)]
@@ -105,6 +107,30 @@ impl Health {
                 (k.clone(), age)
             })
             .collect()
+    }
+
+    /// The XDP program is to be attached to `interfaces` (not yet).
+    pub fn xdp_expected(&self, interfaces: &[String]) {
+        if let Ok(mut s) = self.state.lock() {
+            for interface in interfaces {
+                s.xdp.entry(interface.clone()).or_insert(None);
+            }
+        }
+    }
+
+    /// The XDP program is attached to `interface` in `mode`.
+    pub fn xdp_attached(&self, interface: &str, mode: &'static str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.xdp.insert(interface.to_owned(), Some(mode));
+        }
+    }
+
+    /// Per expected interface: the mode the program is attached in, or None.
+    pub fn xdp(&self) -> Vec<(String, Option<&'static str>)> {
+        self.state
+            .lock()
+            .map(|s| s.xdp.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default()
     }
 
     /// Why the agent is not ready, or None when it is.

@@ -20,7 +20,11 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{health::Health, server::Shared, xdp::counters::Counters};
+use crate::{
+    health::Health,
+    server::{Shared, stats::ZoneSlot},
+    xdp::counters::Counters,
+};
 use hostport_dns_common::counters::{Counter as XdpCounter, Verdict};
 
 /// The label set of a series without labels.
@@ -386,8 +390,141 @@ impl Collector for LiveCollector {
         if let Some(transfers) = &self.shared.transfers {
             encode_transfers(&transfers.stats, &mut encoder)?;
         }
+        self.encode_requests(xdp.as_deref(), &mut encoder)?;
+        encode_histograms(&self.shared.stats, &mut encoder)?;
+        let mut ready = encoder.encode_descriptor(
+            "ready",
+            "1 while /readyz answers 200 (every source synced, the table published, nothing stale)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(self.health.not_ready_reason().is_none()))
+            .encode(ready.encode_family(&NO_LABELS)?)?;
+        let mut attached = encoder.encode_descriptor(
+            "xdp_attached",
+            "Per interface the XDP program is to run on: 1 while it is attached (mode: native, generic), 0 until it is",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (interface, mode) in self.health.xdp() {
+            ConstGauge::new(i64::from(mode.is_some())).encode(attached.encode_family(&[
+                ("interface", interface.as_str()),
+                ("mode", mode.unwrap_or("none")),
+            ])?)?;
+        }
         Ok(())
     }
+}
+
+impl LiveCollector {
+    /// Requests by path, transport, zone and type: those answered (userspace: by the zone of
+    /// the question; XDP cannot tell the zone, `zone="all"`), and those dropped by the client
+    /// policy (`zone="dropped"`, `type="none"`).
+    fn encode_requests(
+        &self,
+        xdp: Option<&[(XdpCounter, u64)]>,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut requests = encoder.encode_descriptor(
+            "requests",
+            "Requests by path (xdp, userspace), transport, zone (userspace: the question's zone, reverse, other_zones, none; xdp: all; dropped: by the client policy) and query type",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        let table = self.shared.table();
+        let zone_name = |id: u32| {
+            table
+                .as_ref()
+                .and_then(|t| t.zones().get(id as usize))
+                .map_or_else(|| "other_zones".to_owned(), |z| z.spec.apex.to_ascii())
+        };
+        for (proto, slot, qtype, count) in self.shared.stats.requests() {
+            let zone = match slot {
+                ZoneSlot::Zone(id) => zone_name(id),
+                ZoneSlot::Label(label) => label.to_owned(),
+            };
+            let labels = [
+                ("path", "userspace"),
+                ("proto", proto),
+                ("zone", zone.as_str()),
+                ("type", qtype),
+            ];
+            ConstCounter::new(count).encode(requests.encode_family(&labels)?)?;
+        }
+        let dropped: u64 = self
+            .shared
+            .stats
+            .decisions()
+            .filter(|(d, _)| matches!(*d, "martian" | "not_allowed" | "rate_limited"))
+            .map(|(_, n)| n)
+            .sum();
+        let labels = [
+            ("path", "userspace"),
+            ("proto", "udp"),
+            ("zone", "dropped"),
+            ("type", "none"),
+        ];
+        ConstCounter::new(dropped).encode(requests.encode_family(&labels)?)?;
+        let Some(counters) = xdp else {
+            return Ok(());
+        };
+        let mut by_type: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+        for (counter, count) in counters {
+            if let Some(kind) = counter.answer_kind() {
+                *by_type.entry(("all", kind.qtype)).or_default() += *count;
+            } else if counter.verdict() == Verdict::Dropped {
+                *by_type.entry(("dropped", "none")).or_default() += *count;
+            } else if *counter == XdpCounter::SlipRateLimited {
+                *by_type.entry(("all", "other")).or_default() += *count;
+            }
+        }
+        for ((zone, qtype), count) in by_type {
+            let labels = [
+                ("path", "xdp"),
+                ("proto", "udp"),
+                ("zone", zone),
+                ("type", qtype),
+            ];
+            ConstCounter::new(count).encode(requests.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The userspace server's request duration and message sizes, per transport.
+fn encode_histograms(
+    stats: &crate::server::stats::ServerStats,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let snapshots: Vec<_> = stats.histograms().collect();
+    let mut duration = encoder.encode_descriptor(
+        "request_duration_seconds",
+        "Userspace server: from a query read to its answer made (the XDP path's own time is in bpf statistics)",
+        None,
+        prometheus_client::metrics::MetricType::Histogram,
+    )?;
+    for (proto, took, _, _) in &snapshots {
+        took.encode(duration.encode_family(&[("proto", *proto)])?)?;
+    }
+    let mut request_size = encoder.encode_descriptor(
+        "request_size_bytes",
+        "Userspace server: size of the queries, DNS message bytes",
+        None,
+        prometheus_client::metrics::MetricType::Histogram,
+    )?;
+    for (proto, _, size, _) in &snapshots {
+        size.encode(request_size.encode_family(&[("proto", *proto)])?)?;
+    }
+    let mut response_size = encoder.encode_descriptor(
+        "response_size_bytes",
+        "Userspace server: size of the answers, DNS message bytes",
+        None,
+        prometheus_client::metrics::MetricType::Histogram,
+    )?;
+    for (proto, _, _, size) in &snapshots {
+        size.encode(response_size.encode_family(&[("proto", *proto)])?)?;
+    }
+    Ok(())
 }
 
 /// Transfer requests by type and result, their bytes, and NOTIFYs by result.

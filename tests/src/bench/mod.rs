@@ -9,6 +9,7 @@ pub mod propagation;
 pub mod responders;
 pub mod soak;
 pub mod system;
+pub mod transfer;
 
 use std::fmt::Write as _;
 

@@ -1,4 +1,4 @@
-//! `cargo xtask bench <xdp|userspace|propagation|kernel|churn>`: figures and ratios, peers side by side in one run.
+//! `cargo xtask bench <xdp|userspace|propagation|kernel|churn|flood|transfer>`: figures and ratios, peers side by side in one run.
 //! Never assertions: these machines are noisy; read the figures.
 
 use std::time::Duration;
@@ -32,6 +32,7 @@ fn main() {
         "churn" => bench::churn::run(),
         "soak" => bench::soak::run(),
         "flood" => bench::flood::run(),
+        "transfer" => bench::transfer::run(),
         "kernel" => {
             let runs = std::env::var("HPD_BENCH_RUNS")
                 .ok()
@@ -41,7 +42,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn|soak|flood> (got {other:?})"
+                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn|soak|flood|transfer> (got {other:?})"
             );
             std::process::exit(2);
         }

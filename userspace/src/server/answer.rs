@@ -53,6 +53,34 @@ pub struct Answer {
     pub cookie: CookieState,
     /// Made for this client alone (it carries a server cookie): never cached.
     pub personal: bool,
+    /// The zone the question fell in, for metrics.
+    pub zone: ZoneOf,
+}
+
+/// Which served zone a question fell in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneOf {
+    /// A forward zone, by its id in the table.
+    Forward(u32),
+    /// A reverse zone.
+    Reverse,
+    /// None served here (or no readable question).
+    Other,
+}
+
+impl ZoneOf {
+    fn of(request: &Message, table: Option<&RecordTable>) -> Self {
+        let (Some(question), Some(table)) = (request.queries.first(), table) else {
+            return Self::Other;
+        };
+        if let Some(zone) = table.zone_for(&question.name) {
+            return Self::Forward(zone.id);
+        }
+        if table.reverse_zone_for(&question.name).is_some() {
+            return Self::Reverse;
+        }
+        Self::Other
+    }
 }
 
 impl Answer {
@@ -72,6 +100,7 @@ impl Answer {
             class: RateClass::Error,
             cookie: CookieState::Absent,
             personal: false,
+            zone: ZoneOf::Other,
         }
     }
 }
@@ -182,6 +211,7 @@ pub fn respond_for(
     );
     answer.class = class;
     answer.cookie = cookie;
+    answer.zone = ZoneOf::of(&request, table);
     answer.personal = cookie.client_cookie().is_some() && asker.cookies.is_some();
     Some(answer)
 }

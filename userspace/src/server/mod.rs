@@ -3,6 +3,7 @@
 
 pub mod answer;
 pub mod gate;
+pub mod histogram;
 pub mod identity;
 pub mod stats;
 pub mod tcp;
@@ -102,6 +103,23 @@ impl Shared {
 
     /// Answers a query from `client` as the client policy decides (`gate`), and counts it.
     pub fn answer_client(
+        &self,
+        query: &[u8],
+        transport: answer::Transport,
+        client: gate::Client,
+    ) -> Option<Vec<u8>> {
+        let started = std::time::Instant::now();
+        let answer = self.answer_client_unmeasured(query, transport, client);
+        self.stats.observe(
+            transport,
+            query.len(),
+            answer.as_ref().map(Vec::len),
+            started.elapsed(),
+        );
+        answer
+    }
+
+    fn answer_client_unmeasured(
         &self,
         query: &[u8],
         transport: answer::Transport,

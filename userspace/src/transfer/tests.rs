@@ -363,3 +363,32 @@ fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way
         SignedAnswer::NotSigned
     ));
 }
+
+#[test]
+fn transfer_messages_compress_their_names() {
+    let (t, _dir) = transfers(false);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    let many: Vec<SourceRecord> = (0..1000)
+        .map(|i| {
+            a(
+                &format!("h{i}.example."),
+                &format!("198.18.{}.{}", i / 250, i % 250),
+            )
+        })
+        .collect();
+    builder.add(&many);
+    let v1 = table(&mut builder, 10);
+    let query = request(RecordType::AXFR, None).to_vec().unwrap();
+    let messages = t
+        .respond(
+            &query,
+            Some(&v1),
+            "127.0.0.1".parse().unwrap(),
+            Transport::Tcp,
+        )
+        .unwrap();
+    let bytes: usize = messages.iter().map(Vec::len).sum();
+    // An A record whose owner is one label and a pointer: at most 1 + 4 + 2 + 10 + 4 bytes,
+    // and a header and question per message (uncompressed owners made it 27,252 bytes).
+    assert!(bytes < 1000 * 21 + 1000, "{bytes} bytes for 1000 A records");
+}

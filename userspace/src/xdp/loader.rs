@@ -90,7 +90,7 @@ pub struct Dataplane {
     /// Where the maps and links are pinned, if they are.
     pub pin_dir: Option<PathBuf>,
     /// Interfaces to attach to, and how.
-    interfaces: Vec<String>,
+    pub interfaces: Vec<String>,
     mode: XdpMode,
 }
 
