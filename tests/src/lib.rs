@@ -14,6 +14,7 @@ pub mod k8s;
 pub mod knot;
 pub mod netns;
 pub mod packet;
+pub mod prometheus;
 pub mod raw;
 pub mod secondary;
 pub mod vectors;

@@ -825,3 +825,31 @@ fn chart_api_server_url_reaches_the_api_server(host_ip: &str, tag: &str) {
     assert_eq!(api.unauthorized_requests(), 0, "{}", agent.logs());
     assert_eq!(api.refused_handshakes(), 0, "{}", agent.logs());
 }
+
+#[test]
+fn the_chart_installs_the_alert_rules_and_the_service_monitor_when_asked() {
+    let docs = render(
+        "metrics:\n  serviceMonitor: { enabled: true, labels: { release: kube-prometheus } }\n  prometheusRule: { enabled: true }\n",
+    );
+    let rule = of_kind(&docs, "PrometheusRule");
+    assert_eq!(rule.len(), 1);
+    let file: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart().join("rules/hostport-dns.rules.yaml")).expect("rules"),
+    )
+    .expect("YAML");
+    assert_eq!(
+        rule[0]["spec"]["groups"], file["groups"],
+        "the rule file, as promtool checks it"
+    );
+    let monitor = of_kind(&docs, "ServiceMonitor");
+    assert_eq!(monitor.len(), 1);
+    assert_eq!(
+        monitor[0]["metadata"]["labels"]["release"],
+        "kube-prometheus"
+    );
+    assert_eq!(monitor[0]["spec"]["endpoints"][0]["port"], "metrics");
+    // Off by default: clusters without the Prometheus Operator lack these kinds.
+    let defaults = render("");
+    assert!(of_kind(&defaults, "PrometheusRule").is_empty());
+    assert!(of_kind(&defaults, "ServiceMonitor").is_empty());
+}

@@ -7,6 +7,7 @@ use hostport_dns_tests::{
     clients::dig,
     eventually,
     netns::{Link, sh},
+    prometheus::assert_exposition_is_clean,
     require_root,
 };
 
@@ -103,39 +104,6 @@ fn metrics_and_health_match_the_traffic_sent() {
         6.0
     );
     assert_exposition_is_clean(&agent.metrics());
-}
-
-/// No two series with one name and label set (Prometheus drops all but one), and promtool
-/// (Debian's prometheus package) finds nothing to say about the exposition.
-fn assert_exposition_is_clean(text: &str) {
-    let mut seen = std::collections::BTreeSet::new();
-    for series in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series))
-    {
-        assert!(seen.insert(series), "series {series} twice in:\n{text}");
-    }
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (cargo xtask setup installs it)");
-    std::io::Write::write_all(&mut promtool.stdin.take().expect("stdin"), text.as_bytes())
-        .expect("write the exposition");
-    let out = promtool.wait_with_output().expect("promtool's verdict");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && said.trim().is_empty(),
-        "promtool check metrics: {}\n{said}\nof:\n{text}",
-        out.status
-    );
 }
 
 /// A child process killed when the test ends, also when it fails.

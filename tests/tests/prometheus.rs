@@ -1,0 +1,183 @@
+//! Observability checked by a real Prometheus: it scrapes a running agent (the Kubernetes
+//! source on the fake API server, XDP on lo, transfers configured) while answers flow on both
+//! paths; promtool checks the exposition and the alert rules (check rules, test rules), the
+//! rules load and evaluate without error, and every query of the Grafana dashboard returns
+//! data.
+
+use std::{net::SocketAddr, time::Duration};
+
+use hostport_dns_tests::{
+    TempDir,
+    agent::Agent,
+    clients::dig,
+    eventually,
+    fake_api::{FakeApi, Kind},
+    k8s::PodSpec,
+    netns::{NetNs, sh},
+    prometheus::{Prometheus, assert_exposition_is_clean},
+    require_root,
+    secondary::TsigKey,
+    workspace_root,
+};
+
+const ZONE: &str = "prod.coreha.example.";
+
+fn rules() -> std::path::PathBuf {
+    workspace_root().join("deploy/chart/hostport-dns/rules/hostport-dns.rules.yaml")
+}
+
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = workspace_root().join("deploy/grafana/hostport-dns.json");
+    let text = std::fs::read_to_string(&path).expect("the dashboard");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().unwrap_or_default().to_owned();
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expression").to_owned();
+            queries.push((title.clone(), expr));
+        }
+    }
+    assert!(queries.len() >= 20, "{} queries", queries.len());
+    queries
+}
+
+#[test]
+fn promtool_checks_the_rules_and_their_tests() {
+    let out = sh(std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(rules()));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 7 rules found"),
+        "{out:?}"
+    );
+    let dir = TempDir::new("rules-test");
+    let test =
+        std::fs::read_to_string(workspace_root().join("tests/data/prometheus/rules-test.yaml"))
+            .expect("the rule tests")
+            .replace("RULES", &rules().display().to_string());
+    let test = dir.write("rules-test.yaml", &test);
+    sh(std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(test));
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_agent_and_every_dashboard_query_returns_data() {
+    require_root();
+    let ns = NetNs::new("prometheus");
+    let api = FakeApi::start(Some(&ns));
+    let pod = |i: usize, ip: &str| {
+        PodSpec::ingress(
+            &format!("nginx-{i}"),
+            "ingress",
+            "web",
+            &format!("cp-{i}"),
+            ip,
+        )
+    };
+    api.apply(Kind::Pod, pod(0, "198.18.0.11").to_json());
+    let dir = TempDir::new("prometheus");
+    let key = TsigKey::test("transfer-key");
+    dir.write("tsig-key", &key.secret);
+    // NOTIFY goes to a port nothing listens on: it is retried (and counted).
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n\
+             transfer:\n  keys: [{{name: transfer-key, secretFile: {}/tsig-key}}]\n  \
+             allow: [{{from: 127.0.0.1, key: transfer-key}}]\n  notify: [{{address: \"127.0.0.1:5399\", key: transfer-key}}]\n",
+            api.url(),
+            dir.path.display()
+        ),
+    );
+    let agent = Agent::start_on_lo(&ns, &config, &[]);
+    eventually("the agent is ready", 30, || {
+        agent.http_get("/readyz").0 == 200
+    });
+    let prometheus = Prometheus::start(
+        &ns,
+        SocketAddr::from(([127, 0, 0, 1], 9090)),
+        &[hostport_dns_tests::agent::METRICS_ADDR],
+        &[&rules()],
+    );
+    prometheus.wait_for("up{job=\"hostport-dns\"} == 1", 30);
+    // Traffic on both paths and both transports, a transfer, a change, an API outage.
+    let name = format!("web.ingress.{ZONE}");
+    let traffic = || {
+        for _ in 0..5 {
+            dig(&ns, "127.0.0.1", 1053, &[&name, "A"]); // XDP (no cookie)
+            dig(&ns, "127.0.0.1", 1053, &["+cookie", &name, "A"]); // userspace
+            dig(&ns, "127.0.0.1", 1053, &["+tcp", ZONE, "SOA"]);
+        }
+    };
+    traffic();
+    sh(ns.command("kdig").args([
+        "@127.0.0.1",
+        "-p",
+        "1053",
+        "+tcp",
+        "-y",
+        &key.kdig_arg(),
+        ZONE,
+        "AXFR",
+    ]));
+    api.apply(Kind::Pod, pod(1, "198.18.0.12").to_json());
+    api.set_outage(true);
+    // (The family appears with the first error.)
+    eventually("a watch fails", 30, || {
+        agent
+            .metrics()
+            .contains("hostport_dns_source_errors_total{")
+    });
+    api.set_outage(false);
+    eventually("the watches work again", 30, || {
+        agent.metric("hostport_dns_source_connected", &[("source", "kubernetes")]) == 1.0
+    });
+    traffic();
+    assert_exposition_is_clean(&agent.metrics());
+    // Enough scrapes for every rate() window to hold two samples after the traffic.
+    std::thread::sleep(Duration::from_secs(4));
+    traffic();
+    std::thread::sleep(Duration::from_secs(3));
+    let empty: Vec<String> = dashboard_queries()
+        .into_iter()
+        .filter(|(_, expr)| prometheus.query(expr).is_empty())
+        .map(|(title, expr)| format!("{title}: {expr}"))
+        .collect();
+    assert!(
+        empty.is_empty(),
+        "dashboard queries that return nothing:\n{}\n\nthe agent's metrics:\n{}",
+        empty.join("\n"),
+        agent.metrics()
+    );
+    // The rules loaded, and every one evaluates without error.
+    let (status, rules) = prometheus.get("/api/v1/rules");
+    assert_eq!(status, 200);
+    let rules: serde_json::Value = serde_json::from_str(&rules).expect("JSON");
+    let loaded: Vec<serde_json::Value> = rules["data"]["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(loaded.len(), 7, "{rules}");
+    for rule in loaded {
+        assert_eq!(rule["health"], "ok", "{rule}\n{}", prometheus.log());
+    }
+    // A healthy agent raises none of the alerts but the NOTIFY one (its secondary is absent).
+    let firing: Vec<String> = prometheus
+        .query("ALERTS{alertstate=\"firing\"}")
+        .iter()
+        .map(|a| {
+            a["metric"]["alertname"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        firing.iter().all(|a| a == "HostportDnsNotifyFailing"),
+        "{firing:?}"
+    );
+}
