@@ -20,7 +20,7 @@ use std::{net::IpAddr, sync::Arc, sync::Mutex};
 use hickory_proto::{
     op::{Message, MessageType, OpCode, ResponseCode},
     rr::{DNSClass, RData, Record, RecordType},
-    serialize::binary::{BinDecodable, BinEncodable},
+    serialize::binary::BinDecodable,
 };
 use hostport_dns_common::dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK};
 use tracing::{debug, info, warn};
@@ -336,7 +336,7 @@ fn split(skeleton: Message, records: Vec<Record>) -> Vec<Message> {
     let mut current = skeleton.clone();
     let (mut size, mut names) = (0, 0);
     for record in records {
-        let len = record.to_bytes().map_or(MESSAGE_BUDGET, |b| b.len());
+        let len = encoded_len_bound(&record);
         let record_names = names_in(&record);
         let full = size + len > MESSAGE_BUDGET || names + record_names > MESSAGE_NAMES;
         if full && !current.answers.is_empty() {
@@ -349,6 +349,24 @@ fn split(skeleton: Message, records: Vec<Record>) -> Vec<Message> {
     }
     messages.push(current);
     messages
+}
+
+/// The bytes `record` takes uncompressed, counted without encoding it: its owner, the fixed
+/// fields and its data (a type not listed counts as the most a record can take).
+fn encoded_len_bound(record: &Record) -> usize {
+    const FIXED: usize = 10; // type, class, TTL, RDLENGTH
+    // A name's text length plus one: its length octets and the root label.
+    let wire = |name: &hickory_proto::rr::Name| name.len() + 1;
+    let data = match &record.data {
+        RData::A(_) => 4,
+        RData::AAAA(_) => 16,
+        RData::SRV(srv) => 6 + wire(&srv.target),
+        RData::NS(ns) => wire(&ns.0),
+        RData::PTR(ptr) => wire(&ptr.0),
+        RData::SOA(soa) => wire(&soa.mname) + wire(&soa.rname) + 20,
+        _ => usize::from(u16::MAX),
+    };
+    wire(&record.name) + FIXED + data
 }
 
 /// The names a record carries: its owner, and those in its data.

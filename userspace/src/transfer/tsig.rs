@@ -22,7 +22,7 @@ use hickory_proto::{
             tsig::{TsigAlgorithm, TsigError, make_tsig_record},
         },
     },
-    serialize::binary::BinEncoder,
+    serialize::binary::{BinEncodable, BinEncoder},
 };
 
 use super::config::KeyConfig;
@@ -206,7 +206,7 @@ impl StreamSigner {
     }
 
     /// `message` with its TSIG record, as bytes.
-    pub fn sign(&mut self, mut message: Message) -> anyhow::Result<Vec<u8>> {
+    pub fn sign(&mut self, message: Message) -> anyhow::Result<Vec<u8>> {
         let signer = &self.signed.signer;
         let bytes = message.to_vec().context("cannot encode the message")?;
         let stub = TSIG::new(
@@ -226,11 +226,18 @@ impl StreamSigner {
         let mac = signer.sign(&tbs).context("cannot sign")?;
         self.previous_mac = mac.clone();
         self.first = false;
-        message.set_signature(Box::new(make_tsig_record(
-            signer.signer_name().clone(),
-            stub.set_mac(mac),
-        )));
-        message.to_vec().context("cannot encode the signed message")
+        // The TSIG record goes last (RFC 8945 §4.2), after the bytes already encoded: one more
+        // additional record, not a second encoding of the whole message.
+        let record = make_tsig_record(signer.signer_name().clone(), stub.set_mac(mac));
+        let mut signed = bytes;
+        let end = u32::try_from(signed.len()).context("message too long")?;
+        let mut encoder = BinEncoder::with_offset(&mut signed, end);
+        record.emit(&mut encoder)?;
+        let additionals = u16::from_be_bytes([signed[10], signed[11]])
+            .checked_add(1)
+            .context("too many additional records")?;
+        signed[10..12].copy_from_slice(&additionals.to_be_bytes());
+        Ok(signed)
     }
 }
 
