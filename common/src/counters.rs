@@ -79,6 +79,14 @@ pub enum Counter {
 /// Number of counter slots.
 pub const COUNTER_SLOTS: u32 = Counter::PassNsid as u32 + 1;
 
+/// Slots of the per-zone answer counters: one per zone id and query type (A, AAAA).
+pub const ZONE_COUNTER_SLOTS: u32 = crate::limits::ZONES_CAPACITY * 2;
+
+/// The slot counting the answers to `qtype_is_aaaa` queries in the zone `zone_id`.
+pub const fn zone_counter_slot(zone_id: u32, qtype_is_aaaa: bool) -> u32 {
+    zone_id * 2 + qtype_is_aaaa as u32
+}
+
 /// What the program does with a packet a counter counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

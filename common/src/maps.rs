@@ -18,6 +18,8 @@ pub const ZONES: &str = "HPD_ZONES";
 pub const LOCAL: &str = "HPD_LOCAL";
 /// Per-CPU counters indexed by [`crate::counters::Counter`].
 pub const COUNTERS: &str = "HPD_COUNTERS";
+/// Per-CPU answers by zone and type, indexed by [`crate::counters::zone_counter_slot`].
+pub const ZONE_ANSWERS: &str = "HPD_ZONE_ANSW";
 
 /// IPv4 client prefixes (LPM trie) → `PREFIX_*` grants ([`crate::policy`]).
 pub const CLIENTS_V4: &str = "HPD_CLIENTS4";

@@ -37,6 +37,8 @@ pub struct Plan {
     pub counter: Counter,
     /// Sent truncated (TC=1), with no records: a rate-limited answer's slip.
     pub truncated: bool,
+    /// The zone the question fell in (requests by zone).
+    pub zone: ZoneId,
 }
 
 impl Plan {
@@ -68,6 +70,10 @@ pub fn plan(
     scratch: &Scratch,
     table: Table,
 ) -> Result<Plan, Counter> {
+    let zone = match found {
+        Found::Name(entry) => entry.zone_id,
+        Found::NoSuchName(zone_id) => *zone_id,
+    };
     let (rcode, records, soa, counter) = match found {
         Found::Name(entry) => {
             if entry.flags & NAME_FLAG_COLLISION != 0 {
@@ -105,6 +111,7 @@ pub fn plan(
         dns_len,
         counter,
         truncated: false,
+        zone,
     })
 }
 

@@ -36,7 +36,7 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
-    counters::{COUNTER_SLOTS, Counter, Verdict},
+    counters::{COUNTER_SLOTS, Counter, Verdict, ZONE_COUNTER_SLOTS},
     generation::{GENERATIONS, Generation},
     limits::{MAX_CLIENT_PREFIXES, NAMES_CAPACITY, RATE_BUCKETS, ZONES_CAPACITY},
     policy::{ClientPolicy, RateBucket},
@@ -65,6 +65,9 @@ static HPD_LOCAL: Array<LocalAddrs> = Array::with_max_entries(GENERATIONS, 0);
 
 #[map]
 static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+#[map]
+static HPD_ZONE_ANSW: PerCpuArray<u64> = PerCpuArray::with_max_entries(ZONE_COUNTER_SLOTS, 0);
 
 #[map]
 static HPD_SCRATCH: PerCpuArray<scratch::Scratch> = PerCpuArray::with_max_entries(1, 0);
@@ -126,6 +129,7 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     let mut plan = answer::plan(&query, &found, scratch, table)?;
     rate::limit(&client, &query, &mut plan, table)?;
     rewrite::into_answer(ctx, &l3, &l4, &query, &plan, scratch)?;
+    stats::count_zone(plan.zone, query.qtype);
     Ok(plan.counter)
 }
 

@@ -70,6 +70,32 @@ fn metrics_and_health_match_the_traffic_sent() {
         m("hostport_dns_xdp_passed", &[("reason", "unsupported_type")]),
         3.0
     );
+    // Requests by zone on both paths: the kernel counts its answers per zone and type too.
+    let zone = [("zone", "prod.coreha.example.")];
+    let requests = |path: &str, qtype: &str| {
+        let mut labels = vec![("path", path), ("type", qtype)];
+        labels.extend(zone);
+        m("hostport_dns_requests", &labels)
+    };
+    assert_eq!(requests("xdp", "A"), 5.0);
+    assert_eq!(requests("xdp", "AAAA"), 2.0);
+    assert_eq!(requests("userspace", "SRV"), 3.0);
+    assert_eq!(
+        m(
+            "hostport_dns_request_duration_seconds_count",
+            &[("proto", "udp")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        m(
+            "hostport_dns_response_size_bytes_count",
+            &[("proto", "udp")]
+        ),
+        3.0
+    );
+    assert_eq!(m("hostport_dns_xdp_attached", &[("mode", "native")]), 1.0);
+    assert_eq!(m("hostport_dns_ready", &[]), 1.0);
     // web, _tcp.web (empty non-terminal), _https._tcp.web, the apex.
     assert_eq!(m("hostport_dns_table_names", &[]), 4.0);
     assert_eq!(m("hostport_dns_table_records", &[]), 4.0);

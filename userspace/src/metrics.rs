@@ -269,11 +269,14 @@ impl std::fmt::Debug for Shared {
 
 impl Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let xdp = self
+        let (xdp, xdp_zones) = self
             .xdp
             .lock()
-            .map(|c| c.as_ref().map(Counters::read))
-            .unwrap_or(None);
+            .map(|c| match c.as_ref() {
+                Some(c) => (Some(c.read()), c.zone_answers()),
+                None => (None, Vec::new()),
+            })
+            .unwrap_or((None, Vec::new()));
         let mut responses = encoder.encode_descriptor(
             "responses",
             "Answers sent, by path (xdp, userspace), transport, query type and rcode",
@@ -390,7 +393,7 @@ impl Collector for LiveCollector {
         if let Some(transfers) = &self.shared.transfers {
             encode_transfers(&transfers.stats, &mut encoder)?;
         }
-        self.encode_requests(xdp.as_deref(), &mut encoder)?;
+        self.encode_requests(xdp.as_deref(), &xdp_zones, &mut encoder)?;
         encode_histograms(&self.shared.stats, &mut encoder)?;
         let mut ready = encoder.encode_descriptor(
             "ready",
@@ -417,17 +420,18 @@ impl Collector for LiveCollector {
 }
 
 impl LiveCollector {
-    /// Requests by path, transport, zone and type: those answered (userspace: by the zone of
-    /// the question; XDP cannot tell the zone, `zone="all"`), and those dropped by the client
+    /// Requests by path, transport, zone and type: those answered, by the zone of the question
+    /// (the XDP program counts its answers per zone id), and those dropped by the client
     /// policy (`zone="dropped"`, `type="none"`).
     fn encode_requests(
         &self,
         xdp: Option<&[(XdpCounter, u64)]>,
+        xdp_zones: &[(u32, bool, u64)],
         encoder: &mut DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
         let mut requests = encoder.encode_descriptor(
             "requests",
-            "Requests by path (xdp, userspace), transport, zone (userspace: the question's zone, reverse, other_zones, none; xdp: all; dropped: by the client policy) and query type",
+            "Requests by path (xdp, userspace), transport, zone (the question's zone, reverse, other_zones, none; dropped: by the client policy) and query type",
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;
@@ -468,21 +472,24 @@ impl LiveCollector {
         let Some(counters) = xdp else {
             return Ok(());
         };
-        let mut by_type: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
-        for (counter, count) in counters {
-            if let Some(kind) = counter.answer_kind() {
-                *by_type.entry(("all", kind.qtype)).or_default() += *count;
-            } else if counter.verdict() == Verdict::Dropped {
-                *by_type.entry(("dropped", "none")).or_default() += *count;
-            } else if *counter == XdpCounter::SlipRateLimited {
-                *by_type.entry(("all", "other")).or_default() += *count;
-            }
+        // Answers (slips included) by zone; a zone id the table no longer has counts as
+        // other_zones.
+        let mut by_zone: std::collections::BTreeMap<(String, &str), u64> = Default::default();
+        for (id, aaaa, count) in xdp_zones {
+            let qtype = if *aaaa { "AAAA" } else { "A" };
+            *by_zone.entry((zone_name(*id), qtype)).or_default() += count;
         }
-        for ((zone, qtype), count) in by_type {
+        let dropped: u64 = counters
+            .iter()
+            .filter(|(c, _)| c.verdict() == Verdict::Dropped)
+            .map(|(_, n)| n)
+            .sum();
+        by_zone.insert(("dropped".to_owned(), "none"), dropped);
+        for ((zone, qtype), count) in by_zone {
             let labels = [
                 ("path", "xdp"),
                 ("proto", "udp"),
-                ("zone", zone),
+                ("zone", zone.as_str()),
                 ("type", qtype),
             ];
             ConstCounter::new(count).encode(requests.encode_family(&labels)?)?;

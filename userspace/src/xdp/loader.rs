@@ -95,13 +95,14 @@ pub struct Dataplane {
 }
 
 /// Maps kept across agent restarts, with the key and value sizes this build expects.
-fn pinned_maps() -> [(&'static str, usize, usize); 5] {
+fn pinned_maps() -> [(&'static str, usize, usize); 6] {
     [
         (maps::GENERATION, size_of::<u32>(), size_of::<Generation>()),
         (maps::NAMES, size_of::<NameKey>(), size_of::<NameEntry>()),
         (maps::ZONES, size_of::<u32>(), size_of::<ZoneEntry>()),
         (maps::LOCAL, size_of::<u32>(), size_of::<LocalAddrs>()),
         (maps::COUNTERS, size_of::<u32>(), size_of::<u64>()),
+        (maps::ZONE_ANSWERS, size_of::<u32>(), size_of::<u64>()),
     ]
 }
 
