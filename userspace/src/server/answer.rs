@@ -361,8 +361,8 @@ fn announce_keepalive(request: &Message, response: &mut Message, transport: Tran
 }
 
 /// A response skeleton: ID and opcode kept, QR and AA set, RD and CD copied, the question and an
-/// OPT record (if the query had one) echoed.
-fn response_to(request: &Message) -> Message {
+/// OPT record (if the query had one) echoed. Transfers start from it too.
+pub fn response_to(request: &Message) -> Message {
     let mut response = Message::new(
         request.metadata.id,
         MessageType::Response,

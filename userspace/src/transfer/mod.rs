@@ -29,7 +29,7 @@ pub use config::TransferConfig;
 
 use crate::{
     serials::serial_gt,
-    server::answer::Transport,
+    server::answer::{Transport, response_to},
     table::RecordTable,
     transfer::{
         history::History,
@@ -315,18 +315,6 @@ fn client_serial(request: &Message) -> Option<u32> {
         RData::SOA(soa) => Some(soa.serial),
         _ => None,
     })
-}
-
-/// The response skeleton: ID kept, QR and AA set, the question echoed.
-fn response_to(request: &Message) -> Message {
-    let mut response = Message::new(
-        request.metadata.id,
-        MessageType::Response,
-        request.metadata.op_code,
-    );
-    response.metadata.authoritative = true;
-    response.add_queries(request.queries.iter().cloned());
-    response
 }
 
 /// The records in messages of at most [`MESSAGE_BUDGET`] bytes and [`MESSAGE_NAMES`] names

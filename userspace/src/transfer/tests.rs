@@ -35,6 +35,18 @@ fn a(n: &str, ip: &str) -> SourceRecord {
     }
 }
 
+/// `count` names `h<i>.example.`, an address each.
+fn hosts(count: usize) -> Vec<SourceRecord> {
+    (0..count)
+        .map(|i| {
+            a(
+                &format!("h{i}.example."),
+                &format!("198.18.{}.{}", i / 250, i % 250),
+            )
+        })
+        .collect()
+}
+
 fn transfers(key: bool) -> (Transfers, tempdir::Dir) {
     let dir = tempdir::Dir::new();
     let secret_file = dir.0.join("key");
@@ -265,15 +277,7 @@ fn tsig_error_of(code: u16) -> hickory_proto::rr::rdata::tsig::TsigError {
 fn a_signed_transfer_in_several_messages_chains_its_macs() {
     let (t, _dir) = transfers(true);
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    let many: Vec<SourceRecord> = (0..6000)
-        .map(|i| {
-            a(
-                &format!("host-{i}.example."),
-                &format!("198.18.{}.{}", i / 250, i % 250),
-            )
-        })
-        .collect();
-    builder.add(&many);
+    builder.add(&hosts(6000));
     let v1 = table(&mut builder, 10);
     let good = TSigner::new(
         SECRET.to_vec(),
@@ -365,15 +369,7 @@ fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way
 fn transfer_messages_compress_their_names() {
     let (t, _dir) = transfers(false);
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    let many: Vec<SourceRecord> = (0..1000)
-        .map(|i| {
-            a(
-                &format!("h{i}.example."),
-                &format!("198.18.{}.{}", i / 250, i % 250),
-            )
-        })
-        .collect();
-    builder.add(&many);
+    builder.add(&hosts(1000));
     let v1 = table(&mut builder, 10);
     let query = request(RecordType::AXFR, None).to_vec().unwrap();
     let messages = t
