@@ -156,6 +156,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(config) = &sources.config {
         publisher.serve_reverse(config.reverse.clone());
     }
+    if sources.config.as_ref().is_some_and(|c| c.uses_kubernetes()) {
+        publisher.follow_revisions();
+    }
     if let Some(file) = &args.serials {
         publisher.keep_serials_in(file.clone());
     }

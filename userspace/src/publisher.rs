@@ -68,6 +68,7 @@ pub struct Publisher {
     reverse: Arc<ReverseConfig>,
     /// The zones' serials.
     serials: Serials,
+    serials_follow_revisions: bool,
 }
 
 /// What one publication compiled.
@@ -101,12 +102,23 @@ impl Publisher {
             dropped: FxHashMap::default(),
             reverse: Arc::default(),
             serials: Serials::new(None),
+            serials_follow_revisions: false,
         }
     }
 
     /// Keeps the zones' serials in `file` across restarts.
     pub fn keep_serials_in(&mut self, file: std::path::PathBuf) {
+        let follows = self.serials_follow_revisions;
         self.serials = Serials::new(Some(file));
+        if follows {
+            self.serials.follow_revisions();
+        }
+    }
+
+    /// The serials follow Kubernetes revisions (a Kubernetes source is configured).
+    pub fn follow_revisions(&mut self) {
+        self.serials_follow_revisions = true;
+        self.serials.follow_revisions();
     }
 
     /// Whether the kernel answers from a complete table (written by this agent, or adopted from
@@ -182,6 +194,7 @@ impl Publisher {
         };
         let serials = &mut self.serials;
         builder.assign_serials(|zone| serials.serial_for(&zone.spec.apex, zone.digest));
+        builder.set_reverse_serial(serials.reverse_serial());
         serials.save();
         let table = builder.table().clone();
         let compile_time = started.elapsed();

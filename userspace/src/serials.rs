@@ -52,6 +52,9 @@ struct StateFile {
     /// The highest Kubernetes revision seen.
     #[serde(default)]
     revision: Option<u64>,
+    /// The reverse zones' serial.
+    #[serde(default)]
+    reverse: Option<u32>,
     zones: BTreeMap<String, Kept>,
 }
 
@@ -61,6 +64,13 @@ pub struct Serials {
     zones: BTreeMap<Name, Kept>,
     /// The highest Kubernetes revision behind the data; None without Kubernetes.
     revision: Option<u64>,
+    /// Serials follow Kubernetes revisions: a zone numbered before any revision is known starts
+    /// at 1, which the first revision supersedes (a serial from its content could be "above"
+    /// every revision in RFC 1982 terms, and leave the zone counting by one for good).
+    follows_revisions: bool,
+    /// The reverse zones' serial: it moves up whenever any zone's does (a PTR record changes
+    /// only with a forward zone), so it never goes back when zones come and go.
+    reverse: Option<u32>,
     changed: bool,
 }
 
@@ -72,12 +82,15 @@ impl Serials {
             file,
             zones: BTreeMap::new(),
             revision: None,
+            follows_revisions: false,
+            reverse: None,
             changed: false,
         };
         if let Some(path) = serials.file.clone() {
             match load(&path) {
                 Ok(Some(state)) => {
                     serials.revision = state.revision;
+                    serials.reverse = state.reverse;
                     serials.zones = state
                         .zones
                         .into_iter()
@@ -91,6 +104,16 @@ impl Serials {
             }
         }
         serials
+    }
+
+    /// Serials follow Kubernetes revisions (a Kubernetes source is configured).
+    pub fn follow_revisions(&mut self) {
+        self.follows_revisions = true;
+    }
+
+    /// The reverse zones' serial (1 before any zone is numbered).
+    pub fn reverse_serial(&self) -> u32 {
+        self.reverse.unwrap_or(1)
     }
 
     /// A source says the data now stands at Kubernetes revision `revision`.
@@ -110,9 +133,17 @@ impl Serials {
                 Some(c) if serial_gt(c, kept.serial) => c,
                 _ => kept.serial.wrapping_add(1),
             },
-            None => candidate.unwrap_or((content ^ (content >> 32)) as u32),
+            None => match candidate {
+                Some(c) => c,
+                None if self.follows_revisions => 1,
+                None => (content ^ (content >> 32)) as u32,
+            },
         };
         self.zones.insert(apex.clone(), Kept { serial, content });
+        self.reverse = Some(match self.reverse {
+            Some(r) if !serial_gt(serial, r) => r.wrapping_add(1),
+            _ => serial,
+        });
         self.changed = true;
         serial
     }
@@ -126,6 +157,7 @@ impl Serials {
         let state = StateFile {
             format: FORMAT,
             revision: self.revision,
+            reverse: self.reverse,
             zones: self
                 .zones
                 .iter()
@@ -195,6 +227,32 @@ mod tests {
         assert_eq!(s.serial_for(&apex(), 3), 121);
         s.note_revision(110);
         assert_eq!(s.serial_for(&apex(), 4), 122);
+    }
+
+    #[test]
+    fn with_kubernetes_a_zone_numbered_before_any_revision_starts_at_1() {
+        let mut s = Serials::new(None);
+        s.follow_revisions();
+        assert_eq!(s.serial_for(&apex(), 0xffff_ffff_0000_0000), 1);
+        s.note_revision(40);
+        assert_eq!(s.serial_for(&apex(), 2), 40);
+    }
+
+    #[test]
+    fn the_reverse_serial_moves_up_with_every_zone_and_never_back() {
+        let other = Name::from_ascii("other.").unwrap();
+        let mut s = Serials::new(None);
+        s.note_revision(100);
+        s.serial_for(&apex(), 1);
+        assert_eq!(s.reverse_serial(), 100);
+        // Another zone at the same revision, then a change no revision explains.
+        s.serial_for(&other, 1);
+        assert_eq!(s.reverse_serial(), 101);
+        s.serial_for(&apex(), 2);
+        assert_eq!(s.reverse_serial(), 102);
+        s.note_revision(500);
+        s.serial_for(&other, 2);
+        assert_eq!(s.reverse_serial(), 500);
     }
 
     #[test]

@@ -149,7 +149,11 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
 }
 
 /// Serves one connection until it ends; returns why.
-async fn serve_connection(mut stream: TcpStream, shared: &Shared, peer: SocketAddr) -> TcpClose {
+async fn serve_connection(
+    mut stream: TcpStream,
+    shared: &Arc<Shared>,
+    peer: SocketAddr,
+) -> TcpClose {
     let client = Client { addr: peer };
     if stream.set_nodelay(true).is_err() {
         return TcpClose::Error;
@@ -171,12 +175,26 @@ async fn serve_connection(mut stream: TcpStream, shared: &Shared, peer: SocketAd
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) => return TcpClose::Idle,
         }
-        let messages = match shared.transfer(&buf, Transport::Tcp, client) {
-            Some(messages) => messages,
-            None => match shared.answer_client(&buf, Transport::Tcp, client) {
+        let messages = if crate::transfer::asks_transfer(&buf) && shared.transfers.is_some() {
+            // A whole zone takes a while to build and sign (0.4 s for 100k names): not on an
+            // async worker's time, which the sources, the publisher and /readyz share.
+            let (query, transferring) = (buf.clone(), shared.clone());
+            let built = tokio::task::spawn_blocking(move || {
+                transferring.transfer(&query, Transport::Tcp, client)
+            })
+            .await;
+            match built {
+                Ok(Some(messages)) => messages,
+                Ok(None) => shared
+                    .answer_client(&buf, Transport::Tcp, client)
+                    .map_or_else(Vec::new, |answer| vec![answer]),
+                Err(_) => return TcpClose::Error,
+            }
+        } else {
+            match shared.answer_client(&buf, Transport::Tcp, client) {
                 Some(answer) => vec![answer],
                 None => continue,
-            },
+            }
         };
         for message in messages {
             if let Err(close) = send(&mut stream, &message).await {

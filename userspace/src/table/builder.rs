@@ -302,6 +302,11 @@ impl TableBuilder {
         }
     }
 
+    /// Numbers the reverse zones.
+    pub fn set_reverse_serial(&mut self, serial: u32) {
+        self.table.reverse_serial = Some(serial);
+    }
+
     /// Keeps address → names in step with one name's change.
     fn update_reverse(&mut self, name: &Name, old: Option<&Node>, new: Option<&Node>) {
         let old = old.map(Node::addresses).unwrap_or_default();

@@ -119,6 +119,9 @@ pub struct RecordTable {
     reverse_config: Arc<ReverseConfig>,
     /// Number of A, AAAA and SRV records.
     records: usize,
+    /// The reverse zones' serial, when the agent numbers them (a table compiled alone sums
+    /// the forward zones' serials).
+    reverse_serial: Option<u32>,
 }
 
 impl RecordTable {
@@ -235,6 +238,15 @@ impl RecordTable {
     /// Number of A, AAAA and SRV records.
     pub fn record_count(&self) -> usize {
         self.records
+    }
+
+    /// The serial of every reverse zone.
+    pub fn reverse_serial(&self) -> u32 {
+        self.reverse_serial.unwrap_or_else(|| {
+            self.zones
+                .iter()
+                .fold(0u32, |sum, zone| sum.wrapping_add(zone.serial))
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 //! every zone once the first table is published), each secondary gets a NOTIFY for the zone,
 //! signed with its key if it has one, with the new SOA in the answer section (§3.7). A NOTIFY
 //! without an acknowledgement (a NOERROR answer, with a valid TSIG if signed) is sent again
-//! after 1, 2, 4, 8 and 16 seconds, then given up; a newer serial of the same zone replaces a
+//! 1, 2, 4, 8 and 16 seconds after the attempt before it, then given up; a newer serial of the same zone replaces a
 //! NOTIFY still being retried.
 
 use std::{
@@ -86,6 +86,7 @@ async fn notify(
 ) {
     let mut wait = FIRST_WAIT;
     for attempt in 1..=ATTEMPTS {
+        let sent = tokio::time::Instant::now();
         match exchange(&target, signer.as_ref(), &zone, wait).await {
             Ok(()) => {
                 debug!(secondary = %target.address, zone = %zone.apex(), serial = zone.serial(), attempt, "NOTIFY acknowledged");
@@ -95,6 +96,9 @@ async fn notify(
             Err(err) if attempt < ATTEMPTS => {
                 info!(secondary = %target.address, zone = %zone.apex(), serial = zone.serial(), attempt, %err, "NOTIFY not acknowledged; sending again");
                 transfers.stats.notified(NotifyOutcome::Retried);
+                // An error comes back at once (a port unreachable, an error rcode): the next
+                // attempt still waits its turn, so that a restarting secondary gets the retries.
+                tokio::time::sleep_until(sent + wait).await;
                 wait *= 2;
             }
             Err(err) => {

@@ -124,14 +124,49 @@ impl ServedZone {
                     }
                 }
             }
-            (Self::Reverse(old_zone, network), Self::Reverse(zone, _)) => compare(
-                ptr_records(old_table, network, old_zone),
-                ptr_records(table, network, zone),
-            ),
-            _ => compare(old.records(old_table), new.records(table)),
+            // Whole record lists: compared as sets (a reverse zone may hold many PTRs).
+            (Self::Reverse(old_zone, network), Self::Reverse(zone, _)) => {
+                let (g, a) = set_difference(
+                    ptr_records(old_table, network, old_zone),
+                    ptr_records(table, network, zone),
+                );
+                gone.extend(g);
+                added.extend(a);
+            }
+            _ => {
+                let (g, a) = set_difference(old.records(old_table), new.records(table));
+                gone.extend(g);
+                added.extend(a);
+            }
         }
         (gone, added)
     }
+}
+
+/// The records of `before` not in `after`, and those of `after` not in `before`, by their
+/// wire form: n log n, however many there are.
+fn set_difference(before: Vec<Record>, after: Vec<Record>) -> (Vec<Record>, Vec<Record>) {
+    use hickory_proto::serialize::binary::BinEncodable;
+    let keyed = |records: Vec<Record>| -> std::collections::BTreeMap<Vec<u8>, Record> {
+        records
+            .into_iter()
+            .map(|r| (r.to_bytes().unwrap_or_default(), r))
+            .collect()
+    };
+    let (mut before, mut after) = (keyed(before), keyed(after));
+    let common: Vec<Vec<u8>> = before
+        .keys()
+        .filter(|k| after.contains_key(*k))
+        .cloned()
+        .collect();
+    for key in &common {
+        before.remove(key);
+        after.remove(key);
+    }
+    (
+        before.into_values().collect(),
+        after.into_values().collect(),
+    )
 }
 
 /// A name's A, AAAA and SRV records.
