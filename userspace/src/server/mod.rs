@@ -132,9 +132,15 @@ impl Shared {
         }
         // A signed SOA query is answered signed (below), within the client policy: never to a
         // martian source, nor to a client outside the allow-list.
-        let admitted = !(transport == answer::Transport::Udp && is_martian(client.addr))
-            && self.gate.policy.grants(client.addr.ip()).allowed;
-        if let Some(transfers) = self.transfers.as_ref().filter(|_| admitted) {
+        let admitted = || {
+            !(transport == answer::Transport::Udp && is_martian(client.addr))
+                && self.gate.policy.grants(client.addr.ip()).allowed
+        };
+        if let Some(transfers) = self
+            .transfers
+            .as_ref()
+            .filter(|_| transfer::asks_soa(query) && admitted())
+        {
             // Signed answers are made for one query: never cached.
             let respond = || {
                 let table = self.table.load();

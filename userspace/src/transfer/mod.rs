@@ -67,6 +67,11 @@ pub fn asks_transfer(query: &[u8]) -> bool {
     )
 }
 
+/// Whether `query` is a plain query of type SOA (a secondary's refresh check may be signed).
+pub fn asks_soa(query: &[u8]) -> bool {
+    question_type(query) == Some(RecordType::SOA)
+}
+
 /// The type of a query's one question (QR clear, opcode QUERY), read without parsing the
 /// message.
 fn question_type(query: &[u8]) -> Option<RecordType> {
@@ -132,7 +137,7 @@ impl Transfers {
         query: &[u8],
         respond: impl FnOnce() -> Option<Vec<u8>>,
     ) -> SignedAnswer {
-        if question_type(query) != Some(RecordType::SOA) {
+        if !asks_soa(query) {
             return SignedAnswer::NotSigned;
         }
         let Ok(request) = Message::from_bytes(query) else {

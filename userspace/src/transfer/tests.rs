@@ -35,6 +35,11 @@ fn a(n: &str, ip: &str) -> SourceRecord {
     }
 }
 
+/// An HMAC-SHA256 signer of the key `key` with `secret`.
+fn signer(secret: &[u8], key: &str) -> TSigner {
+    TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, name(key), 300).unwrap()
+}
+
 /// `count` names `h<i>.example.`, an address each.
 fn hosts(count: usize) -> Vec<SourceRecord> {
     (0..count)
@@ -209,9 +214,6 @@ fn the_acl_and_the_key_decide() {
     // Unsigned, where the ACL wants the key.
     let unsigned = ask(&t, &v1, &axfr.to_vec().unwrap(), "127.0.0.1");
     assert_eq!(rcode(&unsigned), ResponseCode::Refused);
-    let signer = |secret: &[u8], key: &str| {
-        TSigner::new(secret.to_vec(), TsigAlgorithm::HmacSha256, name(key), 300).unwrap()
-    };
     let good = signer(SECRET, "transfer-key.");
     let (signed, mac) = tsig::sign_request(&good, axfr.clone(), tsig::unix_now()).unwrap();
     let answered = t
@@ -279,13 +281,7 @@ fn a_signed_transfer_in_several_messages_chains_its_macs() {
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
     builder.add(&hosts(6000));
     let v1 = table(&mut builder, 10);
-    let good = TSigner::new(
-        SECRET.to_vec(),
-        TsigAlgorithm::HmacSha256,
-        name("transfer-key."),
-        300,
-    )
-    .unwrap();
+    let good = signer(SECRET, "transfer-key.");
     let (signed, mac) =
         tsig::sign_request(&good, request(RecordType::AXFR, None), tsig::unix_now()).unwrap();
     let messages = t
@@ -315,13 +311,7 @@ fn a_signed_transfer_in_several_messages_chains_its_macs() {
 #[test]
 fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way() {
     let (t, _dir) = transfers(true);
-    let good = TSigner::new(
-        SECRET.to_vec(),
-        TsigAlgorithm::HmacSha256,
-        name("transfer-key."),
-        300,
-    )
-    .unwrap();
+    let good = signer(SECRET, "transfer-key.");
     let ordinary = || Some(b"ordinary".to_vec());
     let (signed, mac) =
         tsig::sign_request(&good, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
@@ -334,13 +324,7 @@ fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way
     };
     tsig::verify_response(&good, &answer, &mac, tsig::unix_now()).unwrap();
     assert_eq!(Message::from_bytes(&answer).unwrap().answers.len(), 1);
-    let wrong = TSigner::new(
-        b"wrong".to_vec(),
-        TsigAlgorithm::HmacSha256,
-        name("transfer-key."),
-        300,
-    )
-    .unwrap();
+    let wrong = signer(b"wrong", "transfer-key.");
     let (bad, _) =
         tsig::sign_request(&wrong, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
     let SignedAnswer::Answer(Some(refused)) = t.answer_signed(&bad, ordinary) else {
