@@ -79,12 +79,50 @@ pub enum Counter {
 /// Number of counter slots.
 pub const COUNTER_SLOTS: u32 = Counter::PassNsid as u32 + 1;
 
-/// Slots of the per-zone answer counters: one per zone id and query type (A, AAAA).
+/// Things the program counts that are no outcome of their own: a path an answer took. Their
+/// slots follow the outcome counters' in `HPD_COUNTERS` ([`Event::slot`]).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// An answer could not grow at the packet's head (too little headroom) and grew at its tail:
+    /// the fallback, which fails on drivers that size buffers to the frame under load.
+    GrownAtTail = 0,
+    /// The active generation changed between a run's two reads of it: the run passed the packet
+    /// (counted as `PassNoTable`) rather than read a generation being rewritten.
+    GenerationRace,
+}
+
+impl Event {
+    pub const ALL: [Event; EVENT_SLOTS as usize] = [Event::GrownAtTail, Event::GenerationRace];
+
+    /// Its slot in `HPD_COUNTERS`.
+    pub const fn slot(self) -> u32 {
+        COUNTER_SLOTS + self as u32
+    }
+
+    /// Metric label.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Event::GrownAtTail => "grown_at_tail",
+            Event::GenerationRace => "generation_race",
+        }
+    }
+}
+
+/// Number of event slots.
+pub const EVENT_SLOTS: u32 = Event::GenerationRace as u32 + 1;
+
+/// Slots of `HPD_COUNTERS`: the outcomes, then the events.
+pub const ALL_COUNTER_SLOTS: u32 = COUNTER_SLOTS + EVENT_SLOTS;
+
+/// Slots of the per-zone answer counters: one per counter slot a zone holds (the agent hands
+/// out at most `ZONES_CAPACITY`) and query type (A, AAAA).
 pub const ZONE_COUNTER_SLOTS: u32 = crate::limits::ZONES_CAPACITY * 2;
 
-/// The slot counting the answers to `qtype_is_aaaa` queries in the zone `zone_id`.
-pub const fn zone_counter_slot(zone_id: u32, qtype_is_aaaa: bool) -> u32 {
-    zone_id * 2 + qtype_is_aaaa as u32
+/// The slot counting the answers to `qtype_is_aaaa` queries in the zone holding counter slot
+/// `counter_slot` (`entry::ZoneEntry::counter_slot`).
+pub const fn zone_counter_slot(counter_slot: u32, qtype_is_aaaa: bool) -> u32 {
+    counter_slot * 2 + qtype_is_aaaa as u32
 }
 
 /// What the program does with a packet a counter counts.

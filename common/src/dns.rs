@@ -2,6 +2,10 @@
 
 /// Size of the fixed DNS header.
 pub const HEADER_LEN: usize = 12;
+/// Type and class after a question's name.
+pub const QTYPE_QCLASS_LEN: usize = 4;
+/// The IP protocol number of UDP (IPv4 protocol, IPv6 next header, pseudo-header).
+pub const IPPROTO_UDP: u8 = 17;
 /// Type, class, TTL and RDLENGTH after a record's owner.
 pub const RR_FIXED_LEN: usize = 10;
 /// An OPT record without options: root owner, type, payload size, extended rcode, version,

@@ -1,39 +1,62 @@
 //! Generations: how the XDP program always reads one complete record table while the agent
-//! changes it.
+//! changes it, without waiting for an RCU grace period on the publishing path.
 //!
 //! # The design
 //!
-//! Every map the program answers from holds two *generations*, 0 and 1:
-//! - the name table (`HPD_NAMES`, a hash map) keys each entry by [`name_key`]: the name hash
-//!   with its lowest bit replaced by the generation;
-//! - the zone table (`HPD_ZONES`, an array) keeps generation `g`'s zone `id` at [`zone_slot`];
-//! - the node's addresses (`HPD_LOCAL`, an array) keep generation `g`'s at index `g`.
+//! Every map the program answers from holds two *generations*, 0 and 1, side by side: the name
+//! index (`HPD_INDEX`), the name entries (`HPD_NAMES`, `HPD_BIG`), the zones (`HPD_ZONES`) and
+//! this host's addresses (`HPD_HOST`). Generation `g`'s element `i` of a map sized for `n` per
+//! generation sits at `g * n + i` ([`slot`]). All of them are arrays (the verifier inlines their
+//! lookups: no helper call) created with `BPF_F_MMAPABLE`: the agent writes them through a
+//! shared mapping with plain stores, no system call per entry.
 //!
-//! One more array, `HPD_GEN`, holds one [`Generation`]: which generation is *active*, and the
-//! table's hash seed. The program reads it once, first, and reads only that generation from
-//! then on: a reader never mixes two generations, because the index it reads everything
-//! through is read once.
+//! `HPD_GEN` holds one [`Generation`]: which generation is *active*, and the table's hash seed.
 //!
-//! The agent (one writer) only ever writes the *inactive* generation. To publish it:
-//! 1. writes the change into the inactive generation (names, zones, addresses);
-//! 2. makes it active: one 4-byte store into `HPD_GEN`, the atomic switch;
-//! 3. waits until every program run that may have read the old index has ended: an update of a
-//!    map-in-map slot returns only after `synchronize_rcu()` (`maybe_wait_bpf_programs()` in
-//!    `kernel/bpf/syscall.c`), and XDP programs run inside RCU read-side sections;
-//! 4. replays the same change into the generation just left, which no reader can be in any
-//!    more, so that both are equal again and the next change can start from it.
+//! ## Readers (the program)
 //!
-//! A write that fails leaves the active generation alone: it stays complete, and it answers.
-//! Until the first complete generation is active, `active` is [`NO_GENERATION`] and the program
-//! answers nothing (it passes every packet to userspace).
+//! A run enters a *read section* before it reads any table (`ebpf/src/table.rs`):
+//! 1. `g = active` (a plain load);
+//! 2. `readers[g] += 1` on this CPU's [`ReaderSlot`] (`HPD_READERS`, a per-CPU array): an atomic
+//!    fetch-and-add, which is a full memory barrier on every JIT (x86 `lock xadd`; arm64 `ldaddal`
+//!    or an exclusive-access loop followed by `dmb ish`);
+//! 3. `active` is loaded again; if it is no longer `g`, the run leaves (`readers[g] -= 1`) and
+//!    passes the packet: the writer may already be rewriting `g`.
 //!
-//! Nothing a reader holds is ever written or freed while it holds it, so the torn reads that
-//! in-place array updates and `bpf_mem_alloc`'s immediate reuse of freed hash elements (Linux
-//! 6.1 and later) would allow cannot happen: both only touch the inactive generation.
+//! It then reads only generation `g`, and leaves at its end: `readers[g] -= 1`, again a fully
+//! ordered atomic, so that no read of the table can be ordered after it. A per-CPU count, not a
+//! flag, because runs can nest on one CPU (a `BPF_PROG_TEST_RUN` interrupted by a packet).
 //!
-//! The price: the kernel holds the table twice.
+//! ## The writer (the agent, one thread)
+//!
+//! It only ever writes the *inactive* generation. To publish:
+//! 1. writes the change into the inactive generation;
+//! 2. stores its number into `active` (a release store: whoever loads the new number sees the
+//!    data written before it);
+//! 3. a full fence (`SeqCst`), then reads every CPU's `readers[left]`, where `left` is the
+//!    generation it switched away from, until each has been seen at zero once;
+//! 4. brings `left` up to date with the same change.
+//!
+//! Why seeing zero once suffices: a run that will still read `left` incremented `readers[left]`
+//! before its second load of `active` returned `left`, so that load came before the writer's
+//! store (2) in memory order; with a full barrier on both sides (the reader's atomic, the
+//! writer's fence), the writer's later read (3) sees that increment (the store-buffering litmus
+//! test with fences on both sides forbids both loads missing the other's store). A run whose
+//! increment the writer missed must see the new number at its second load, and leaves.
+//!
+//! Step 3 takes microseconds: runs are short and never preempted. A CPU seen busy in `left` for
+//! longer than [`READER_WAIT_LIMIT_US`] (a vCPU descheduled by its hypervisor, say) makes the
+//! writer fall back to an RCU grace period (XDP runs inside RCU read-side sections; the agent gets
+//! `synchronize_rcu()` from a map-in-map update), after which no run can be in `left` whatever the
+//! counts say.
+//!
+//! Before the first complete generation, `active` is [`NO_GENERATION`] and the program answers
+//! nothing (it passes every packet to userspace). Nothing a reader holds is ever written while it
+//! holds it; the price is that the kernel holds the table twice.
 
-use crate::record::{NameKey, ZoneId};
+use crate::limits::{
+    BIG_NAMES_DIVISOR, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_ZONE_LABELS, NAMES_CAPACITY,
+    ZONES_CAPACITY,
+};
 
 /// Generations in every table: the active one and the one being written.
 pub const GENERATIONS: u32 = 2;
@@ -41,31 +64,41 @@ pub const GENERATIONS: u32 = 2;
 /// `Generation::active` before the first complete generation is in place.
 pub const NO_GENERATION: u32 = u32::MAX;
 
+/// How long the writer waits for the runs still reading a generation it left before it falls back
+/// to an RCU grace period (microseconds). A run takes well under one.
+pub const READER_WAIT_LIMIT_US: u64 = 2_000;
+
 /// The one value of `HPD_GEN`.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Generation {
-    /// Seed of the name hash ([`crate::hash::name_hash`]): random per install, kept with the
+    /// Seed of the name hash (`hash::name_hash`): random per install, kept with the
     /// pinned maps so that a restarted agent computes the same keys; secret, so that whoever can
-    /// name pods or Services cannot aim names at one key.
+    /// name pods or Services cannot aim names at one index bucket.
     pub seed: u64,
     /// The generation the program reads, or [`NO_GENERATION`].
     pub active: u32,
+    /// `maps::layout_fingerprint` of the maps this value was written for: an agent
+    /// adopts pinned maps only when it computes the same (see `userspace/src/xdp/pins.rs`).
+    pub layout: u32,
     /// Per generation, which label counts its zone apexes have: bit `n - 1` is set when an apex
-    /// of `n` labels (root not counted, at most [`crate::limits::MAX_ZONE_LABELS`]) is in that
-    /// generation. A name not in the table is looked up only at the suffix lengths an apex can
-    /// have: with one zone, one lookup instead of one per label. Written with the rest of the
-    /// generation, while no reader reads it.
+    /// of `n` labels (root not counted, at most [`MAX_ZONE_LABELS`]) is in that generation. A name
+    /// not in the table is looked up only at the suffix lengths an apex can have: with one zone,
+    /// one lookup instead of one per label. Written with the rest of the generation.
     pub apex_labels: [u16; GENERATIONS as usize],
+    /// Puts the size on a multiple of 8 without implicit padding.
+    pub reserved: u32,
 }
 
 impl Generation {
     /// Nothing published yet.
-    pub const fn empty(seed: u64) -> Self {
+    pub const fn empty(seed: u64, layout: u32) -> Self {
         Self {
             seed,
             active: NO_GENERATION,
+            layout,
             apex_labels: [0; GENERATIONS as usize],
+            reserved: 0,
         }
     }
 
@@ -79,49 +112,86 @@ impl Generation {
     }
 }
 
+/// One CPU's count of the program runs inside a read section, per generation (`HPD_READERS`).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReaderSlot {
+    pub readers: [u64; GENERATIONS as usize],
+}
+
+/// How much one generation of the kernel table holds. Fixed when the program is loaded: the maps
+/// are arrays sized from it, and the program reads it from a global (`HPD_CAPACITY`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// Name entries ([`crate::entry::NameEntry`]).
+    pub names: u32,
+    /// Big entries ([`crate::entry::BigEntry`]).
+    pub big: u32,
+    /// Index buckets, a power of two.
+    pub buckets: u32,
+    /// Zones.
+    pub zones: u32,
+}
+
+impl Capacity {
+    /// The default capacity: [`NAMES_CAPACITY`] names.
+    pub const DEFAULT: Self = Self::for_names(NAMES_CAPACITY);
+
+    /// The capacity for `names` names per generation (at least 64): big entries and buckets in
+    /// proportion.
+    pub const fn for_names(names: u32) -> Self {
+        let names = if names < 64 { 64 } else { names };
+        let big = names / BIG_NAMES_DIVISOR;
+        let buckets = (names / INDEX_NAMES_PER_BUCKET).next_power_of_two();
+        Self {
+            names,
+            big,
+            buckets,
+            zones: ZONES_CAPACITY,
+        }
+    }
+
+    /// Bytes of kernel memory the table maps take for both generations (arrays: fixed at load).
+    pub const fn map_bytes(&self) -> u64 {
+        let per_generation = self.names as u64 * core::mem::size_of::<crate::entry::NameEntry>() as u64
+            + self.big as u64 * core::mem::size_of::<crate::entry::BigEntry>() as u64
+            + self.buckets as u64 * core::mem::size_of::<crate::index::Bucket>() as u64
+            + self.zones as u64 * core::mem::size_of::<crate::entry::ZoneEntry>() as u64
+            + HOST_SLOTS as u64 * core::mem::size_of::<crate::host::HostSlot>() as u64;
+        per_generation * GENERATIONS as u64
+    }
+}
+
+/// Index of generation `generation`'s element `index` in a map holding `per_generation` elements
+/// of each generation.
+#[inline(always)]
+pub const fn slot(generation: u32, per_generation: u32, index: u32) -> u32 {
+    generation * per_generation + index
+}
+
 /// The bit of [`Generation::apex_labels`] that says an apex of `labels` labels is there; None
 /// outside 1..=MAX_ZONE_LABELS.
 #[inline(always)]
 pub const fn apex_label_bit(labels: usize) -> Option<u16> {
-    if labels == 0 || labels > crate::limits::MAX_ZONE_LABELS {
+    if labels == 0 || labels > MAX_ZONE_LABELS {
         None
     } else {
         Some(1 << (labels - 1))
     }
 }
 
-const _: () = assert!(crate::limits::MAX_ZONE_LABELS <= u16::BITS as usize);
-
-/// The bit of a name key that holds the generation.
-const GENERATION_BIT: NameKey = 1;
-
-/// Key of generation `generation`'s entry for a name whose hash is `hash`. The two generations'
-/// keys of one name differ in their lowest bit only, so no key of one generation can ever be a
-/// key of the other.
-#[inline(always)]
-pub const fn name_key(hash: u64, generation: u32) -> NameKey {
-    (hash & !GENERATION_BIT) | (generation as NameKey & GENERATION_BIT)
-}
-
-/// The generation a name key belongs to.
-#[inline(always)]
-pub const fn generation_of_key(key: NameKey) -> u32 {
-    (key & GENERATION_BIT) as u32
-}
-
-/// Index in the zone array of generation `generation`'s zone `id` (`id` below
-/// [`crate::limits::ZONES_CAPACITY`]).
-#[inline(always)]
-pub const fn zone_slot(generation: u32, id: ZoneId) -> u32 {
-    generation * crate::limits::ZONES_CAPACITY + id
-}
-
-const _: () = assert!(core::mem::size_of::<Generation>() == 16);
+const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
+const _: () = assert!(core::mem::size_of::<Generation>() == 24);
+const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
+const _: () = assert!(core::mem::size_of::<Capacity>() == 16);
 
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: plain-old-data, repr(C), no padding (asserted above).
     unsafe impl aya::Pod for super::Generation {}
+    unsafe impl aya::Pod for super::ReaderSlot {}
+    unsafe impl aya::Pod for super::Capacity {}
 }
 
 #[cfg(test)]
@@ -134,21 +204,23 @@ mod tests {
         assert_eq!(apex_label_bit(1), Some(1));
         assert_eq!(apex_label_bit(3), Some(0b100));
         assert_eq!(
-            apex_label_bit(crate::limits::MAX_ZONE_LABELS),
-            Some(1 << (crate::limits::MAX_ZONE_LABELS - 1))
+            apex_label_bit(MAX_ZONE_LABELS),
+            Some(1 << (MAX_ZONE_LABELS - 1))
         );
-        assert_eq!(apex_label_bit(crate::limits::MAX_ZONE_LABELS + 1), None);
+        assert_eq!(apex_label_bit(MAX_ZONE_LABELS + 1), None);
     }
 
     #[test]
-    fn the_generations_keys_of_one_name_never_meet() {
-        for hash in [0u64, 1, 2, 3, u64::MAX, 0x1234_5678_9abc_def1] {
-            assert_ne!(name_key(hash, 0), name_key(hash, 1));
-            assert_eq!(generation_of_key(name_key(hash, 0)), 0);
-            assert_eq!(generation_of_key(name_key(hash, 1)), 1);
-            // Hashes that differ only in the generation bit share their keys: a collision the
-            // agent sees (both names ask for one key) and sends to userspace.
-            assert_eq!(name_key(hash, 1), name_key(hash ^ 1, 1));
-        }
+    fn the_default_capacity_fits_in_64_mib_for_both_generations() {
+        let bytes = Capacity::DEFAULT.map_bytes();
+        assert!(bytes <= 64 << 20, "{} MiB", bytes >> 20);
+        assert!(Capacity::DEFAULT.buckets.is_power_of_two());
+        assert_eq!(Capacity::for_names(100_000).buckets, 65_536);
+    }
+
+    #[test]
+    fn generations_of_a_map_do_not_overlap() {
+        assert_eq!(slot(0, 10, 9), 9);
+        assert_eq!(slot(1, 10, 0), 10);
     }
 }

@@ -1,8 +1,8 @@
 //! The name hash both sides compute.
 //!
-//! The name table is a BPF hash map keyed by a 64-bit hash of the lower-case wire name; the entry
+//! The name index is keyed by a 64-bit hash of the lower-case wire name (see `index`); the entry
 //! holds the whole name, so the kernel confirms every hit word by word and a hash collision can
-//! never produce a wrong answer (the agent sends colliding names to userspace instead).
+//! never produce a wrong answer (such a question is passed to userspace instead).
 //!
 //! Names are read in 8-byte words counted from their *end*: a suffix of a name has the same
 //! end-aligned words as the name itself. The kernel keeps names end-aligned in an 8-byte aligned
@@ -10,7 +10,7 @@
 //! of every suffix (which is how it finds an unknown name's zone).
 //!
 //! `hash(name) = mix(mix(fold of the whole words from the end, front bytes), length)`, where the
-//! fold starts from the table's secret seed ([`crate::generation::Generation::seed`]), the front
+//! fold starts from the table's secret seed (`generation::Generation::seed`), the front
 //! bytes (the `len % 8` first bytes) form a little-endian integer and the mix of the front is
 //! skipped when there are none.
 
@@ -21,6 +21,15 @@ const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 pub const fn mix(hash: u64, word: u64) -> u64 {
     let x = (hash ^ word).wrapping_mul(MULTIPLIER);
     x ^ (x >> 29)
+}
+
+/// A full avalanche of a 64-bit word (MurmurHash3's finaliser): every input bit reaches every
+/// output bit. For slots taken from a few bits of a key whose variation may sit anywhere in it.
+#[inline(always)]
+pub const fn avalanche(mut x: u64) -> u64 {
+    x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x = (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
 }
 
 /// The last `bytes` bytes (1..=7) of a little-endian word, moved down: the front of a name whose

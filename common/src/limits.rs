@@ -1,4 +1,5 @@
-//! Named bounds. Each says whether the DNS protocol or the eBPF verifier sets it.
+//! Named bounds. Each says whether the DNS protocol, the eBPF verifier or the table's memory sets
+//! it. This module imports nothing: every other module may use it.
 
 /// Longest domain name in wire form, root byte included (protocol: RFC 1035 §2.3.4).
 pub const MAX_NAME_LEN: usize = 255;
@@ -10,8 +11,8 @@ pub const MAX_LABEL_LEN: usize = 63;
 /// (protocol). It bounds the kernel's label walk (verifier).
 pub const MAX_LABELS: usize = 128;
 
-/// Size of the buffers names are kept in, on both sides. A power of two so that the kernel can
-/// bound an index with a mask (verifier).
+/// Size of the buffer the kernel keeps the question name in. A power of two so that the kernel
+/// can bound an index with a mask (verifier).
 pub const NAME_BUF_LEN: usize = 256;
 
 /// Words of 8 bytes covering a whole name buffer (verifier: bounds the word loops).
@@ -26,12 +27,18 @@ pub const MAX_XDP_QUERY_LEN: usize = 512;
 /// agent).
 pub const MAX_ZONE_LABELS: usize = 16;
 
-/// A records the kernel answers for one name; a larger set is answered by userspace
-/// (value size: one A record is [`A_RR_LEN`] bytes).
+/// A records the kernel answers for one name; a larger set is answered by userspace (an index
+/// way that passes, see `index::PASS_REF`).
 pub const MAX_XDP_A_RECORDS: usize = 16;
 
 /// AAAA records the kernel answers for one name; a larger set is answered by userspace.
 pub const MAX_XDP_AAAA_RECORDS: usize = 16;
+
+/// Bytes of one IPv4 address in an entry's payload.
+pub const A_ADDR_LEN: usize = 4;
+
+/// Bytes of one IPv6 address in an entry's payload.
+pub const AAAA_ADDR_LEN: usize = 16;
 
 /// Wire size of one A record whose owner is a pointer to the question: pointer 2, type 2,
 /// class 2, TTL 4, length 2, address 4.
@@ -40,59 +47,58 @@ pub const A_RR_LEN: usize = 16;
 /// Wire size of one AAAA record whose owner is a pointer to the question.
 pub const AAAA_RR_LEN: usize = 28;
 
-/// Bytes of precomputed A records in a name entry.
-pub const A_RRS_CAPACITY: usize = MAX_XDP_A_RECORDS * A_RR_LEN;
+/// Bytes of addresses one name holds at most in the kernel table: full sets of both types. The
+/// kernel copies a hit's addresses into its scratch space (`ebpf/src/scratch.rs`) of this size.
+pub const MAX_ADDRESS_BYTES: usize = MAX_XDP_A_RECORDS * A_ADDR_LEN + MAX_XDP_AAAA_RECORDS * AAAA_ADDR_LEN;
 
-/// Bytes of precomputed AAAA records in a name entry.
-pub const AAAA_RRS_CAPACITY: usize = MAX_XDP_AAAA_RECORDS * AAAA_RR_LEN;
+/// Bytes of answer records the kernel writes at most: a full set of either type (the AAAA one is
+/// the larger). Bounds the record loop's packet offsets (verifier).
+pub const MAX_ANSWER_RRS_LEN: usize = MAX_XDP_AAAA_RECORDS * AAAA_RR_LEN;
 
-/// Longest SOA record (owner pointer included) the kernel writes. A zone whose SOA is longer
-/// (long server or mailbox names outside the zone) has its negative answers made by userspace.
-pub const MAX_SOA_RR_LEN: usize = 128;
+/// Payload of a name entry: its addresses from the front, its name from the back. 144 bytes
+/// hold a name of up to 80 bytes with 16 A records (64 bytes) or 4 AAAA records (64 bytes), or
+/// a 48-byte name with 6 AAAA records: the common case (`<value>.<namespace>.<zone>` with a
+/// handful of nodes). With the 16-byte head an entry is 160 bytes (see `entry`).
+pub const NAME_PAYLOAD_LEN: usize = 144;
 
-/// Compression pointers the kernel patches into a zone's SOA record: its owner, the server and
-/// mailbox names, and one spare.
-pub const MAX_SOA_PATCHES: usize = 4;
+/// Payload of a big entry: a name of up to 255 bytes and 16 A and 16 AAAA records (320 bytes).
+pub const BIG_PAYLOAD_LEN: usize = 576;
 
-/// Names (hashes) inside a zone whose presence in a question would change how userspace
-/// compresses the SOA record (see [`crate::record::ZoneEntry::guards`]).
-pub const MAX_SOA_GUARDS: usize = 8;
-
-/// EDNS options the kernel walks to check an OPT record is well formed (verifier; a query with
-/// more is passed to userspace, which parses it fully).
-pub const MAX_EDNS_OPTIONS: usize = 8;
-
-/// The UDP payload size hostport-dns advertises and the largest answer the kernel builds: the
-/// DNS flag day 2020 value, which fits any path MTU of 1280 or more.
-pub const EDNS_PAYLOAD_SIZE: u16 = 1232;
-
-/// What a client without EDNS accepts (protocol: RFC 1035 §4.2.1).
-pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
-
-/// Room for the headers and the question, kept aside while an answer grows at the packet's
-/// head: Ethernet with a VLAN tag (18), IPv6 (40), UDP (8), DNS header (12), the longest question
-/// (259); a power of two (verifier: bounds the copy).
-pub const MAX_FRONT_LEN: usize = 512;
-
-/// Names one generation of the kernel table holds (the map holds two generations). The agent
-/// checks it before writing: the zones whose names do not fit are left to userspace whole.
-///
-/// Cost: the hash map's bucket array has one 16-byte bucket per entry of its capacity
-/// (rounded to a power of two), and every lookup lands in a random bucket. At 2 × 262,144
-/// entries (8 MiB of buckets) `bench xdp` measured 520 ns per packet under load; at
-/// 2 × 131,072 (4 MiB) 477 ns: the cache and TLB misses of a larger array. 131,072 names per
-/// generation is room for 100k names and more.
+/// Name entries one generation holds by default (the agent may size the table otherwise at
+/// load time, `--kernel-names`). The agent checks capacity before writing: the zones whose names
+/// do not fit are left to userspace whole. Memory is fixed at load (the maps are arrays): see
+/// `generation::Capacity::map_bytes`.
 pub const NAMES_CAPACITY: u32 = 131_072;
+
+/// Big entries one generation holds for every [`BIG_NAMES_DIVISOR`] name entries: names longer
+/// than a name entry holds, and larger record sets, are rare; past this many, such names are
+/// answered by userspace one by one.
+pub const BIG_NAMES_DIVISOR: u32 = 16;
+
+/// Index buckets one generation has for every [`INDEX_NAMES_PER_BUCKET`] names of capacity: at
+/// two names a bucket of [`INDEX_WAYS`] ways, a name placed in the emptier of its two candidate
+/// buckets finds a free way with all but negligible probability (the fullest bucket of 2^16 holds
+/// about 2 + log2 log2 2^16 = 6 names); one that does not is answered by userspace, and so are
+/// the misses of its buckets.
+pub const INDEX_NAMES_PER_BUCKET: u32 = 2;
+
+/// Ways (names) one index bucket holds: seven 4-byte tags, a flags word and seven 4-byte entry
+/// references fill one 64-byte cache line (verifier: bounds the tag scan).
+pub const INDEX_WAYS: usize = 7;
 
 /// Zones one generation of the kernel table holds (the zone array holds two generations).
 pub const ZONES_CAPACITY: u32 = 256;
 
-/// IPv4 addresses of the node the kernel recognises as its own (VIPs included), scanned in order
-/// (verifier: bounds the scan; a node with more has the rest answered by userspace).
-pub const MAX_LOCAL_V4: usize = 16;
+/// Slots of the host-address set of one generation: this host's addresses (every interface,
+/// link-local and the Service addresses IPVS holds included) and its subnets' broadcast
+/// addresses. With 8,192 addresses (a quarter used) a lookup ends after a probe or two; 24 bytes
+/// a slot, 768 KiB a generation.
+pub const HOST_SLOTS: u32 = 32_768;
 
-/// IPv6 addresses of the node the kernel recognises as its own.
-pub const MAX_LOCAL_V6: usize = 16;
+/// Slots the kernel probes in the host-address set before it concludes an address is not there
+/// (verifier: bounds the probe loop). The agent places every address within this many of its
+/// home slot, or leaves it out (and says so).
+pub const HOST_PROBES: usize = 16;
 
 /// The DNS port hostport-dns serves by default (not 53: it runs beside the node's resolver).
 pub const DEFAULT_DNS_PORT: u16 = 1053;
@@ -107,3 +113,39 @@ pub const RATE_BUCKETS: u32 = 65_536;
 /// Prefixes each client trie (IPv4, IPv6) holds: the allow-list and the exempt prefixes
 /// together (checked by the agent).
 pub const MAX_CLIENT_PREFIXES: u32 = 1024;
+
+/// Longest SOA record (owner pointer included) the kernel writes. A zone whose SOA is longer
+/// (long server or mailbox names outside the zone) has its negative answers made by userspace.
+pub const MAX_SOA_RR_LEN: usize = 128;
+
+/// Compression pointers the kernel patches into a zone's SOA record: its owner, the server and
+/// mailbox names, and one spare.
+pub const MAX_SOA_PATCHES: usize = 4;
+
+/// Names (hashes) inside a zone whose presence in a question would change how userspace
+/// compresses the SOA record (see `entry::ZoneEntry::guards`).
+pub const MAX_SOA_GUARDS: usize = 8;
+
+/// EDNS options the kernel walks to check an OPT record is well formed (verifier; a query with
+/// more is passed to userspace, which parses it fully).
+pub const MAX_EDNS_OPTIONS: usize = 8;
+
+/// The UDP payload size hostport-dns advertises and the largest answer the kernel builds: the
+/// DNS flag day 2020 value, which fits any path MTU of 1280 or more.
+pub const EDNS_PAYLOAD_SIZE: u16 = 1232;
+
+/// What a client without EDNS accepts (protocol: RFC 1035 §4.2.1).
+pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
+
+/// Room for the headers and the question, moved forward while an answer grows at the packet's
+/// head: Ethernet with a VLAN tag (18), IPv6 (40), UDP (8), DNS header (12), the longest question
+/// (259); a power of two (verifier: bounds the copy).
+pub const MAX_FRONT_LEN: usize = 512;
+
+/// Packet offsets the kernel writes an answer at, and bytes an answer grows by, stay below this:
+/// at most 1232 bytes of DNS after at most 66 bytes of headers (verifier: bounds packet offsets
+/// computed from lengths, a power of two for masks).
+pub const MAX_PACKET_OFFSET: usize = 2048;
+
+/// Words of 8 bytes covering [`MAX_FRONT_LEN`] (verifier: bounds the front copy).
+pub const FRONT_WORDS: usize = MAX_FRONT_LEN / 8;

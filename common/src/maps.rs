@@ -1,31 +1,47 @@
-//! Names of the BPF maps, used by the program's `#[map]` declarations and by the agent to find
-//! and pin them. Kernel map names are limited to 15 bytes.
+//! Names of the BPF maps and globals, used by the program's `#[map]` declarations and by the agent
+//! to find and pin them (kernel map names are limited to 15 bytes), and the layout fingerprint
+//! that decides whether pinned maps can be adopted.
 
-/// Version of the pinned maps' key and value layouts, part of their pin file names. Bump it
-/// whenever the layout of a pinned map changes: an upgraded agent then starts fresh maps instead
-/// of adopting ones that the running program reads differently (which keeps its own maps until
-/// its link is handed over).
-pub const LAYOUT_VERSION: u32 = 5;
+use crate::{
+    counters::{ALL_COUNTER_SLOTS, ZONE_COUNTER_SLOTS},
+    entry::{BigEntry, NameEntry, ZoneEntry},
+    generation::{Capacity, Generation, ReaderSlot},
+    host::HostSlot,
+    index::Bucket,
+    policy::RateBucket,
+};
 
-/// Which generation the program reads, and the hash seed: one
-/// [`crate::generation::Generation`] (see [`crate::generation`] for the design).
+/// Version of the pinned maps' layout, part of their pin file names. Bump it whenever the layout
+/// of a pinned map changes: an upgraded agent then starts fresh maps instead of adopting ones that
+/// the running program reads differently (which keeps its own maps until its link is handed
+/// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts.
+pub const LAYOUT_VERSION: u32 = 6;
+
+/// Which generation is active, the hash seed and the layout fingerprint: one
+/// [`Generation`] (see `generation` for the design).
 pub const GENERATION: &str = "HPD_GEN";
-/// [`crate::generation::name_key`] → [`crate::record::NameEntry`], both generations.
+/// The name index: [`Bucket`]s, both generations.
+pub const INDEX: &str = "HPD_INDEX";
+/// Name entries ([`NameEntry`]), both generations.
 pub const NAMES: &str = "HPD_NAMES";
-/// [`crate::generation::zone_slot`] → [`crate::record::ZoneEntry`], both generations.
+/// Big name entries ([`BigEntry`]), both generations.
+pub const BIG: &str = "HPD_BIG";
+/// Zone entries ([`ZoneEntry`]), both generations.
 pub const ZONES: &str = "HPD_ZONES";
-/// The node's own addresses: one [`crate::record::LocalAddrs`] per generation.
-pub const LOCAL: &str = "HPD_LOCAL";
-/// Per-CPU counters indexed by [`crate::counters::Counter`].
+/// This host's addresses ([`HostSlot`]s), both generations.
+pub const HOST: &str = "HPD_HOST";
+/// Per-CPU counts of the runs reading each generation ([`ReaderSlot`]).
+pub const READERS: &str = "HPD_READERS";
+/// Per-CPU counters indexed by `counters::Counter`, then `counters::Event`.
 pub const COUNTERS: &str = "HPD_COUNTERS";
-/// Per-CPU answers by zone and type, indexed by [`crate::counters::zone_counter_slot`].
+/// Per-CPU answers by zone and type, indexed by `counters::zone_counter_slot`.
 pub const ZONE_ANSWERS: &str = "HPD_ZONE_ANSW";
 
-/// IPv4 client prefixes (LPM trie) → `PREFIX_*` grants ([`crate::policy`]).
+/// IPv4 client prefixes (LPM trie) → `PREFIX_*` grants (`policy`).
 pub const CLIENTS_V4: &str = "HPD_CLIENTS4";
 /// IPv6 client prefixes (LPM trie) → `PREFIX_*` grants.
 pub const CLIENTS_V6: &str = "HPD_CLIENTS6";
-/// The rate limiter's buckets: [`crate::policy::RateBucket`] per slot.
+/// The rate limiter's buckets: [`RateBucket`] per slot.
 pub const RATE: &str = "HPD_RATE";
 
 /// Name of the XDP program in the object file.
@@ -41,5 +57,58 @@ pub const REFLECT_PROGRAM: &str = "hostport_dns_reflect";
 /// Global in the program holding the DNS port, set at load time.
 pub const GLOBAL_DNS_PORT: &str = "HPD_DNS_PORT";
 
-/// Global in the program holding its [`crate::policy::ClientPolicy`], set at load time.
+/// Global in the program holding its `policy::ClientPolicy`, set at load time.
 pub const GLOBAL_POLICY: &str = "HPD_POLICY";
+
+/// Global in the program holding the table's [`Capacity`], set at load time.
+pub const GLOBAL_CAPACITY: &str = "HPD_CAPACITY";
+
+/// The maps a table lives in, which the agent pins and adopts together, with their key and value
+/// sizes and their element counts for `capacity`.
+pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 10] {
+    let g = crate::generation::GENERATIONS;
+    [
+        (GENERATION, size_of::<Generation>(), 1),
+        (INDEX, size_of::<Bucket>(), g * capacity.buckets),
+        (NAMES, size_of::<NameEntry>(), g * capacity.names),
+        (BIG, size_of::<BigEntry>(), g * capacity.big),
+        (ZONES, size_of::<ZoneEntry>(), g * capacity.zones),
+        (HOST, size_of::<HostSlot>(), g * crate::limits::HOST_SLOTS),
+        (READERS, size_of::<ReaderSlot>(), 1),
+        (COUNTERS, size_of::<u64>(), ALL_COUNTER_SLOTS),
+        (ZONE_ANSWERS, size_of::<u64>(), ZONE_COUNTER_SLOTS),
+        (RATE, size_of::<RateBucket>(), crate::limits::RATE_BUCKETS),
+    ]
+}
+
+/// A fingerprint of everything the maps' layout depends on: the version, every pinned map's value
+/// size and element count. An agent adopts pinned maps only when the fingerprint their
+/// [`Generation`] holds equals its own (and every map is there with these sizes).
+pub const fn layout_fingerprint(capacity: &Capacity) -> u32 {
+    let maps = pinned_maps(capacity);
+    let mut hash = crate::hash::mix(0x6a09_e667_f3bc_c908, LAYOUT_VERSION as u64);
+    let mut i = 0;
+    while i < maps.len() {
+        let (_, value, entries) = maps[i];
+        hash = crate::hash::mix(hash, ((value as u64) << 32) | entries as u64);
+        i += 1;
+    }
+    (hash ^ (hash >> 32)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fingerprint_changes_with_the_capacity() {
+        assert_ne!(
+            layout_fingerprint(&Capacity::DEFAULT),
+            layout_fingerprint(&Capacity::for_names(1024))
+        );
+        assert_eq!(
+            layout_fingerprint(&Capacity::DEFAULT),
+            layout_fingerprint(&Capacity::for_names(crate::limits::NAMES_CAPACITY))
+        );
+    }
+}

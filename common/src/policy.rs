@@ -12,6 +12,8 @@
 //! memory is the same whatever the number of sources. Both sides decide with
 //! [`RateBucket::admit`]; each counts the answers it sends itself.
 
+use crate::hash::avalanche;
+
 /// Clients must match an allowed prefix.
 pub const POLICY_ACL: u32 = 1 << 0;
 /// Clients outside the allow-list are passed to userspace, which answers REFUSED, instead of
@@ -93,13 +95,8 @@ pub const fn rate_key_v6(addr: [u8; 16], class: RateClass) -> u64 {
 /// The table slot of a bucket key, with the table's secret seed (so that nobody can aim
 /// sources at one slot). `buckets` is a power of two.
 pub const fn bucket_index(key: u64, seed: u64, buckets: u32) -> u32 {
-    // Every key bit must reach the slot's low bits (the class and family sit at the top): a
-    // full avalanche (MurmurHash3's finaliser) over the keyed word.
-    let mut x = key ^ seed;
-    x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x = (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    (x & (buckets as u64 - 1)) as u32
+    // Every key bit must reach the slot's low bits (the class and family sit at the top).
+    (avalanche(key ^ seed) & (buckets as u64 - 1)) as u32
 }
 
 /// What happens to one answer.
@@ -114,43 +111,71 @@ pub enum Admission {
     Drop,
 }
 
-/// One slot of the rate table: the answers one key got in one second.
+/// One slot of the rate table: which key it counts, and the answers counted in one second.
+///
+/// Every CPU charges answers to the same slots, so the count is one atomic word, `window`: the
+/// second in its high half, the count in its low half. An answer either adds one to it (a
+/// fetch-and-add: no count is ever lost) or, when the second has passed or another key takes the
+/// slot over, swaps in a fresh window with a compare-and-swap (a CPU that loses the swap adds to
+/// the window the winner made). [`step`] says which, [`decide`] what the count means; the kernel
+/// and userspace run both with their own atomics.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RateBucket {
+    /// The key counted (written after a fresh window; a race can only misattribute one answer).
     pub key: u64,
-    /// Seconds since boot (the kernel's clock) this count is for.
-    pub second: u32,
-    pub count: u32,
+    /// `second << 32 | count`.
+    pub window: u64,
 }
 
-impl RateBucket {
-    /// Charges one answer for `key` at second `now` against `rate` answers a second.
-    ///
-    /// A slot another key holds is taken over only when that key's count is stale or within its
-    /// budget: a flooded prefix cannot be reset by a colliding one, which is charged alongside it
-    /// instead. Two CPUs charging one slot at once can lose a count; the limit is then exceeded by
-    /// at most one answer per racing CPU.
-    #[inline(always)]
-    pub fn admit(&mut self, key: u64, now: u32, rate: u32, slip: u32) -> Admission {
-        if self.second != now {
-            self.key = key;
-            self.second = now;
-            self.count = 0;
-        } else if self.key != key && self.count <= rate {
-            self.key = key;
-            self.count = 0;
-        }
-        self.count = self.count.saturating_add(1);
-        if self.count <= rate {
-            return Admission::Answer;
-        }
-        let over = self.count - rate;
-        if slip != 0 && over.is_multiple_of(slip) {
-            Admission::Slip
-        } else {
-            Admission::Drop
-        }
+/// A window word: `count` answers in `second`.
+pub const fn window(second: u32, count: u32) -> u64 {
+    ((second as u64) << 32) | count as u64
+}
+
+/// The second a window counts.
+pub const fn window_second(window: u64) -> u32 {
+    (window >> 32) as u32
+}
+
+/// The answers a window counted.
+pub const fn window_count(window: u64) -> u32 {
+    window as u32
+}
+
+/// What charging one answer does to a bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Add one to the window.
+    Count,
+    /// Start a fresh window (count 1) for the answer's key: the second has passed, or the slot's
+    /// holder is within its budget and gives it up. A flooded holder keeps its slot: a colliding
+    /// key is charged alongside it instead, and cannot reset the flood's count.
+    Restart,
+}
+
+/// What charging an answer for `key` at second `now`, against `rate` a second, does to a bucket
+/// holding `bucket_key` and `window`.
+#[inline(always)]
+pub const fn step(bucket_key: u64, window: u64, key: u64, now: u32, rate: u32) -> Step {
+    if window_second(window) != now || (bucket_key != key && window_count(window) <= rate) {
+        Step::Restart
+    } else {
+        Step::Count
+    }
+}
+
+/// What happens to the answer that is the `count`-th (from 1) in its window.
+#[inline(always)]
+pub const fn decide(count: u32, rate: u32, slip: u32) -> Admission {
+    if count <= rate {
+        return Admission::Answer;
+    }
+    let over = count - rate;
+    if slip != 0 && over.is_multiple_of(slip) {
+        Admission::Slip
+    } else {
+        Admission::Drop
     }
 }
 
@@ -168,18 +193,35 @@ mod pod {
 mod tests {
     use super::*;
 
+    /// One bucket charged by one thread: what the atomics do without races.
+    fn admit(bucket: &mut RateBucket, key: u64, now: u32, rate: u32, slip: u32) -> Admission {
+        let count = match step(bucket.key, bucket.window, key, now, rate) {
+            Step::Restart => {
+                bucket.window = window(now, 1);
+                bucket.key = key;
+                1
+            }
+            Step::Count => {
+                bucket.window += 1;
+                window_count(bucket.window)
+            }
+        };
+        decide(count, rate, slip)
+    }
+
     #[test]
     fn a_bucket_answers_its_rate_then_slips_every_nth() {
         let mut bucket = RateBucket::default();
         let key = rate_key_v4([198, 18, 1, 7], RateClass::Positive);
-        let got: std::vec::Vec<Admission> = (0..9).map(|_| bucket.admit(key, 5, 4, 2)).collect();
+        let got: std::vec::Vec<Admission> =
+            (0..9).map(|_| admit(&mut bucket, key, 5, 4, 2)).collect();
         use Admission::*;
         assert_eq!(
             got,
             [Answer, Answer, Answer, Answer, Drop, Slip, Drop, Slip, Drop]
         );
         // The next second starts a new budget.
-        assert_eq!(bucket.admit(key, 6, 4, 2), Answer);
+        assert_eq!(admit(&mut bucket, key, 6, 4, 2), Answer);
     }
 
     #[test]
@@ -190,10 +232,10 @@ mod tests {
             RateClass::Negative,
         );
         for _ in 0..3 {
-            assert_eq!(bucket.admit(key, 1, 3, 0), Admission::Answer);
+            assert_eq!(admit(&mut bucket, key, 1, 3, 0), Admission::Answer);
         }
         for _ in 0..10 {
-            assert_eq!(bucket.admit(key, 1, 3, 0), Admission::Drop);
+            assert_eq!(admit(&mut bucket, key, 1, 3, 0), Admission::Drop);
         }
     }
 
@@ -203,15 +245,22 @@ mod tests {
         let flooded = rate_key_v4([198, 18, 1, 0], RateClass::Positive);
         let other = rate_key_v4([198, 19, 1, 0], RateClass::Positive);
         for _ in 0..5 {
-            bucket.admit(flooded, 1, 2, 0);
+            admit(&mut bucket, flooded, 1, 2, 0);
         }
-        assert_eq!(bucket.admit(other, 1, 2, 0), Admission::Drop);
-        assert_eq!(bucket.admit(flooded, 1, 2, 0), Admission::Drop);
+        assert_eq!(admit(&mut bucket, other, 1, 2, 0), Admission::Drop);
+        assert_eq!(admit(&mut bucket, flooded, 1, 2, 0), Admission::Drop);
         // Within its budget, a holder gives the slot up.
         let mut quiet = RateBucket::default();
-        quiet.admit(flooded, 1, 2, 0);
-        assert_eq!(quiet.admit(other, 1, 2, 0), Admission::Answer);
+        admit(&mut quiet, flooded, 1, 2, 0);
+        assert_eq!(admit(&mut quiet, other, 1, 2, 0), Admission::Answer);
         assert_eq!(quiet.key, other);
+    }
+
+    #[test]
+    fn a_window_keeps_its_second_and_count_apart() {
+        let w = window(0xdead_beef, 7);
+        assert_eq!((window_second(w), window_count(w)), (0xdead_beef, 7));
+        assert_eq!(window_count(w + 1), 8);
     }
 
     #[test]

@@ -4,30 +4,25 @@
 use hostport_dns_common::{
     counters::Counter,
     dns::{OPT_RR_LEN, RCODE_NOERROR, RCODE_NXDOMAIN, TYPE_A},
-    generation::zone_slot,
+    entry::{EntryHead, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
     limits::{
-        A_RR_LEN, A_RRS_CAPACITY, AAAA_RR_LEN, AAAA_RRS_CAPACITY, MAX_SOA_GUARDS, NAME_BUF_LEN,
-        ZONES_CAPACITY,
-    },
-    record::{
-        NAME_FLAG_COLLISION, NAME_FLAG_LARGE_SET, NameEntry, ZONE_FLAG_NEGATIVE_IN_USERSPACE,
-        ZoneEntry, ZoneId,
+        A_RR_LEN, AAAA_RR_LEN, MAX_SOA_GUARDS, MAX_XDP_A_RECORDS, MAX_XDP_AAAA_RECORDS,
+        NAME_BUF_LEN,
     },
 };
 
 use crate::{
-    HPD_ZONES,
     dns::Query,
     lookup::Found,
     packet::{bound, masked},
     scratch::Scratch,
-    table::Table,
+    table::Section,
 };
 
 /// The answer to write.
 pub struct Plan {
     pub rcode: u8,
-    /// Answer section: bytes in the name entry and how many records they hold.
+    /// Answer section: the records to build from the entry's addresses.
     pub records: Option<Records>,
     /// The zone whose SOA goes in the authority section (negative answers).
     pub soa: Option<&'static ZoneEntry>,
@@ -37,8 +32,8 @@ pub struct Plan {
     pub counter: Counter,
     /// Sent truncated (TC=1), with no records: a rate-limited answer's slip.
     pub truncated: bool,
-    /// The zone the question fell in (requests by zone).
-    pub zone: ZoneId,
+    /// Where the zone's answers are counted (requests by zone).
+    pub counter_slot: u32,
 }
 
 impl Plan {
@@ -54,13 +49,22 @@ impl Plan {
     }
 }
 
+/// The answer records of one type, to be built from the hit's addresses (in the scratch space).
 #[derive(Clone, Copy)]
 pub struct Records {
-    pub bytes: *const u8,
-    pub len: usize,
-    pub count: u16,
-    /// Checksum sum of the bytes, as if they started at an even offset.
+    /// AAAA records (else A).
+    pub aaaa: bool,
+    pub count: usize,
+    /// Checksum sum of the records' bytes, as if they started at an even offset.
     pub sum: u16,
+}
+
+impl Records {
+    /// Wire length of the records.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.count * if self.aaaa { AAAA_RR_LEN } else { A_RR_LEN }
+    }
 }
 
 #[inline(always)]
@@ -68,37 +72,30 @@ pub fn plan(
     query: &Query,
     found: &Found,
     scratch: &Scratch,
-    table: Table,
+    table: &Section,
 ) -> Result<Plan, Counter> {
-    let zone = match found {
-        Found::Name(entry) => entry.zone_id,
-        Found::NoSuchName(zone_id) => *zone_id,
-    };
+    let is_aaaa = query.qtype != TYPE_A;
+    let head = &scratch.head;
     let (rcode, records, soa, counter) = match found {
-        Found::Name(entry) => {
-            if entry.flags & NAME_FLAG_COLLISION != 0 {
-                return Err(Counter::PassCollision);
+        Found::Name => match records_of_type(head, is_aaaa) {
+            Some(records) => {
+                let counter = Counter::answer(is_aaaa, true, false);
+                (RCODE_NOERROR, Some(records), None, counter)
             }
-            if entry.flags & NAME_FLAG_LARGE_SET != 0 {
-                return Err(Counter::PassLargeSet);
+            None => {
+                let zone = negative_zone(query, scratch, u32::from(head.zone), table)?;
+                let counter = Counter::answer(is_aaaa, false, false);
+                (RCODE_NOERROR, None, Some(zone), counter)
             }
-            match records_of_type(entry, query.qtype) {
-                Some((records, counter)) => (RCODE_NOERROR, Some(records), None, counter),
-                None => {
-                    let zone = negative_zone(query, scratch, entry.zone_id, table)?;
-                    let counter = Counter::answer(query.qtype != TYPE_A, false, false);
-                    (RCODE_NOERROR, None, Some(zone), counter)
-                }
-            }
-        }
-        Found::NoSuchName(zone_id) => {
-            let zone = negative_zone(query, scratch, *zone_id, table)?;
-            let counter = Counter::answer(query.qtype != TYPE_A, false, true);
+        },
+        Found::NoSuchName(zone) => {
+            let zone = negative_zone(query, scratch, *zone, table)?;
+            let counter = Counter::answer(is_aaaa, false, true);
             (RCODE_NXDOMAIN, None, Some(zone), counter)
         }
     };
     let dns_len = query.question_end()
-        + records.map_or(0, |r| r.len)
+        + records.map_or(0, |r| r.len())
         + soa.map_or(0, |z| z.soa_len as usize)
         + if query.has_opt { OPT_RR_LEN } else { 0 };
     if dns_len > query.udp_limit {
@@ -111,44 +108,28 @@ pub fn plan(
         dns_len,
         counter,
         truncated: false,
-        zone,
+        counter_slot: u32::from(head.counter_slot),
     })
 }
 
 /// The name's records of the asked type, if it has any.
 #[inline(always)]
-fn records_of_type(entry: &'static NameEntry, qtype: u16) -> Option<(Records, Counter)> {
-    let (bytes, len, sum, rr_len, capacity, counter) = if qtype == TYPE_A {
-        let a = (entry.a_rrs.as_ptr(), entry.a_len as usize, entry.a_csum);
-        (a.0, a.1, a.2, A_RR_LEN, A_RRS_CAPACITY, Counter::AnswerA)
+fn records_of_type(head: &EntryHead, aaaa: bool) -> Option<Records> {
+    let (count, sum, most) = if aaaa {
+        (head.aaaa_count, head.aaaa_csum, MAX_XDP_AAAA_RECORDS)
     } else {
-        let aaaa = (
-            entry.aaaa_rrs.as_ptr(),
-            entry.aaaa_len as usize,
-            entry.aaaa_csum,
-        );
-        (
-            aaaa.0,
-            aaaa.1,
-            aaaa.2,
-            AAAA_RR_LEN,
-            AAAA_RRS_CAPACITY,
-            Counter::AnswerAaaa,
-        )
+        (head.a_count, head.a_csum, MAX_XDP_A_RECORDS)
     };
+    let count = count as usize;
     // An empty set is NODATA; an oversized one cannot come from the agent, and is not trusted.
-    if len == 0 || len > capacity {
+    if count == 0 || count > most {
         return None;
     }
-    Some((
-        Records {
-            bytes,
-            len,
-            count: (len / rr_len) as u16,
-            sum,
-        },
-        counter,
-    ))
+    Some(Records {
+        aaaa,
+        count,
+        sum,
+    })
 }
 
 /// The zone entry for a negative answer, unless userspace must make it: the zone says so, or the
@@ -160,17 +141,9 @@ fn negative_zone(
     query: &Query,
     scratch: &Scratch,
     zone_id: ZoneId,
-    table: Table,
+    table: &Section,
 ) -> Result<&'static ZoneEntry, Counter> {
-    if zone_id >= ZONES_CAPACITY {
-        return Err(Counter::PassNoTable);
-    }
-    let zone = HPD_ZONES
-        .get_ptr(zone_slot(table.generation, zone_id))
-        .ok_or(Counter::PassNoTable)?;
-    // SAFETY: the slot belongs to the generation this run reads, which the agent does not write
-    // until every run that may read it has ended.
-    let zone: &'static ZoneEntry = unsafe { &*zone };
+    let zone = table.zone(zone_id).ok_or(Counter::PassNoTable)?;
     if !ends_question(query, scratch, zone.apex_len as usize, zone.apex_hash) {
         return Err(Counter::PassNoTable);
     }

@@ -55,8 +55,8 @@ pub fn admit(host: &Host) -> Result<Client, Counter> {
 #[inline(always)]
 fn grants_of(ends: Ends) -> u32 {
     let found = match ends.family {
-        Family::V4 => HPD_CLIENTS4.get(Key::new(32, ends.src.v4())),
-        Family::V6 => HPD_CLIENTS6.get(Key::new(128, ends.src.0)),
+        Family::V4 => HPD_CLIENTS4.get(Key::new(32, ends.src.v4_octets())),
+        Family::V6 => HPD_CLIENTS6.get(Key::new(128, ends.src.v6_octets())),
     };
     found.copied().unwrap_or(0)
 }

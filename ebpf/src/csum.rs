@@ -5,13 +5,11 @@ use aya_ebpf::programs::XdpContext;
 use hostport_dns_common::{
     counters::Counter,
     csum::{fold, udp_checksum},
-    dns::HEADER_LEN,
+    dns::{HEADER_LEN, IPPROTO_UDP},
 };
 use network_types::{ip::Ipv4Hdr, udp::UdpHdr};
 
 use crate::packet::ptr_at;
-
-const IPPROTO_UDP: u16 = 17;
 
 /// Sum of a byte array of even length, in memory order.
 #[inline(always)]
@@ -38,7 +36,7 @@ pub fn ipv4_header(ip: &Ipv4Hdr) -> [u8; 2] {
 pub fn pseudo_header<const N: usize>(src: &[u8; N], dst: &[u8; N], udp_len: usize) -> u64 {
     sum_words(src)
         + sum_words(dst)
-        + u16::from_ne_bytes(IPPROTO_UDP.to_be_bytes()) as u64
+        + u16::from_ne_bytes((IPPROTO_UDP as u16).to_be_bytes()) as u64
         + u16::from_ne_bytes((udp_len as u16).to_be_bytes()) as u64
 }
 

@@ -7,7 +7,7 @@ use hostport_dns_common::{
     csum::{add_word, fold},
     dns::{
         CLASS_IN, EDNS_FLAG_DO, EDNS_OPTION_COOKIE, EDNS_OPTION_NSID, FLAG_QR, HEADER_LEN,
-        OPCODE_MASK, OPT_RR_LEN, TYPE_A, TYPE_AAAA, TYPE_OPT,
+        OPCODE_MASK, OPT_RR_LEN, QTYPE_QCLASS_LEN, TYPE_A, TYPE_AAAA, TYPE_OPT,
     },
     hash::{lowercase_word, mix},
     limits::{
@@ -19,12 +19,9 @@ use hostport_dns_common::{
 use crate::{
     packet::{be16, bound, masked_mut, ptr_at},
     scratch::{LABEL_START_WORDS, Scratch},
-    table::Table,
     udp::L4,
 };
 
-/// Type and class after the question name.
-pub const QTYPE_QCLASS_LEN: usize = 4;
 /// EDNS option code and length.
 const OPTION_HEADER_LEN: usize = 4;
 /// The DO bit as the high byte of the OPT flags (the low byte is zero in our answers).
@@ -63,7 +60,7 @@ pub fn parse(
     ctx: &XdpContext,
     l4: &L4,
     scratch: &mut Scratch,
-    table: Table,
+    seed: u64,
 ) -> Result<Query, Counter> {
     if l4.dns_len > MAX_XDP_QUERY_LEN {
         return Err(Counter::PassTooLarge);
@@ -93,7 +90,7 @@ pub fn parse(
     if qclass != CLASS_IN || (qtype != TYPE_A && qtype != TYPE_AAAA) {
         return Err(Counter::PassUnsupportedType);
     }
-    let name_sum = load_name(ctx, l4, scratch, name_len, table.seed)?;
+    let name_sum = load_name(ctx, l4, scratch, name_len, seed)?;
     Ok(Query {
         flags,
         name_len,

@@ -19,12 +19,15 @@ pub enum Family {
     V6,
 }
 
-/// Where the IP header starts, which IP it is, and whether the frame was sent to a group
+/// Where the IP header starts, which IP it is, and whether the frame was sent to or from a group
 /// (broadcast or multicast) MAC address.
 pub struct L2 {
     pub l3_offset: usize,
     pub family: Family,
     pub to_group: bool,
+    /// A group source address is never a real sender's: the answer would go to every host of the
+    /// segment.
+    pub from_group: bool,
 }
 
 /// The I/G bit of a MAC address (its first byte's lowest bit): set in broadcast and multicast
@@ -35,10 +38,11 @@ const MAC_GROUP_BIT: u8 = 0x01;
 pub fn parse(ctx: &XdpContext) -> Result<L2, Counter> {
     let eth: *mut EthHdr = ptr_at(ctx, 0).map_err(|_| Counter::PassNotIp)?;
     // SAFETY: bounds checked by ptr_at.
-    let (mut ether_type, to_group) = unsafe {
+    let (mut ether_type, to_group, from_group) = unsafe {
         (
             u16::from_be((*eth).ether_type),
             (*eth).dst_addr[0] & MAC_GROUP_BIT != 0,
+            (*eth).src_addr[0] & MAC_GROUP_BIT != 0,
         )
     };
     let mut l3_offset = EthHdr::LEN;
@@ -58,6 +62,7 @@ pub fn parse(ctx: &XdpContext) -> Result<L2, Counter> {
         l3_offset,
         family,
         to_group,
+        from_group,
     })
 }
 

@@ -2,7 +2,7 @@
 //! and turning it around for the answer. Whether it is addressed to this host is `host`'s.
 
 use aya_ebpf::programs::XdpContext;
-use hostport_dns_common::counters::Counter;
+use hostport_dns_common::{counters::Counter, dns::IPPROTO_UDP};
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
 use crate::{
@@ -10,7 +10,6 @@ use crate::{
     packet::{be16, len, ptr_at},
 };
 
-const IPPROTO_UDP: u8 = 17;
 /// IPv4 header length in 32-bit words without options.
 const IPV4_IHL_NO_OPTIONS: u8 = 5;
 /// More-fragments flag and fragment offset.

@@ -1,101 +1,175 @@
-//! Finds the question name in the name table's current generation: the entry itself, or (for a
-//! name that does not exist) the zone it would belong to. Every hit is confirmed word by word
-//! against the entry's stored name, so a hash collision can only cost a miss, never a wrong
-//! answer.
+//! Finds the question name in the generation's name index: its entry, or (for a name that does
+//! not exist) the zone it would belong to. Every hit is confirmed word by word against the
+//! entry's stored name, so a shared tag can only cost a pass, never a wrong answer
+//! (`hostport_dns_common::index` has the index's design).
 
 use hostport_dns_common::{
     counters::Counter,
-    generation::name_key,
+    entry::{Entry, NAME_FLAG_APEX, ZoneId},
     hash::front_bytes,
-    limits::{MAX_ZONE_LABELS, NAME_BUF_LEN, NAME_WORDS},
-    record::{NameEntry, ZoneId},
+    index::{BIG_REF, BUCKET_OVERFLOW, EntryRef, PASS_REF, candidates},
+    limits::{A_ADDR_LEN, AAAA_ADDR_LEN, INDEX_WAYS, MAX_ZONE_LABELS, NAME_BUF_LEN},
 };
 
 use crate::{
-    HPD_NAMES,
     dns::Query,
     packet::{bound, masked},
-    scratch::Scratch,
-    table::Table,
+    scratch::{ADDRESS_WORDS, Scratch},
+    table::Section,
 };
 
-/// What the table says about the question name.
+/// What the table says about the question name. The entry found (the name's, or its zone
+/// apex's) is in the scratch space: its head and its addresses.
 pub enum Found {
     /// The name exists (it may still lack the type asked for).
-    Name(&'static NameEntry),
+    Name,
     /// The name does not exist, but lies in this zone.
     NoSuchName(ZoneId),
 }
 
 #[inline(always)]
-pub fn find(query: &Query, scratch: &Scratch, table: Table) -> Result<Found, Counter> {
-    // One comparison site for both cases keeps the verifier's work linear.
-    let (entry, len, exact) = match lookup(scratch, query.name_len, table) {
-        Some(entry) => (entry, query.name_len, true),
-        None => apex_of_missing_name(query, scratch, table)?,
-    };
-    if !same_name(entry, scratch, len) {
-        // A hash collision with a name the question is not: userspace tells them apart.
-        return Err(Counter::PassCollision);
+pub fn find(query: &Query, scratch: &mut Scratch, table: &Section) -> Result<Found, Counter> {
+    match probe(table, scratch.suffix_hash(query.name_len))? {
+        Some(found) => {
+            confirm(table, found, scratch, query.name_len)?;
+            Ok(Found::Name)
+        }
+        None => apex_of_missing_name(query, scratch, table),
     }
-    Ok(if exact {
-        Found::Name(entry)
-    } else {
-        Found::NoSuchName(entry.zone_id)
-    })
 }
 
-/// The entry whose hash matches the question's suffix of wire length `len`, if any (not yet
-/// confirmed byte by byte).
+/// The entry reference of the first way, in the name's two candidate buckets, whose tag is the
+/// name's; `None` if no way has it. A miss in a bucket that could not take every name of its own
+/// is no proof of absence: passed.
 #[inline(always)]
-fn lookup(scratch: &Scratch, len: usize, table: Table) -> Option<&'static NameEntry> {
-    let entry = HPD_NAMES.get_ptr(name_key(scratch.suffix_hash(len), table.generation))?;
-    // SAFETY: the entry belongs to the generation this run reads, which the agent does not write
-    // or free until every run that may read it has ended.
-    Some(unsafe { &*entry })
+fn probe(table: &Section, hash: u64) -> Result<Option<EntryRef>, Counter> {
+    let (first, second, tag) = candidates(hash, table.buckets());
+    let a = table.bucket(first).ok_or(Counter::PassNoTable)?;
+    let b = table.bucket(second).ok_or(Counter::PassNoTable)?;
+    let mut w = 0;
+    while w < INDEX_WAYS {
+        if a.tags[w] == tag {
+            return Ok(Some(a.refs[w]));
+        }
+        w += 1;
+    }
+    let mut w = 0;
+    while w < INDEX_WAYS {
+        if b.tags[w] == tag {
+            return Ok(Some(b.refs[w]));
+        }
+        w += 1;
+    }
+    if (a.flags | b.flags) & BUCKET_OVERFLOW != 0 {
+        return Err(Counter::PassCollision);
+    }
+    Ok(None)
+}
+
+/// Whether the entry `found` refers to holds the question's suffix of `len` bytes (the whole
+/// name included); if it does, its head and addresses are copied into the scratch space.
+#[inline(always)]
+fn confirm(
+    table: &Section,
+    found: EntryRef,
+    scratch: &mut Scratch,
+    len: usize,
+) -> Result<(), Counter> {
+    if found == PASS_REF {
+        // The name exists with no entry of its own: userspace answers it.
+        return Err(Counter::PassLargeSet);
+    }
+    let same = if found & BIG_REF != 0 {
+        let entry = table
+            .big_entry(found & !BIG_REF)
+            .ok_or(Counter::PassNoTable)?;
+        take_if_same(entry, scratch, len)
+    } else {
+        let entry = table.name_entry(found).ok_or(Counter::PassNoTable)?;
+        take_if_same(entry, scratch, len)
+    };
+    if same {
+        Ok(())
+    } else {
+        // A tag shared with a name the question is not: userspace tells them apart.
+        Err(Counter::PassCollision)
+    }
+}
+
+/// If the entry holds the question's suffix of `len` bytes: copies its head and addresses into
+/// the scratch space, and says so.
+#[inline(always)]
+fn take_if_same<const P: usize>(entry: &Entry<P>, scratch: &mut Scratch, len: usize) -> bool {
+    if !same_name(entry, scratch, len) {
+        return false;
+    }
+    scratch.head = entry.head;
+    let used = entry.head.aaaa_count as usize * AAAA_ADDR_LEN
+        + entry.head.a_count as usize * A_ADDR_LEN;
+    let words = scratch.forget_word_count(used.div_ceil(8));
+    let from = entry.payload.as_ptr() as *const u64;
+    let mut w = 0;
+    while w < P / 8 && w < ADDRESS_WORDS {
+        if w >= words {
+            break;
+        }
+        // SAFETY: w < P / 8: a word of the payload, which is 8-byte aligned.
+        *masked_address(&mut scratch.addresses, w) = unsafe { from.add(w).read() };
+        w += 1;
+    }
+    true
+}
+
+/// `addresses[w]` for `w` below ADDRESS_WORDS (checked by the caller's loop).
+#[inline(always)]
+fn masked_address(addresses: &mut [u64; ADDRESS_WORDS], w: usize) -> &mut u64 {
+    // SAFETY: the caller's loop keeps w below ADDRESS_WORDS.
+    unsafe { addresses.get_unchecked_mut(w) }
 }
 
 /// Whether the entry's name equals the question's suffix of `len` bytes, compared a word at a
-/// time from the end (both are end-aligned). The loop's only exit is its forgotten bound.
+/// time from the end (both are end-aligned, the entry's at the end of its payload). The loop's
+/// only exit is its forgotten bound.
 #[inline(always)]
-fn same_name(entry: &NameEntry, scratch: &Scratch, len: usize) -> bool {
-    if entry.name_len as usize != len {
+fn same_name<const P: usize>(entry: &Entry<P>, scratch: &Scratch, len: usize) -> bool {
+    let words = P / 8;
+    if entry.head.name_len as usize != len || len > P {
         return false;
     }
-    let stored = entry.name.as_ptr() as *const u64;
-    // SAFETY: bounded below NAME_WORDS; NameEntry is 8-byte aligned.
-    let stored_word =
-        |j: usize| unsafe { stored.add(bound(NAME_WORDS - 1 - j, NAME_WORDS - 1)).read() };
+    let stored = entry.payload.as_ptr() as *const u64;
     let whole_words = scratch.forget_word_count(len / 8);
     let mut diff = 0u64;
     let mut j = 0;
-    while j < NAME_WORDS {
+    while j < words {
         if j >= whole_words {
             break;
         }
-        diff |= stored_word(j) ^ scratch.word_from_end(j);
+        // SAFETY: j < words: a word of the payload, which is 8-byte aligned.
+        diff |= unsafe { stored.add(words - 1 - j).read() } ^ scratch.word_from_end(j);
         j += 1;
     }
     let front_len = len % 8;
     if front_len != 0 {
-        diff |= front_bytes(
-            stored_word(whole_words) ^ scratch.word_from_end(whole_words),
-            front_len,
-        );
+        if whole_words >= words {
+            return false;
+        }
+        // SAFETY: whole_words < words, checked just now.
+        let front = unsafe { stored.add(words - 1 - whole_words).read() };
+        diff |= front_bytes(front ^ scratch.word_from_end(whole_words), front_len);
     }
     diff == 0
 }
 
-/// For a name not in the table: the entry of its zone apex and the apex's length. Suffixes are
-/// tried from the shortest up, only at label counts some apex of the generation has: the first
-/// in the table is the apex (zones do not nest). At most MAX_ZONE_LABELS lookups, one per
-/// distinct apex label count.
+/// For a name not in the table: its zone, found by its apex's entry. Suffixes are tried from the
+/// shortest up, only at label counts some apex of the generation has: the first in the table is
+/// the apex (zones do not nest, and every name of a zone is longer than its apex). At most
+/// MAX_ZONE_LABELS probes, one per distinct apex label count.
 #[inline(always)]
 fn apex_of_missing_name(
     query: &Query,
-    scratch: &Scratch,
-    table: Table,
-) -> Result<(&'static NameEntry, usize, bool), Counter> {
+    scratch: &mut Scratch,
+    table: &Section,
+) -> Result<Found, Counter> {
     let mut j = 1;
     while j <= MAX_ZONE_LABELS {
         // The whole name was looked up already.
@@ -103,7 +177,7 @@ fn apex_of_missing_name(
             break;
         }
         // No apex has j labels or more: the name is in no zone.
-        let wanted = table.apex_labels >> (j - 1);
+        let wanted = table.apex_labels() >> (j - 1);
         if wanted == 0 {
             break;
         }
@@ -113,8 +187,13 @@ fn apex_of_missing_name(
         }
         let offset = *masked(&scratch.label_offset, query.labels - j) as usize;
         let suffix_len = bound(query.name_len.wrapping_sub(offset), NAME_BUF_LEN - 1);
-        if let Some(entry) = lookup(scratch, suffix_len, table) {
-            return Ok((entry, suffix_len, false));
+        if let Some(found) = probe(table, scratch.suffix_hash(suffix_len))? {
+            confirm(table, found, scratch, suffix_len)?;
+            if scratch.head.flags & NAME_FLAG_APEX == 0 {
+                // Only a table the agent got wrong has a shorter name than its apex.
+                return Err(Counter::PassNoTable);
+            }
+            return Ok(Found::NoSuchName(u32::from(scratch.head.zone)));
         }
         j += 1;
     }

@@ -2,23 +2,30 @@
 //! name table, and passes every packet it does not clearly own up to the stack, where the agent's
 //! userspace server answers it.
 //!
-//! The packet path reads top to bottom: parse (eth → ip → udp), check who asks (this host, a
-//! plausible source, an allowed client), parse the query, look up, plan the answer, charge it to
-//! the client's rate, rewrite the packet into it. Every reason to pass or drop is a [`Counter`],
-//! turned into `XDP_PASS` or `XDP_DROP` in exactly one place.
+//! The packet path reads top to bottom: parse (eth → ip → udp), enter the table's read section,
+//! check who asks (this host, a plausible source, an allowed client), parse the query, look up,
+//! plan the answer, charge it to the client's rate, rewrite the packet into it. Every reason to
+//! pass or drop is a [`Counter`], turned into `XDP_PASS` or `XDP_DROP` in exactly one place.
 #![no_std]
 #![no_main]
+// The atomic intrinsics (see `atomic`): the BPF target has no atomic read-modify-write methods.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod answer;
+mod atomic;
 mod client;
 mod csum;
 mod dns;
 mod eth;
+#[cfg(feature = "testbed")]
+mod hold;
 mod host;
 mod ip;
 mod lookup;
 mod packet;
 mod rate;
+mod records;
 #[cfg(feature = "testbed")]
 mod reflect;
 mod rewrite;
@@ -31,40 +38,54 @@ mod udp;
 use aya_ebpf::{
     bindings::xdp_action,
     macros::{map, xdp},
-    maps::{Array, HashMap, LpmTrie, PerCpuArray},
+    maps::{Array, LpmTrie, PerCpuArray},
     programs::XdpContext,
 };
 use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
-    counters::{COUNTER_SLOTS, Counter, Verdict, ZONE_COUNTER_SLOTS},
-    generation::{GENERATIONS, Generation},
-    limits::{MAX_CLIENT_PREFIXES, NAMES_CAPACITY, RATE_BUCKETS, ZONES_CAPACITY},
+    counters::{ALL_COUNTER_SLOTS, Counter, Verdict, ZONE_COUNTER_SLOTS},
+    entry::{BigEntry, NameEntry, ZoneEntry},
+    generation::{Capacity, GENERATIONS, Generation, ReaderSlot},
+    host::HostSlot,
+    index::Bucket,
+    limits::{HOST_SLOTS, MAX_CLIENT_PREFIXES, RATE_BUCKETS},
     policy::{ClientPolicy, RateBucket},
-    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
 
-/// `BPF_F_NO_PREALLOC`: entries are allocated per update, so the map costs memory for the names
-/// it holds, not for its capacity. (Freed elements may be reused at once; that is harmless here
-/// because the agent only writes the generation no program run reads: see `table`.)
-const NO_PREALLOC: u32 = 1;
+/// `BPF_F_MMAPABLE`: the agent writes the table through a shared mapping, with plain stores.
+const MMAPABLE: u32 = 1 << 10;
 
-/// Which generation is active, and the hash seed (`hostport_dns_common::generation`).
-#[map]
-static HPD_GEN: Array<Generation> = Array::with_max_entries(1, 0);
+/// The table's sizes, as the object declares them. The agent sizes the table maps at load time
+/// (`--kernel-names`) and sets `HPD_CAPACITY` to match.
+const CAPACITY: Capacity = Capacity::DEFAULT;
 
+/// Which generation is active, the hash seed, the layout (`hostport_dns_common::generation`).
 #[map]
-static HPD_NAMES: HashMap<NameKey, NameEntry> =
-    HashMap::with_max_entries(GENERATIONS * NAMES_CAPACITY, NO_PREALLOC);
+static HPD_GEN: Array<Generation> = Array::with_max_entries(1, MMAPABLE);
 
-/// An array, so that its lookup is inlined by the verifier (no helper call).
+/// The name index, both generations. Arrays throughout: the verifier inlines their lookups.
 #[map]
-static HPD_ZONES: Array<ZoneEntry> = Array::with_max_entries(GENERATIONS * ZONES_CAPACITY, 0);
+static HPD_INDEX: Array<Bucket> = Array::with_max_entries(GENERATIONS * CAPACITY.buckets, MMAPABLE);
 
 #[map]
-static HPD_LOCAL: Array<LocalAddrs> = Array::with_max_entries(GENERATIONS, 0);
+static HPD_NAMES: Array<NameEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.names, MMAPABLE);
 
 #[map]
-static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+static HPD_BIG: Array<BigEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.big, MMAPABLE);
+
+#[map]
+static HPD_ZONES: Array<ZoneEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.zones, MMAPABLE);
+
+/// This host's addresses, both generations (`hostport_dns_common::host`).
+#[map]
+static HPD_HOST: Array<HostSlot> = Array::with_max_entries(GENERATIONS * HOST_SLOTS, MMAPABLE);
+
+/// Runs inside a read section, per CPU and generation (`table`).
+#[map]
+static HPD_READERS: PerCpuArray<ReaderSlot> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ALL_COUNTER_SLOTS, 0);
 
 #[map]
 static HPD_ZONE_ANSW: PerCpuArray<u64> = PerCpuArray::with_max_entries(ZONE_COUNTER_SLOTS, 0);
@@ -91,6 +112,15 @@ static HPD_POLICY: ClientPolicy = ClientPolicy::OPEN;
 #[unsafe(no_mangle)]
 static HPD_DNS_PORT: u16 = hostport_dns_common::limits::DEFAULT_DNS_PORT;
 
+/// The table maps' sizes per generation; the agent sets it at load time, with the maps.
+#[unsafe(no_mangle)]
+static HPD_CAPACITY: Capacity = CAPACITY;
+
+/// The test bed's build only: how long a run stays in its read section (see `hold`).
+#[cfg(feature = "testbed")]
+#[unsafe(no_mangle)]
+static HPD_HOLD: u32 = 0;
+
 #[xdp]
 pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {
     match try_hostport_dns_xdp(&ctx) {
@@ -114,22 +144,23 @@ pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {
 }
 
 /// Answers the packet in place and returns what kind of answer it got, or the reason to pass it.
+/// The table is read inside one read section (`table::Section`), left when it goes out of scope.
 #[inline(always)]
 fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     let l2 = eth::parse(ctx)?;
     let l3 = ip::parse(ctx, &l2)?;
     let l4 = udp::parse(ctx, &l3)?;
-    let table = table::current()?;
-    let host = host::ensure_addressed_to_this_host(ctx, &l3, table)?;
-    source::ensure_plausible(&l2, &l4, &host)?;
+    let table = table::Section::enter()?;
+    let host = host::ensure_addressed_to_this_host(ctx, &l3, &table)?;
+    source::ensure_plausible(&l2, &l4, &host, &table)?;
     let client = client::admit(&host)?;
     let scratch = scratch::get()?;
-    let query = dns::parse(ctx, &l4, scratch, table)?;
-    let found = lookup::find(&query, scratch, table)?;
-    let mut plan = answer::plan(&query, &found, scratch, table)?;
-    rate::limit(&client, &query, &mut plan, table)?;
+    let query = dns::parse(ctx, &l4, scratch, table.seed())?;
+    let found = lookup::find(&query, scratch, &table)?;
+    let mut plan = answer::plan(&query, &found, scratch, &table)?;
+    rate::limit(&client, &query, &mut plan, &table)?;
     rewrite::into_answer(ctx, &l3, &l4, &query, &plan, scratch)?;
-    stats::count_zone(plan.zone, query.qtype);
+    stats::count_zone(plan.counter_slot, query.qtype);
     Ok(plan.counter)
 }
 

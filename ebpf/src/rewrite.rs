@@ -4,31 +4,32 @@
 //! client gets its bytes back exactly (HAProxy compares them).
 
 use aya_ebpf::{
-    helpers::generated::{
-        bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_load_bytes, bpf_xdp_store_bytes,
-    },
+    helpers::generated::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
     programs::XdpContext,
 };
-use core::ffi::c_void;
+use core::intrinsics::unaligned_volatile_store;
 use hostport_dns_common::{
-    counters::Counter,
+    counters::{Counter, Event},
     csum::{at_offset, fold, sum16},
-    dns::{FLAG_TC, HEADER_LEN, OPT_RR_LEN, POINTER_MARK, TYPE_OPT, answer_flags},
+    dns::{FLAG_TC, HEADER_LEN, OPT_RR_LEN, POINTER_MARK, QTYPE_QCLASS_LEN, TYPE_OPT, answer_flags},
+    entry::ZoneEntry,
     limits::{
-        AAAA_RRS_CAPACITY, EDNS_PAYLOAD_SIZE, MAX_FRONT_LEN, MAX_SOA_PATCHES, MAX_SOA_RR_LEN,
+        EDNS_PAYLOAD_SIZE, FRONT_WORDS, MAX_FRONT_LEN, MAX_PACKET_OFFSET, MAX_SOA_PATCHES,
+        MAX_SOA_RR_LEN,
     },
-    record::ZoneEntry,
 };
 use network_types::udp::UdpHdr;
 
 use crate::{
     answer::Plan,
     csum,
-    dns::{QTYPE_QCLASS_LEN, Query},
+    dns::Query,
     eth,
     ip::{self, L3},
     packet::{bound, len, masked, ptr_at},
+    records,
     scratch::Scratch,
+    stats,
     udp::{self, L4},
 };
 
@@ -39,26 +40,22 @@ pub fn into_answer(
     l4: &L4,
     query: &Query,
     plan: &Plan,
-    scratch: &mut Scratch,
+    scratch: &Scratch,
 ) -> Result<(), Counter> {
     resize(
         ctx,
         l4.dns_offset + plan.dns_len,
         l4.dns_offset + query.question_end(),
-        scratch,
     )?;
     // Offsets from the start of the UDP header: the checksum adds each piece at its parity.
     let question_end = UdpHdr::LEN + query.question_end();
     let mut sum = at_offset(query.name_sum, UdpHdr::LEN + HEADER_LEN);
     sum += type_class_sum(ctx, l4, query)?;
     let mut at = question_end;
-    if let Some(records) = plan.records {
-        if records.len > AAAA_RRS_CAPACITY {
-            return Err(Counter::PassTooLarge);
-        }
-        copy_to_packet::<AAAA_RRS_CAPACITY>(ctx, l4.udp_offset + at, records.bytes, records.len)?;
-        sum += at_offset(records.sum, at);
-        at += records.len;
+    if let Some(found) = plan.records {
+        records::write(ctx, l4.udp_offset + at, &found, scratch)?;
+        sum += at_offset(found.sum, at);
+        at += found.len();
     }
     if let Some(zone) = plan.soa {
         let (len, soa_sum) = write_soa(ctx, l4.udp_offset, at, zone, query.name_len)?;
@@ -88,45 +85,81 @@ fn type_class_sum(ctx: &XdpContext, l4: &L4, query: &Query) -> Result<u64, Count
 }
 
 /// Grows or shrinks the packet to `new_len` bytes (dropping any link-layer padding too), keeping
-/// its first `keep` bytes (headers and question) in place.
+/// its first `keep` bytes (headers and question) where the answer needs them.
 ///
-/// Growing at the tail needs tailroom, which some drivers' buffers lack (veth hands XDP packets
-/// in buffers cut to size); every native driver leaves XDP_PACKET_HEADROOM at the head, so the
-/// packet then grows at the head instead, its front copied forward.
+/// An answer grows at the packet's head: every driver leaves `XDP_PACKET_HEADROOM` (256 bytes)
+/// there, where tailroom depends on the driver (veth cuts its buffers to the frame, so growing at
+/// the tail fails under load). The front is then moved forward with plain copies: one helper call
+/// in all. Only an answer that outgrows the headroom (large AAAA sets) tries the tail, counted as
+/// `Event::GrownAtTail`.
 #[inline(always)]
-fn resize(
-    ctx: &XdpContext,
-    new_len: usize,
-    keep: usize,
-    scratch: &mut Scratch,
-) -> Result<(), Counter> {
-    let delta = new_len as i32 - len(ctx) as i32;
-    if delta == 0 {
+fn resize(ctx: &XdpContext, new_len: usize, keep: usize) -> Result<(), Counter> {
+    let old_len = len(ctx);
+    if new_len == old_len {
         return Ok(());
     }
-    // SAFETY: the kernel checks the new size against the frame.
-    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } == 0 {
-        return Ok(());
+    if new_len < old_len {
+        // Shrinking needs no room.
+        let delta = new_len as i32 - old_len as i32;
+        // SAFETY: the kernel checks the new size against the frame.
+        return match unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } {
+            0 => Ok(()),
+            _ => Err(Counter::PassNoRoom),
+        };
     }
-    if delta < 0 || keep == 0 || keep > MAX_FRONT_LEN {
-        return Err(Counter::PassNoRoom);
-    }
-    let front = scratch.front.as_mut_ptr() as *mut c_void;
-    // SAFETY: keep <= MAX_FRONT_LEN bytes into the scratch buffer; the kernel checks the packet.
-    if unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, front, keep as u32) } != 0 {
+    let growth = new_len - old_len;
+    if growth >= MAX_PACKET_OFFSET || keep < 8 || keep > MAX_FRONT_LEN || keep > old_len {
         return Err(Counter::PassNoRoom);
     }
     // SAFETY: the kernel checks the headroom.
-    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -delta) } != 0 {
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -(growth as i32)) } == 0 {
+        return move_front(ctx, bound(growth, MAX_PACKET_OFFSET - 1), keep);
+    }
+    stats::count_event(Event::GrownAtTail);
+    // SAFETY: the kernel checks the tailroom.
+    match unsafe { bpf_xdp_adjust_tail(ctx.ctx, growth as i32) } {
+        0 => Ok(()),
+        _ => Err(Counter::PassNoRoom),
+    }
+}
+
+/// After the packet grew by `growth` bytes at its head: moves its first `keep` bytes (now at
+/// `growth`) back to the start, a word at a time. The copy runs forward and its destination is
+/// below its source, so it never reads a byte it wrote; the last word, which may overlap the one
+/// before it, is read first and written last.
+///
+/// Every offset goes through `bound` and every store is volatile: otherwise the compiler folds
+/// the offsets of the loads into those of the stores, or turns the loop into a `memmove`, and
+/// the verifier can no longer see each access checked.
+#[inline(always)]
+fn move_front(ctx: &XdpContext, growth: usize, keep: usize) -> Result<(), Counter> {
+    let keep = bound(keep, MAX_FRONT_LEN - 1);
+    if keep < 8 {
         return Err(Counter::PassNoRoom);
     }
-    // The packet is now [delta new bytes][old packet]: put the front back at the start. What
-    // follows it is overwritten by the answer.
-    // SAFETY: as for the load.
-    if unsafe { bpf_xdp_store_bytes(ctx.ctx, 0, front, keep as u32) } != 0 {
-        // Half rewritten: not a packet to pass up any more.
-        return Err(Counter::PassNoRoom);
+    let growth = bound(growth, MAX_PACKET_OFFSET - 1);
+    let tail = bound(keep - 8, MAX_FRONT_LEN - 1);
+    let last: *mut u64 = ptr_at(ctx, growth + tail)?;
+    // SAFETY: bounds checked by ptr_at; packet loads may be unaligned.
+    let last_word = unsafe { last.read_unaligned() };
+    let words = keep / 8;
+    let mut w = 0;
+    while w < FRONT_WORDS {
+        if w >= words {
+            break;
+        }
+        let at = bound(8 * w, MAX_FRONT_LEN - 1);
+        // The destination checked first: the source's check does not imply it to the verifier,
+        // though it does to the compiler, which would drop a check made second.
+        let to: *mut u64 = ptr_at(ctx, at)?;
+        let from: *mut u64 = ptr_at(ctx, growth + at)?;
+        // SAFETY: bounds checked by ptr_at; packet accesses may be unaligned.
+        unsafe { unaligned_volatile_store(to, from.read_unaligned()) };
+        w += 1;
     }
+    let end: *mut u64 = ptr_at(ctx, tail)?;
+    // SAFETY: bounds checked by ptr_at.
+    unsafe { unaligned_volatile_store(end, last_word) };
     Ok(())
 }
 
@@ -247,7 +280,7 @@ fn write_header(ctx: &XdpContext, at: usize, query: &Query, plan: &Plan) -> Resu
     let header: *mut [u8; HEADER_LEN] = ptr_at(ctx, at)?;
     let truncation = if plan.truncated { FLAG_TC } else { 0 };
     let flags = (answer_flags(query.flags, plan.rcode) | truncation).to_be_bytes();
-    let ancount = plan.records.map_or(0, |r| r.count).to_be_bytes();
+    let ancount = plan.records.map_or(0u16, |r| r.count as u16).to_be_bytes();
     let nscount: u16 = if plan.soa.is_some() { 1 } else { 0 };
     let arcount: u16 = if query.has_opt { 1 } else { 0 };
     // SAFETY: bounds checked by ptr_at.

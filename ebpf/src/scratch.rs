@@ -1,13 +1,15 @@
 //! Per-CPU scratch space: the question name is copied here, end-aligned in an 8-byte aligned
 //! buffer, to be lower-cased, hashed and compared a whole word at a time without touching the
-//! packet (the answer repeats the question exactly as received).
+//! packet (the answer repeats the question exactly as received); the entry a question hits is
+//! copied here too, so that planning and writing the answer do not depend on its size.
 
 use core::cell::Cell;
 
 use hostport_dns_common::{
     counters::Counter,
+    entry::EntryHead,
     hash::finish,
-    limits::{MAX_FRONT_LEN, MAX_LABELS, NAME_BUF_LEN, NAME_WORDS},
+    limits::{MAX_ADDRESS_BYTES, MAX_LABELS, NAME_BUF_LEN, NAME_WORDS},
 };
 
 use crate::{
@@ -17,6 +19,9 @@ use crate::{
 
 /// Words in the label-start bitmap: one bit per possible offset in a name.
 pub const LABEL_START_WORDS: usize = NAME_BUF_LEN / 64;
+
+/// Words holding the addresses of a hit (verifier: bounds the copy and the record loop).
+pub const ADDRESS_WORDS: usize = MAX_ADDRESS_BYTES / 8;
 
 #[repr(C, align(8))]
 pub struct Scratch {
@@ -31,8 +36,12 @@ pub struct Scratch {
     pub label_starts: [u64; LABEL_START_WORDS],
     /// See [`Scratch::forget`].
     pub forgotten: Cell<u64>,
-    /// The front of the frame (headers and question) while the packet grows at its head.
-    pub front: [u8; MAX_FRONT_LEN],
+    /// The head of the entry the question hit (or of its zone's apex, for a name that does not
+    /// exist).
+    pub head: EntryHead,
+    /// The hit's addresses, copied out of its entry (AAAA first, then A, as the entry holds
+    /// them): what follows works on one buffer, whichever size of entry the name has.
+    pub addresses: [u64; ADDRESS_WORDS],
 }
 
 // SAFETY: each CPU has its own copy, and XDP programs are not preempted: no two threads ever

@@ -15,7 +15,7 @@ use hickory_proto::{
 };
 use hostport_dns::{
     table::{RecordTable, Zone},
-    xdp::image::wire_name,
+    xdp::entries::wire_name,
 };
 
 use crate::{TempDir, clients::udp_exchange, netns::NetNs, packet::QueryBuilder};

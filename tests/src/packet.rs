@@ -164,57 +164,64 @@ pub struct Parsed {
 /// Parses a frame and verifies its IPv4 header checksum, lengths and UDP checksum; panics with
 /// the reason if anything is off.
 pub fn parse_checked(frame: &[u8]) -> Parsed {
-    let dst_mac: [u8; 6] = frame[0..6].try_into().expect("6 bytes");
-    let src_mac: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
-    let (vlan, mut at) = if u16::from_be_bytes([frame[12], frame[13]]) == 0x8100 {
-        (Some(u16::from_be_bytes([frame[14], frame[15]])), 16)
+    try_parse(frame).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// [`parse_checked`] that says what is off instead of panicking.
+pub fn try_parse(frame: &[u8]) -> Result<Parsed, String> {
+    let ensure = |ok: bool, what: &str| if ok { Ok(()) } else { Err(what.to_owned()) };
+    let field = |range: std::ops::Range<usize>| {
+        frame
+            .get(range)
+            .ok_or_else(|| "the frame is too short".to_owned())
+    };
+    let dst_mac: [u8; 6] = field(0..6)?.try_into().map_err(|_| "6 bytes")?;
+    let src_mac: [u8; 6] = field(6..12)?.try_into().map_err(|_| "6 bytes")?;
+    let tag = field(12..14)?;
+    let (vlan, mut at) = if u16::from_be_bytes([tag[0], tag[1]]) == 0x8100 {
+        let vlan = field(14..16)?;
+        (Some(u16::from_be_bytes([vlan[0], vlan[1]])), 16)
     } else {
         (None, 12)
     };
-    let ether_type = u16::from_be_bytes([frame[at], frame[at + 1]]);
+    let kind = field(at..at + 2)?;
+    let ether_type = u16::from_be_bytes([kind[0], kind[1]]);
     at += 2;
     let (src, dst, ttl, traffic_class, udp) = match ether_type {
         0x0800 => {
-            let h = &frame[at..at + 20];
-            assert_eq!(fold(sum_be(h)), 0xffff, "IPv4 header checksum");
+            let h = field(at..at + 20)?;
+            ensure(fold(sum_be(h)) == 0xffff, "IPv4 header checksum")?;
             let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-            assert_eq!(
-                at + total,
-                frame.len(),
-                "IPv4 total length matches the frame"
-            );
+            ensure(at + total == frame.len(), "IPv4 total length matches the frame")?;
             let src = IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15]));
             let dst = IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19]));
             (src, dst, h[8], h[1], &frame[at + 20..])
         }
         0x86dd => {
-            let h = &frame[at..at + 40];
+            let h = field(at..at + 40)?;
             let payload = u16::from_be_bytes([h[4], h[5]]) as usize;
-            assert_eq!(
-                at + 40 + payload,
-                frame.len(),
-                "IPv6 payload length matches the frame"
-            );
-            let src = IpAddr::V6(Ipv6Addr::from(
-                <[u8; 16]>::try_from(&h[8..24]).expect("16 bytes"),
-            ));
-            let dst = IpAddr::V6(Ipv6Addr::from(
-                <[u8; 16]>::try_from(&h[24..40]).expect("16 bytes"),
-            ));
+            ensure(
+                at + 40 + payload == frame.len(),
+                "IPv6 payload length matches the frame",
+            )?;
+            let address = |r: std::ops::Range<usize>| {
+                <[u8; 16]>::try_from(&h[r]).map(Ipv6Addr::from).map_err(|_| "16 bytes".to_owned())
+            };
+            let (src, dst) = (IpAddr::V6(address(8..24)?), IpAddr::V6(address(24..40)?));
             (src, dst, h[7], (h[0] << 4) | (h[1] >> 4), &frame[at + 40..])
         }
-        other => panic!("unexpected EtherType {other:#x}"),
+        other => return Err(format!("unexpected EtherType {other:#x}")),
     };
+    ensure(udp.len() >= 8, "a UDP header")?;
     let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
-    assert_eq!(udp_len, udp.len(), "UDP length matches the IP payload");
+    ensure(udp_len == udp.len(), "UDP length matches the IP payload")?;
     let check = u16::from_be_bytes([udp[6], udp[7]]);
-    assert_ne!(check, 0, "UDP checksum present");
-    assert_eq!(
-        fold(pseudo_sum(src, dst, udp.len()) + sum_be(udp)),
-        0xffff,
-        "UDP checksum verifies"
-    );
-    Parsed {
+    ensure(check != 0, "UDP checksum present")?;
+    ensure(
+        fold(pseudo_sum(src, dst, udp.len()) + sum_be(udp)) == 0xffff,
+        "UDP checksum verifies",
+    )?;
+    Ok(Parsed {
         dst_mac,
         src_mac,
         vlan,
@@ -225,7 +232,7 @@ pub fn parse_checked(frame: &[u8]) -> Parsed {
         src_port: u16::from_be_bytes([udp[0], udp[1]]),
         dst_port: u16::from_be_bytes([udp[2], udp[3]]),
         dns: udp[8..].to_vec(),
-    }
+    })
 }
 
 /// A DNS query message in wire form.

@@ -13,13 +13,14 @@ use hostport_dns::{
     sources::file,
     table::RecordTable,
     xdp::{
+        EbpfLogLevel,
         counters::Counters,
-        loader,
-        local_addrs::compile,
-        writer::{Capacity, MapWriter},
+        hostset::HostAddresses,
+        loader::{self, Settings},
+        writer::MapWriter,
     },
 };
-use hostport_dns_common::maps;
+use hostport_dns_common::{generation::Capacity, maps};
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
@@ -30,8 +31,8 @@ pub struct Program {
     pub table: RecordTable,
     pub counters: Counters,
     pub writer: MapWriter,
-    /// Kernel id of the name map (to open it beside the writer).
-    pub names_map_id: u32,
+    /// Kernel ids of the table maps (to open them beside the writer), by name.
+    pub map_ids: Vec<(&'static str, u32)>,
 }
 
 impl Program {
@@ -41,7 +42,7 @@ impl Program {
         let snapshot = file::parse(records_yaml, "test zones".as_ref()).expect("valid zones");
         let (table, warnings) = RecordTable::compile(&snapshot.zones, snapshot.records());
         assert!(warnings.is_empty(), "{warnings:?}");
-        Self::load_table(table, local, Capacity::default())
+        Self::load_table(table, local, Capacity::DEFAULT)
     }
 
     /// Loads the program with the client policy of `clients`, and the zones of `records_yaml`.
@@ -51,7 +52,7 @@ impl Program {
         assert!(warnings.is_empty(), "{warnings:?}");
         let ebpf = loader::load_with_policy(1053, &ClientPolicyTable::new(clients))
             .expect("load the XDP program");
-        let mut program = Self::from_ebpf(ebpf, local, Capacity::default());
+        let mut program = Self::from_ebpf(ebpf, local, Capacity::DEFAULT);
         program.writer.write_table(&table).expect("write the table");
         program.table = table;
         program
@@ -67,27 +68,57 @@ impl Program {
 
     /// Loads the program with no table written yet (only the local addresses handed over).
     pub fn unwritten(local: &[IpAddr], capacity: Capacity) -> Self {
-        let ebpf = loader::load(1053).expect("load the XDP program");
+        Self::from_object(hostport_dns::EBPF_OBJECT, local, capacity)
+    }
+
+    /// Loads `object` (the agent's, or the test bed's) with a table of `capacity`, nothing
+    /// written yet but the local addresses.
+    pub fn from_object(object: &[u8], local: &[IpAddr], capacity: Capacity) -> Self {
+        let clients = ClientPolicyTable::default();
+        let settings = Settings {
+            port: 1053,
+            pins: None,
+            log: EbpfLogLevel::Off,
+            clients: &clients,
+            capacity,
+        };
+        let ebpf = loader::load_object(object, &settings).expect("load the XDP program");
         Self::from_ebpf(ebpf, local, capacity)
     }
 
     fn from_ebpf(mut ebpf: Ebpf, local: &[IpAddr], capacity: Capacity) -> Self {
-        let names_map_id = match ebpf.map(maps::NAMES).expect("the name map") {
-            Map::HashMap(data) => data.info().expect("the name map's info").id(),
-            _ => panic!("the name map is a hash map"),
-        };
-        let mut writer = MapWriter::with_capacity(&mut ebpf, capacity).expect("the maps");
+        let map_ids = maps::pinned_maps(&capacity)
+            .iter()
+            .filter_map(|(name, _, _)| {
+                let info = match ebpf.map(name)? {
+                    Map::Array(data) | Map::PerCpuArray(data) => data.info().ok()?,
+                    _ => return None,
+                };
+                Some((*name, info.id()))
+            })
+            .collect();
+        let mut writer = MapWriter::new(&mut ebpf, capacity).expect("the maps");
         writer
-            .write_local(compile(&local.iter().copied().collect()))
+            .write_host(HostAddresses::answering(local.iter().copied()))
             .expect("the local addresses");
-        let counters = Counters::new(&mut ebpf).expect("the counters");
+        let counters =
+            Counters::new(&mut ebpf, writer.zone_counters().names()).expect("the counters");
         Self {
             ebpf,
             table: RecordTable::compile(&[], []).0,
             counters,
             writer,
-            names_map_id,
+            map_ids,
         }
+    }
+
+    /// The kernel id of the table map `name`.
+    pub fn map_id(&self, name: &str) -> u32 {
+        self.map_ids
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, id)| *id)
+            .expect("a table map")
     }
 
     /// The measurement's own floor, from a program that only returns XDP_PASS: the median time

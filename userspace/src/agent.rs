@@ -5,7 +5,7 @@
 //! is detached when the agent stops (dropping the dataplane closes its links).
 //!
 //! Sources send complete snapshots to the publisher (see `publisher`), the only task that
-//! compiles the table and the only writer of the kernel maps.
+//! compiles the table; one thread (`xdp::writer_thread`) writes the kernel maps.
 
 use std::{
     net::SocketAddr,
@@ -28,7 +28,7 @@ use crate::{
     health::Health,
     http,
     metrics::Metrics,
-    publisher::{CONFIG_SOURCE, FILE_SOURCE, Publisher, Update},
+    publisher::{AfterFirstWrite, CONFIG_SOURCE, FILE_SOURCE, Publisher, Update, kernel_report},
     server::{Shared, gate::Gate, identity::Identity, tcp, udp},
     sources::{
         Snapshot,
@@ -42,8 +42,10 @@ use crate::{
         counters::Counters,
         local_addrs::{AnswerOn, LocalAddrs},
         writer::MapWriter,
+        writer_thread::WriterThread,
     },
 };
+use hostport_dns_common::generation::Capacity;
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -115,6 +117,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // From here on a stop signal must detach what gets attached, so the handlers go in first.
     let stop = StopSignals::install()?;
+    let capacity = Capacity::for_names(args.kernel_names);
     let mut dataplane = match (args.xdp_mode, args.interfaces.is_empty()) {
         (XdpMode::Off, _) | (_, true) => None,
         _ => Some(Dataplane::load(
@@ -124,31 +127,78 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.pin_dir.as_deref(),
             args.ebpf_log_level,
             &client_policy,
+            capacity,
         )?),
     };
     let (writer, counters) = match dataplane.as_mut() {
-        Some(dp) => (
-            Some(Arc::new(Mutex::new(MapWriter::new(&mut dp.ebpf)?))),
-            Some(Counters::new(&mut dp.ebpf)?),
-        ),
+        Some(dp) => {
+            let writer = MapWriter::new(&mut dp.ebpf, dp.capacity)?;
+            let counters = Counters::new(&mut dp.ebpf, writer.zone_counters().names())?;
+            (Some(writer), Some(counters))
+        }
         None => (None, None),
     };
-    if let Some(writer) = &writer {
-        // Before the first table: it carries the node's addresses.
-        let mut local_addrs = LocalAddrs::new(writer.clone(), AnswerOn::parse(&args.answer_on));
-        local_addrs
-            .sync()
-            .context("cannot list the node's addresses")?;
-        tokio::spawn(local_addrs.follow());
-    }
+    // A previous agent's pinned table answers until this one's first switch.
+    let kernel_table_active = writer.as_ref().is_some_and(|w| w.active().is_some());
     tokio::spawn(reload_cookie_secrets(shared.clone()));
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
     ));
     let (metrics, registry) = Metrics::register(shared.clone(), counters, health.clone());
+    metrics.xdp_table_capacity.set(i64::from(capacity.names));
+    let after_first_write = AfterFirstWrite::default();
+    let kernel = writer.map(|writer| {
+        Arc::new(WriterThread::spawn(
+            writer,
+            kernel_report(
+                shared.clone(),
+                metrics.clone(),
+                health.clone(),
+                after_first_write.clone(),
+            ),
+        ))
+    });
+    if let Some(kernel) = &kernel {
+        // Before the first table: it carries the node's addresses.
+        let mut local_addrs = LocalAddrs::new(kernel.clone(), AnswerOn::parse(&args.answer_on));
+        local_addrs
+            .sync()
+            .context("cannot list the node's addresses")?;
+        tokio::spawn(local_addrs.follow());
+    }
+
+    // Attached once the kernel table is complete: until then a previous agent's pinned program
+    // answers from its own complete table (an upgrade that changed the map layout), or nothing
+    // does. With a source that delivers later (Kubernetes), that is after its first full list.
+    let (attach_failed_tx, mut attach_failed) = oneshot::channel::<XdpError>();
+    if let Some(dp) = dataplane.as_mut() {
+        health.xdp_expected(&dp.interfaces);
+        if kernel_table_active {
+            dp.attach()?;
+            note_attachments(dp, &health);
+        } else {
+            info!("XDP is attached once the first complete table is written");
+        }
+    }
+    let dataplane = Arc::new(Mutex::new(dataplane));
+    if !kernel_table_active {
+        let dataplane = dataplane.clone();
+        let health = health.clone();
+        *after_first_write.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move || {
+            let mut dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(dp) = dataplane.as_mut() {
+                match dp.attach() {
+                    Ok(()) => note_attachments(dp, &health),
+                    Err(err) => {
+                        let _ = attach_failed_tx.send(err);
+                    }
+                }
+            }
+        }));
+    }
     let mut publisher = Publisher::new(
         shared.clone(),
-        writer,
+        kernel,
         metrics.clone(),
         health.clone(),
         sources.expected(),
@@ -182,36 +232,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             complete: true,
             revision: None,
         });
-    }
-
-    // Attached once the kernel table is complete: until then a previous agent's pinned program
-    // answers from its own complete table (an upgrade that changed the map layout), or nothing
-    // does. With a source that delivers later (Kubernetes), that is after its first full list.
-    let (attach_failed_tx, mut attach_failed) = oneshot::channel::<XdpError>();
-    if let Some(dp) = dataplane.as_mut() {
-        health.xdp_expected(&dp.interfaces);
-        if publisher.kernel_table_active() {
-            dp.attach()?;
-            note_attachments(dp, &health);
-        } else {
-            info!("XDP is attached once the first complete table is written");
-        }
-    }
-    let dataplane = Arc::new(Mutex::new(dataplane));
-    if !publisher.kernel_table_active() {
-        let dataplane = dataplane.clone();
-        let health = health.clone();
-        publisher.after_first_write(Box::new(move || {
-            let mut dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(dp) = dataplane.as_mut() {
-                match dp.attach() {
-                    Ok(()) => note_attachments(dp, &health),
-                    Err(err) => {
-                        let _ = attach_failed_tx.send(err);
-                    }
-                }
-            }
-        }));
     }
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
@@ -275,7 +295,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(err) = &mut attach_failed => return Err(err.into()),
     }
     let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
-    match dataplane.as_ref().and_then(|d| d.pin_dir.as_ref()) {
+    match dataplane.as_ref().and_then(|d| d.pin_dir()) {
         Some(dir) => info!(
             pin_dir = %dir.display(),
             "stopping; the XDP program stays attached and keeps answering (pinned): `hostport-dns uninstall` removes it"

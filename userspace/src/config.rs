@@ -127,6 +127,11 @@ pub struct RunArgs {
     /// the last table. Without it, stopping the agent detaches the program.
     #[arg(long, value_name = "DIR", env = "HOSTPORT_DNS_PIN_DIR")]
     pub pin_dir: Option<PathBuf>,
+    /// Names the kernel table holds (per generation; its memory is fixed at start: about 400
+    /// bytes a name for both generations, see the README). Zones that do not fit are answered by
+    /// userspace.
+    #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::NAMES_CAPACITY, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
+    pub kernel_names: u32,
     /// Logs from the XDP program itself (off: every logged packet costs time).
     #[arg(long, value_enum, default_value = "off")]
     pub ebpf_log_level: crate::xdp::EbpfLogLevel,

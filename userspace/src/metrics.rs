@@ -421,12 +421,12 @@ impl Collector for LiveCollector {
 
 impl LiveCollector {
     /// Requests by path, transport, zone and type: those answered, by the zone of the question
-    /// (the XDP program counts its answers per zone id), and those dropped by the client
-    /// policy (`zone="dropped"`, `type="none"`).
+    /// (the XDP program counts its answers per zone counter slot), and those dropped by the
+    /// client policy (`zone="dropped"`, `type="none"`).
     fn encode_requests(
         &self,
         xdp: Option<&[(XdpCounter, u64)]>,
-        xdp_zones: &[(u32, bool, u64)],
+        xdp_zones: &[(String, bool, u64)],
         encoder: &mut DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
         let mut requests = encoder.encode_descriptor(
@@ -472,12 +472,12 @@ impl LiveCollector {
         let Some(counters) = xdp else {
             return Ok(());
         };
-        // Answers (slips included) by zone; a zone id the table no longer has counts as
-        // other_zones.
+        // Answers (slips included) by zone: the program counts them in the slot the writer gave
+        // the zone, which follows the zone whatever its id.
         let mut by_zone: std::collections::BTreeMap<(String, &str), u64> = Default::default();
-        for (id, aaaa, count) in xdp_zones {
+        for (apex, aaaa, count) in xdp_zones {
             let qtype = if *aaaa { "AAAA" } else { "A" };
-            *by_zone.entry((zone_name(*id), qtype)).or_default() += count;
+            *by_zone.entry((apex.clone(), qtype)).or_default() += count;
         }
         let dropped: u64 = counters
             .iter()

@@ -9,21 +9,17 @@ use std::{
 };
 
 use anyhow::Context;
-use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray};
+use aya::maps::{Map, MapData, PerCpuArray};
 use hickory_proto::{
     op::{Message, Query},
     rr::{Name, RecordType},
 };
 use hostport_dns_common::{
     counters::{COUNTER_SLOTS, Counter, Verdict},
-    generation::{Generation, generation_of_key, zone_slot},
-    limits::{A_RR_LEN, AAAA_RR_LEN, NAME_BUF_LEN, ZONES_CAPACITY},
     maps,
-    record::{
-        NAME_FLAG_APEX, NAME_FLAG_COLLISION, NAME_FLAG_LARGE_SET, NameEntry, NameKey, ZoneEntry,
-        ZoneId,
-    },
 };
+
+use crate::xdp::pinned_table::PinnedTable;
 use serde::Serialize;
 
 /// Where the chart (and `--pin-dir` users by convention) pin the program's maps and links.
@@ -38,12 +34,10 @@ pub struct NameRow {
     pub a: Vec<Ipv4Addr>,
     pub aaaa: Vec<Ipv6Addr>,
     pub apex: bool,
-    /// Answered by userspace (large set or hash collision).
-    pub userspace: bool,
 }
 
 fn open_map(pin_dir: &Path, name: &str) -> anyhow::Result<MapData> {
-    let path = crate::xdp::loader::map_pin(pin_dir, name);
+    let path = crate::xdp::pins::map_pin(pin_dir, name);
     MapData::from_pin(&path).with_context(|| {
         format!(
             "cannot open {}: is an agent running with --pin-dir {}?",
@@ -53,59 +47,24 @@ fn open_map(pin_dir: &Path, name: &str) -> anyhow::Result<MapData> {
     })
 }
 
-/// The generation the kernel answers from now, if one is active.
-fn active_generation(pin_dir: &Path) -> anyhow::Result<Option<u32>> {
-    let state: Array<MapData, Generation> =
-        Array::try_from(Map::Array(open_map(pin_dir, maps::GENERATION)?))?;
-    Ok(state.get(&0, 0)?.active_generation())
-}
-
-/// The names the kernel answers for now (its active generation), sorted.
-pub fn read_records(pin_dir: &Path) -> anyhow::Result<Vec<NameRow>> {
-    let names: BpfHashMap<MapData, NameKey, NameEntry> =
-        BpfHashMap::try_from(Map::HashMap(open_map(pin_dir, maps::NAMES)?))?;
-    let Some(generation) = active_generation(pin_dir)? else {
-        return Ok(Vec::new());
-    };
-    let mut rows = Vec::new();
-    for key in names.keys() {
-        let key = key?;
-        if generation_of_key(key) != generation {
-            continue;
-        }
-        let Ok(entry) = names.get(&key, 0) else {
-            continue;
-        };
-        rows.push(decode(&entry));
-    }
+/// The names the kernel answers for now (its active generation), sorted, and how many more it
+/// passes to userspace without an entry of their own.
+pub fn read_records(pin_dir: &Path) -> anyhow::Result<(Vec<NameRow>, usize)> {
+    let table = PinnedTable::open(pin_dir)?;
+    let (names, passed) = table.names();
+    let mut rows: Vec<NameRow> = names
+        .into_iter()
+        .map(|row| NameRow {
+            name: dotted(&row.wire),
+            zone_id: row.zone_id,
+            ttl: (!row.a.is_empty() || !row.aaaa.is_empty()).then_some(row.ttl),
+            a: row.a,
+            aaaa: row.aaaa,
+            apex: row.apex,
+        })
+        .collect();
     rows.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(rows)
-}
-
-fn decode(entry: &NameEntry) -> NameRow {
-    let len = (entry.name_len as usize).min(NAME_BUF_LEN);
-    let wire = &entry.name[NAME_BUF_LEN - len..];
-    let a_rrs = &entry.a_rrs[..(entry.a_len as usize).min(entry.a_rrs.len())];
-    let aaaa_rrs = &entry.aaaa_rrs[..(entry.aaaa_len as usize).min(entry.aaaa_rrs.len())];
-    let ttl = a_rrs
-        .get(6..10)
-        .or_else(|| aaaa_rrs.get(6..10))
-        .map(|t| u32::from_be_bytes([t[0], t[1], t[2], t[3]]));
-    NameRow {
-        name: dotted(wire),
-        zone_id: entry.zone_id,
-        ttl,
-        a: a_rrs
-            .chunks_exact(A_RR_LEN)
-            .map(|rr| Ipv4Addr::new(rr[12], rr[13], rr[14], rr[15]))
-            .collect(),
-        aaaa: aaaa_rrs
-            .chunks_exact(AAAA_RR_LEN)
-            .filter_map(|rr| <[u8; 16]>::try_from(&rr[12..28]).ok().map(Ipv6Addr::from))
-            .collect(),
-        apex: entry.flags & NAME_FLAG_APEX != 0,
-        userspace: entry.flags & (NAME_FLAG_COLLISION | NAME_FLAG_LARGE_SET) != 0,
-    }
+    Ok((rows, passed))
 }
 
 /// A wire-format name as text.
@@ -125,19 +84,8 @@ fn dotted(wire: &[u8]) -> String {
 }
 
 /// Zone ids the kernel table's active generation holds.
-pub fn read_zone_ids(pin_dir: &Path) -> anyhow::Result<Vec<ZoneId>> {
-    let zones: Array<MapData, ZoneEntry> =
-        Array::try_from(Map::Array(open_map(pin_dir, maps::ZONES)?))?;
-    let Some(generation) = active_generation(pin_dir)? else {
-        return Ok(Vec::new());
-    };
-    let mut ids = Vec::new();
-    for id in 0..ZONES_CAPACITY {
-        if zones.get(&zone_slot(generation, id), 0)?.apex_len != 0 {
-            ids.push(id);
-        }
-    }
-    Ok(ids)
+pub fn read_zone_ids(pin_dir: &Path) -> anyhow::Result<Vec<u32>> {
+    Ok(PinnedTable::open(pin_dir)?.zone_ids())
 }
 
 /// Every XDP counter, summed over CPUs.
@@ -156,7 +104,7 @@ pub fn read_counters(pin_dir: &Path) -> anyhow::Result<Vec<(Counter, u64)>> {
 
 /// `hostport-dns records`
 pub fn records(pin_dir: &Path, json: bool) -> anyhow::Result<()> {
-    let rows = read_records(pin_dir)?;
+    let (rows, passed) = read_records(pin_dir)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
@@ -166,12 +114,7 @@ pub fn records(pin_dir: &Path, json: bool) -> anyhow::Result<()> {
         "NAME", "TTL", "A", "AAAA"
     );
     for row in &rows {
-        let flags = [(row.apex, "apex"), (row.userspace, "userspace")]
-            .iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, f)| *f)
-            .collect::<Vec<_>>()
-            .join(",");
+        let flags = if row.apex { "apex" } else { "" };
         let list = |v: Vec<String>| {
             if v.is_empty() {
                 "-".to_owned()
@@ -185,11 +128,11 @@ pub fn records(pin_dir: &Path, json: bool) -> anyhow::Result<()> {
             row.ttl.map_or("-".into(), |t| t.to_string()),
             list(row.a.iter().map(ToString::to_string).collect()),
             list(row.aaaa.iter().map(ToString::to_string).collect()),
-            if flags.is_empty() { "-" } else { &flags }
+            if flags.is_empty() { "-" } else { flags }
         );
     }
     println!(
-        "{} names in {} zones",
+        "{} names in {} zones; {passed} more answered by userspace (larger record sets)",
         rows.len(),
         read_zone_ids(pin_dir)?.len()
     );

@@ -1,5 +1,7 @@
 //! The publisher: the one task that turns the sources' snapshots into the table both answer
-//! paths read, and the only writer of the kernel maps.
+//! paths read. With XDP it posts each table to the kernel table's writer thread
+//! (`xdp::writer_thread`) and goes on; the thread switches the kernel table, then the server's,
+//! and reports ([`kernel_report`]). Without XDP it switches the server's table itself.
 //!
 //! Sources send complete snapshots, so nothing a source forgot can linger. The publisher finds
 //! what changed by comparing record groups by identity (a source keeps the allocation of every
@@ -12,6 +14,8 @@ use std::{
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
+use hickory_proto::rr::LowerName;
+
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
@@ -23,8 +27,8 @@ use crate::{
     serials::Serials,
     server::Shared,
     sources::Snapshot,
-    table::{CompileWarning, ReverseConfig, TableBuilder},
-    xdp::writer::MapWriter,
+    table::{CompileWarning, RecordTable, ReverseConfig, TableBuilder},
+    xdp::writer_thread::{Outcome, TableChange, WriterThread},
     zone::ZoneSpec,
 };
 
@@ -51,8 +55,8 @@ pub struct Update {
 /// the server and writes it into the kernel maps.
 pub struct Publisher {
     shared: Arc<Shared>,
-    /// Shared with the local-address follower, the other one who asks for generations.
-    writer: Option<Arc<Mutex<MapWriter>>>,
+    /// The kernel table's writer (shared with the local-address follower), with XDP.
+    kernel: Option<Arc<WriterThread>>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     /// Sources that must all deliver once before anything is served.
@@ -60,8 +64,6 @@ pub struct Publisher {
     snapshots: BTreeMap<&'static str, Snapshot>,
     /// The compiler holding the current table, once every source has delivered.
     builder: Option<TableBuilder>,
-    /// Run once, after the first table is in the kernel (the agent attaches XDP there).
-    after_first_write: Option<Box<dyn FnOnce() + Send>>,
     /// What the table lacks now, by the group (see [`group_identity`]) that brought it.
     dropped: FxHashMap<usize, Vec<CompileWarning>>,
     /// The reverse zones the table serves.
@@ -76,13 +78,13 @@ enum Compiled {
     /// Everything (the first table, or the zones changed).
     Whole,
     /// These names only.
-    Names(Vec<hickory_proto::rr::LowerName>),
+    Names(Vec<LowerName>),
 }
 
 impl Publisher {
     pub fn new(
         shared: Arc<Shared>,
-        writer: Option<Arc<Mutex<MapWriter>>>,
+        kernel: Option<Arc<WriterThread>>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
         expected: Vec<&'static str>,
@@ -92,13 +94,12 @@ impl Publisher {
         }
         Self {
             shared,
-            writer,
+            kernel,
             metrics,
             health,
             expected,
             snapshots: BTreeMap::new(),
             builder: None,
-            after_first_write: None,
             dropped: FxHashMap::default(),
             reverse: Arc::default(),
             serials: Serials::new(None),
@@ -121,26 +122,9 @@ impl Publisher {
         self.serials.follow_revisions();
     }
 
-    /// Whether the kernel answers from a complete table (written by this agent, or adopted from
-    /// a previous one's pinned maps).
-    pub fn kernel_table_active(&self) -> bool {
-        self.writer.as_ref().is_some_and(|writer| {
-            writer
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .active()
-                .is_some()
-        })
-    }
-
     /// The reverse zones to serve (default: derived from the served addresses).
     pub fn serve_reverse(&mut self, reverse: ReverseConfig) {
         self.reverse = Arc::new(reverse);
-    }
-
-    /// Runs `then` once, after the next successful write of the kernel table.
-    pub fn after_first_write(&mut self, then: Box<dyn FnOnce() + Send>) {
-        self.after_first_write = Some(then);
     }
 
     pub fn publish(&mut self, update: Update) {
@@ -197,94 +181,26 @@ impl Publisher {
         builder.set_reverse_serial(serials.reverse_serial());
         serials.save();
         let table = builder.table().clone();
-        let compile_time = started.elapsed();
-        self.shared.publish(table.clone());
-        let names = table.nodes().len();
-        let records = table.record_count();
-        if let Some(writer) = self.writer.as_ref() {
-            // A switch waits for the program's running invocations: not on an async worker's
-            // time.
-            let (written, capacity) = tokio::task::block_in_place(|| {
-                let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
-                let written = match &compiled {
-                    Compiled::Whole => writer.write_table(&table),
-                    Compiled::Names(names) => writer.write_names(&table, names),
-                };
-                (written, writer.capacity())
-            });
-            self.metrics.xdp_table_capacity.set(capacity.names as i64);
-            match written {
-                Ok(stats) => {
-                    if let Some(then) = self.after_first_write.take() {
-                        then();
-                    }
-                    self.metrics.xdp_generations.inc();
-                    self.metrics.xdp_table_names.set(stats.names_held as i64);
-                    self.metrics
-                        .xdp_names_in_userspace
-                        .set(stats.names_left_out as i64);
-                    self.metrics.xdp_collisions.set(stats.collisions as i64);
-                    if stats.collisions > 0 {
-                        warn!(
-                            collisions = stats.collisions,
-                            "name hash collisions: those names are answered by userspace"
-                        );
-                    }
-                    if stats.names_left_out > 0 {
-                        warn!(
-                            names = stats.names_left_out,
-                            capacity = capacity.names,
-                            "the kernel table is full: the zones that do not fit are answered by userspace"
-                        );
-                    }
-                    let write_ms = (started.elapsed() - compile_time).as_secs_f64() * 1e3;
-                    let compile_ms = compile_time.as_secs_f64() * 1e3;
-                    if unchanged {
-                        debug!(
-                            names,
-                            records,
-                            source = update.source,
-                            compile_ms,
-                            write_ms,
-                            "table published, nothing changed"
-                        );
-                    } else {
-                        info!(
-                            names,
-                            records,
-                            ?stats,
-                            source = update.source,
-                            compile_ms,
-                            write_ms,
-                            "table published"
-                        );
-                    }
-                }
-                Err(err) => {
-                    self.metrics.xdp_write_errors.inc();
-                    error!(
-                        %err,
-                        "writing the kernel table failed; its previous complete generation keeps answering"
-                    )
-                }
-            }
-        } else if unchanged {
-            debug!(
-                names,
-                records,
-                source = update.source,
-                "table published, nothing changed"
-            );
+        let compile_ms = started.elapsed().as_secs_f64() * 1e3;
+        let (names, records) = (table.nodes().len(), table.record_count());
+        if unchanged {
+            debug!(names, records, source = update.source, compile_ms, "table compiled, nothing changed");
         } else {
-            info!(names, records, source = update.source, "table published");
+            info!(names, records, source = update.source, compile_ms, "table compiled");
         }
-        self.metrics.table_names.set(names as i64);
-        self.metrics.table_records.set(records as i64);
-        self.metrics.table_updates.inc();
-        self.metrics
-            .propagation
-            .observe(update.observed.elapsed().as_secs_f64());
-        self.health.table_published();
+        match &self.kernel {
+            // The writer thread switches the kernel's table, then the server's, and reports.
+            Some(kernel) => {
+                let change = match compiled {
+                    Compiled::Whole => TableChange::Whole,
+                    Compiled::Names(names) => TableChange::Names(names),
+                };
+                kernel.post_table(table, change, update.observed);
+            }
+            None => {
+                switched(&self.shared, &self.metrics, &self.health, table, Some(update.observed))
+            }
+        }
     }
 
     /// Brings the table in line with the snapshots, `source`'s having replaced `previous`.
@@ -373,6 +289,78 @@ impl Publisher {
             self.publish(update);
         }
     }
+}
+
+/// Runs once, after the first table is in the kernel (the agent attaches XDP there).
+pub type AfterFirstWrite = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
+/// What the kernel table's writer thread does after each switch: the server's table follows
+/// the kernel's (so userspace never answers a newer table than XDP), then metrics, logs, and
+/// `after_first_write` once.
+pub fn kernel_report(
+    shared: Arc<Shared>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    after_first_write: AfterFirstWrite,
+) -> impl FnMut(Outcome) + Send + 'static {
+    move |outcome: Outcome| {
+        if let Some(table) = outcome.table {
+            switched(&shared, &metrics, &health, table, outcome.observed);
+        }
+        match outcome.result {
+            Ok(stats) => {
+                if let Some(then) = after_first_write
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                {
+                    then();
+                }
+                metrics.xdp_generations.inc();
+                metrics.xdp_table_names.set(stats.names_held as i64);
+                metrics.xdp_names_in_userspace.set(stats.names_left_out as i64);
+                metrics.xdp_collisions.set(stats.collisions as i64);
+                if stats.collisions > 0 {
+                    warn!(
+                        collisions = stats.collisions,
+                        "name hash collisions: those names are answered by userspace"
+                    );
+                }
+                if stats.names_left_out > 0 {
+                    warn!(
+                        names = stats.names_left_out,
+                        "the kernel table is full: what does not fit is answered by userspace"
+                    );
+                }
+                debug!(?stats, tables = outcome.tables, "kernel table switched");
+            }
+            Err(err) => {
+                metrics.xdp_write_errors.inc();
+                error!(
+                    %err,
+                    "writing the kernel table failed; the next change rewrites it whole"
+                )
+            }
+        }
+    }
+}
+
+/// The server answers from `table` now: metrics and health follow.
+fn switched(
+    shared: &Shared,
+    metrics: &Metrics,
+    health: &Health,
+    table: RecordTable,
+    observed: Option<Instant>,
+) {
+    metrics.table_names.set(table.nodes().len() as i64);
+    metrics.table_records.set(table.record_count() as i64);
+    shared.publish(table);
+    metrics.table_updates.inc();
+    if let Some(observed) = observed {
+        metrics.propagation.observe(observed.elapsed().as_secs_f64());
+    }
+    health.table_published();
 }
 
 fn warning_reason(warning: &CompileWarning) -> &'static str {

@@ -17,9 +17,10 @@ use hickory_proto::rr::Name;
 use hostport_dns::{
     records::{RecordData, SourceRecord},
     table::TableBuilder,
-    xdp::{loader, local_addrs::compile, writer::MapWriter},
+    xdp::{hostset::HostAddresses, loader, writer::MapWriter},
     zone::ZoneSpec,
 };
+use hostport_dns_common::generation::Capacity;
 use hostport_dns_common::maps;
 
 use crate::{
@@ -153,9 +154,9 @@ fn measure(rate: u64, seconds: u64, offered: u64) -> Run {
             .expect("attach the program");
         ebpf
     });
-    let mut writer = MapWriter::new(&mut ebpf).expect("the maps");
+    let mut writer = MapWriter::new(&mut ebpf, Capacity::DEFAULT).expect("the maps");
     writer
-        .write_local(compile(&[server.parse().expect("v4")].into()))
+        .write_host(HostAddresses::answering([server.parse().expect("v4")]))
         .expect("the local address");
     writer.write_table(builder.table()).expect("the table");
     for pid in system::napi_threads(&link.server.ifname) {

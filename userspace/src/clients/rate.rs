@@ -1,12 +1,19 @@
-//! Response rate limiting on the userspace path: the same buckets and decision as the kernel's
-//! (`hostport_dns_common::policy`), in a table of the same fixed size. Each path counts the
+//! Response rate limiting on the userspace path: the same buckets, atomics and decision as the
+//! kernel's (`hostport_dns_common::policy`), in a table of the same fixed size. Each path counts the
 //! answers it sends; a prefix whose queries both paths answer gets each path's budget.
 
-use std::{net::IpAddr, sync::Mutex, time::Instant};
+use std::{
+    net::IpAddr,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Instant,
+};
 
 use hostport_dns_common::{
     limits::RATE_BUCKETS,
-    policy::{Admission, RateBucket, RateClass, bucket_index, rate_key_v4, rate_key_v6},
+    policy::{
+        Admission, RateClass, Step, bucket_index, decide, rate_key_v4, rate_key_v6, step, window,
+        window_count,
+    },
 };
 
 use crate::clients::{RateLimit, prefixes::canonical};
@@ -15,7 +22,14 @@ pub struct RateLimiter {
     limits: RateLimit,
     seed: u64,
     started: Instant,
-    buckets: Vec<Mutex<RateBucket>>,
+    buckets: Vec<Bucket>,
+}
+
+/// A `hostport_dns_common::policy::RateBucket` with atomics: the key counted, and the window.
+#[derive(Default)]
+struct Bucket {
+    key: AtomicU64,
+    window: AtomicU64,
 }
 
 impl RateLimiter {
@@ -25,9 +39,7 @@ impl RateLimiter {
             limits,
             seed: crate::clients::cookies::random_u64(),
             started: Instant::now(),
-            buckets: (0..RATE_BUCKETS)
-                .map(|_| Mutex::new(RateBucket::default()))
-                .collect(),
+            buckets: (0..RATE_BUCKETS).map(|_| Bucket::default()).collect(),
         }
     }
 
@@ -43,11 +55,22 @@ impl RateLimiter {
             RateClass::Error => self.limits.errors_per_second,
         };
         let now = self.started.elapsed().as_secs() as u32;
-        let slot = bucket_index(key, self.seed, RATE_BUCKETS) as usize;
-        let mut bucket = self.buckets[slot]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        bucket.admit(key, now, rate, self.limits.slip)
+        let bucket = &self.buckets[bucket_index(key, self.seed, RATE_BUCKETS) as usize];
+        let current = bucket.window.load(Ordering::Relaxed);
+        let restart = step(bucket.key.load(Ordering::Relaxed), current, key, now, rate)
+            == Step::Restart
+            && bucket
+                .window
+                .compare_exchange(current, window(now, 1), Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok();
+        let count = if restart {
+            bucket.key.store(key, Ordering::Relaxed);
+            1
+        } else {
+            // Counting on, or another thread started the window just now: count in it.
+            window_count(bucket.window.fetch_add(1, Ordering::SeqCst)).wrapping_add(1)
+        };
+        decide(count, rate, self.limits.slip)
     }
 }
 

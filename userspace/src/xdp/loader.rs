@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use aya::{
     Ebpf, EbpfLoader,
     maps::{
-        MapData, MapInfo,
+        MapData,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{
@@ -14,15 +14,11 @@ use aya::{
         xdp::{XdpLink, XdpLinkId},
     },
 };
-use hostport_dns_common::{
-    generation::Generation,
-    maps,
-    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
-};
+use hostport_dns_common::{generation::Capacity, maps};
 use ipnet::IpNet;
 use tracing::{info, warn};
 
-use crate::{EBPF_OBJECT, clients::ClientPolicyTable};
+use crate::{EBPF_OBJECT, clients::ClientPolicyTable, xdp::pins::PinDir};
 
 /// How the program is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
@@ -87,30 +83,21 @@ pub struct Dataplane {
     pub ebpf: Ebpf,
     /// (interface, mode actually used)
     pub attachments: Vec<(String, &'static str)>,
-    /// Where the maps and links are pinned, if they are.
-    pub pin_dir: Option<PathBuf>,
+    /// Where the maps and links are pinned (locked by this agent), if they are.
+    pub pins: Option<PinDir>,
     /// Interfaces to attach to, and how.
     pub interfaces: Vec<String>,
+    /// How much one generation of the table holds (the maps' sizes).
+    pub capacity: Capacity,
     mode: XdpMode,
 }
 
-/// Maps kept across agent restarts, with the key and value sizes this build expects.
-fn pinned_maps() -> [(&'static str, usize, usize); 6] {
-    [
-        (maps::GENERATION, size_of::<u32>(), size_of::<Generation>()),
-        (maps::NAMES, size_of::<NameKey>(), size_of::<NameEntry>()),
-        (maps::ZONES, size_of::<u32>(), size_of::<ZoneEntry>()),
-        (maps::LOCAL, size_of::<u32>(), size_of::<LocalAddrs>()),
-        (maps::COUNTERS, size_of::<u32>(), size_of::<u64>()),
-        (maps::ZONE_ANSWERS, size_of::<u32>(), size_of::<u64>()),
-    ]
-}
-
 impl Dataplane {
-    /// Loads the program for `port`, to be attached to every interface in `interfaces` by
-    /// [`Dataplane::attach`] (once its table holds what it should answer). With `pin_dir`, the
-    /// maps and links are pinned there, and whatever a previous agent pinned is adopted: its maps
-    /// keep their table, its links get the new program atomically.
+    /// Loads the program for `port` with a table of `capacity`, to be attached to every
+    /// interface in `interfaces` by [`Dataplane::attach`] (once its table holds what it should
+    /// answer). With `pin_dir`, the maps and links are pinned there (the directory locked for
+    /// this agent), and what a previous agent pinned is adopted if it is a whole set of this
+    /// layout: its maps keep their table, its links get the new program atomically.
     pub fn load(
         port: u16,
         interfaces: &[String],
@@ -118,25 +105,42 @@ impl Dataplane {
         pin_dir: Option<&Path>,
         log: EbpfLogLevel,
         clients: &ClientPolicyTable,
+        capacity: Capacity,
     ) -> Result<Self, XdpError> {
         let interfaces = resolve_interfaces(interfaces)?;
         for interface in &interfaces {
             if_index(interface)?;
         }
-        if let Some(dir) = pin_dir {
-            prepare_pin_dir(dir)?;
+        let pins = pin_dir.map(PinDir::lock).transpose()?;
+        if let Some(pins) = &pins {
+            pins.prepare(&capacity);
         }
-        let mut ebpf = load_pinned(port, pin_dir, log, clients)?;
+        let mut ebpf = load_object(
+            EBPF_OBJECT,
+            &Settings {
+                port,
+                pins: pins.as_ref(),
+                log,
+                clients,
+                capacity,
+            },
+        )?;
         if log != EbpfLogLevel::Off {
             forward_logs(&mut ebpf);
         }
         Ok(Self {
             ebpf,
             attachments: Vec::new(),
-            pin_dir: pin_dir.map(Path::to_path_buf),
+            pins,
             interfaces,
+            capacity,
             mode,
         })
+    }
+
+    /// Where the maps and links are pinned, if they are.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.pins.as_ref().map(PinDir::path)
     }
 
     /// Attaches the program to its interfaces (pinned links get it atomically, so a previous
@@ -144,16 +148,16 @@ impl Dataplane {
     pub fn attach(&mut self) -> Result<(), XdpError> {
         let program = xdp_program(&mut self.ebpf)?;
         for interface in &self.interfaces {
-            let used = match &self.pin_dir {
-                Some(dir) => {
-                    attach_pinned(program, interface, self.mode, &link_pin(dir, interface))?
+            let used = match &self.pins {
+                Some(pins) => {
+                    attach_pinned(program, interface, self.mode, &pins.link_pin(interface))?
                 }
                 None => attach(program, interface, self.mode)?.0,
             };
             info!(
                 interface,
                 mode = used,
-                pinned = self.pin_dir.is_some(),
+                pinned = self.pins.is_some(),
                 "XDP program attached"
             );
             self.attachments.push((interface.clone(), used));
@@ -188,76 +192,23 @@ fn forward_logs(ebpf: &mut Ebpf) {
     info!("eBPF logs on: they cost time on every logged packet");
 }
 
-/// Where the link of `interface` is pinned.
+/// Where the link of `interface` is pinned in `dir`.
 pub fn link_pin(dir: &Path, interface: &str) -> PathBuf {
     dir.join(format!("link-{interface}"))
 }
 
-/// Where the map `name` is pinned: its name and the layout version, so that a build with
-/// another layout never adopts it (bpffs allows no dot in a name).
-pub fn map_pin(dir: &Path, name: &str) -> PathBuf {
-    dir.join(format!("{name}_v{}", maps::LAYOUT_VERSION))
+/// How to load an object.
+pub struct Settings<'a> {
+    pub port: u16,
+    /// Where to pin the maps (and adopt a previous agent's), if anywhere.
+    pub pins: Option<&'a PinDir>,
+    pub log: EbpfLogLevel,
+    pub clients: &'a ClientPolicyTable,
+    pub capacity: Capacity,
 }
 
-/// Creates the pin directory and unpins maps this build must not adopt: those of another layout
-/// version (an upgrade that changed them starts with fresh maps; the old program keeps its own
-/// until its link is handed over), and any whose sizes differ from this build's.
-fn prepare_pin_dir(dir: &Path) -> Result<(), XdpError> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        XdpError::Load(format!(
-            "cannot create the pin directory {}: {e}",
-            dir.display()
-        ))
-    })?;
-    for (name, key, value) in pinned_maps() {
-        let current = map_pin(dir, name);
-        for stale in other_layouts(dir, name, &current) {
-            info!(pin = %stale.display(), "pinned map of another layout version: starting fresh");
-            let _ = std::fs::remove_file(&stale);
-        }
-        if !current.exists() {
-            continue;
-        }
-        match MapInfo::from_pin(&current) {
-            Ok(info) if info.key_size() as usize == key && info.value_size() as usize == value => {}
-            Ok(info) => {
-                warn!(
-                    map = name,
-                    key = info.key_size(),
-                    value = info.value_size(),
-                    "pinned map has another layout: starting it fresh"
-                );
-                let _ = std::fs::remove_file(&current);
-            }
-            Err(err) => {
-                warn!(map = name, %err, "unreadable pinned map: starting it fresh");
-                let _ = std::fs::remove_file(&current);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Pins of the map `name` in `dir` other than `current`: unversioned, or of another version.
-fn other_layouts(dir: &Path, name: &str, current: &Path) -> Vec<PathBuf> {
-    let versioned = format!("{name}_v");
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path != current)
-        .filter(|path| {
-            path.file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f == name || f.starts_with(&versioned))
-        })
-        .collect()
-}
-
-/// Loads the embedded object with the DNS port set, serving everyone, without attaching it or
-/// pinning anything.
+/// Loads the embedded object with the DNS port set, serving everyone, with a table of the
+/// default capacity, without attaching it or pinning anything.
 pub fn load(port: u16) -> Result<Ebpf, XdpError> {
     load_with_policy(port, &ClientPolicyTable::default())
 }
@@ -265,35 +216,44 @@ pub fn load(port: u16) -> Result<Ebpf, XdpError> {
 /// Loads the embedded object with the DNS port and the client policy set, without attaching it
 /// or pinning anything.
 pub fn load_with_policy(port: u16, clients: &ClientPolicyTable) -> Result<Ebpf, XdpError> {
-    load_pinned(port, None, EbpfLogLevel::Off, clients)
+    load_object(
+        EBPF_OBJECT,
+        &Settings {
+            port,
+            pins: None,
+            log: EbpfLogLevel::Off,
+            clients,
+            capacity: Capacity::DEFAULT,
+        },
+    )
 }
 
-/// Loads the embedded object, its maps pinned in (or adopted from) `pin_dir` if given, and
-/// writes the client prefixes.
-fn load_pinned(
-    port: u16,
-    pin_dir: Option<&Path>,
-    log: EbpfLogLevel,
-    clients: &ClientPolicyTable,
-) -> Result<Ebpf, XdpError> {
+/// Loads `object` (the agent's, or the test bed's) as `settings` say: the DNS port, the client
+/// policy and the table's capacity set, the maps sized for it and pinned in (or adopted from)
+/// the pin directory, the client prefixes written.
+pub fn load_object(object: &[u8], settings: &Settings) -> Result<Ebpf, XdpError> {
     let mut loader = EbpfLoader::new();
-    loader.override_global(maps::GLOBAL_DNS_PORT, &port, true);
-    let policy = clients.kernel_policy();
+    loader.override_global(maps::GLOBAL_DNS_PORT, &settings.port, true);
+    let policy = settings.clients.kernel_policy();
     loader.override_global(maps::GLOBAL_POLICY, &policy, true);
-    let level = log.global();
+    loader.override_global(maps::GLOBAL_CAPACITY, &settings.capacity, true);
+    let level = settings.log.global();
     loader.override_global(aya_log::LEVEL, &level, true);
-    let paths: Vec<(&str, PathBuf)> = match pin_dir {
-        Some(dir) => pinned_maps()
+    for (name, _, entries) in maps::pinned_maps(&settings.capacity) {
+        loader.map_max_entries(name, entries);
+    }
+    let paths: Vec<(&str, PathBuf)> = match settings.pins {
+        Some(pins) => maps::pinned_maps(&settings.capacity)
             .iter()
-            .map(|(name, _, _)| (*name, map_pin(dir, name)))
+            .map(|(name, _, _)| (*name, pins.map_pin(name)))
             .collect(),
         None => Vec::new(),
     };
     for (name, path) in &paths {
         loader.map_pin_path(name, path.as_path());
     }
-    let mut ebpf = loader.load(EBPF_OBJECT).map_err(|e| classify(chain(&e)))?;
-    write_client_prefixes(&mut ebpf, clients)?;
+    let mut ebpf = loader.load(object).map_err(|e| classify(chain(&e)))?;
+    write_client_prefixes(&mut ebpf, settings.clients)?;
     let program = xdp_program(&mut ebpf)?;
     program.load().map_err(|e| classify(describe(&e)))?;
     Ok(ebpf)
@@ -485,40 +445,5 @@ fn classify(text: String) -> XdpError {
         XdpError::Permission(text)
     } else {
         XdpError::Load(text)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pins_of_other_layout_versions_are_found_and_nothing_else() {
-        let dir = std::env::temp_dir().join(format!("hpd-pins-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let current = map_pin(&dir, maps::NAMES);
-        let names = [
-            "HPD_NAMES",
-            "HPD_NAMES_v1",
-            "HPD_NAMES_v99",
-            "HPD_NAMESX",
-            "HPD_ZONES_v1",
-            "link-eth0",
-        ];
-        for name in names {
-            std::fs::write(dir.join(name), b"").expect("a file");
-        }
-        std::fs::write(&current, b"").expect("a file");
-        let mut stale: Vec<String> = other_layouts(&dir, maps::NAMES, &current)
-            .iter()
-            .filter_map(|p| Some(p.file_name()?.to_str()?.to_owned()))
-            .collect();
-        stale.sort();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(stale, ["HPD_NAMES", "HPD_NAMES_v1", "HPD_NAMES_v99"]);
-        assert_eq!(
-            current.file_name().and_then(|f| f.to_str()),
-            Some(format!("HPD_NAMES_v{}", maps::LAYOUT_VERSION).as_str())
-        );
     }
 }

@@ -1,24 +1,23 @@
-//! Keeps the XDP program's local addresses equal to the node's addresses it answers on, VIPs
-//! included (see [`AnswerOn`]): only packets for these addresses are answered in the kernel. They are part of the table's
-//! generation, so the map writer writes them; this follower tells it whenever the kernel announces
-//! an address change (netlink), and checks every few seconds regardless.
+//! Keeps the XDP program's host-address set equal to this host's addresses: every address of
+//! every interface and each IPv4 subnet's broadcast address (sources that cannot have sent a
+//! query), and among them those it answers on, VIPs included (see [`AnswerOn`]): only packets
+//! for these are answered in the kernel. The set is part of the table's generation, so the map
+//! writer writes it; this follower posts it whenever the kernel announces an address change
+//! (netlink), and checks every few seconds regardless.
 
 use std::{
     collections::BTreeSet,
     net::IpAddr,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
-use hostport_dns_common::{
-    limits::{MAX_LOCAL_V4, MAX_LOCAL_V6},
-    record::LocalAddrs as LocalAddrsValue,
-};
+use hostport_dns_common::host::{HOST_ANSWER, HOST_BROADCAST, HOST_OWN};
 use tokio::io::unix::AsyncFd;
 use tracing::{debug, warn};
 
-use crate::xdp::writer::MapWriter;
+use crate::xdp::{hostset::HostAddresses, writer_thread::WriterThread};
 
 /// Re-read the addresses at least this often, in case a netlink message was lost.
 const RESYNC_INTERVAL: Duration = Duration::from_secs(5);
@@ -79,29 +78,22 @@ fn is_link_local(addr: IpAddr) -> bool {
     }
 }
 
-/// Hands the node's addresses the kernel answers on to the map writer.
+/// Hands this host's addresses to the map writer.
 pub struct LocalAddrs {
-    writer: Arc<Mutex<MapWriter>>,
+    writer: Arc<WriterThread>,
     answer_on: AnswerOn,
 }
 
 impl LocalAddrs {
-    pub fn new(writer: Arc<Mutex<MapWriter>>, answer_on: AnswerOn) -> Self {
+    pub fn new(writer: Arc<WriterThread>, answer_on: AnswerOn) -> Self {
         Self { writer, answer_on }
     }
 
-    /// Writes the node's current addresses; returns how many the kernel answers on.
+    /// Posts the node's current addresses; returns how many the kernel answers on.
     pub fn sync(&mut self) -> std::io::Result<usize> {
         let node = node_addresses()?;
-        let writer = &self.writer;
         let answered = self.answer_on.select(&node);
-        let value = compile(&answered);
-        // A switch waits for the program's running invocations: not on an async worker's time.
-        tokio::task::block_in_place(|| {
-            let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
-            writer.write_local(value)
-        })
-        .map_err(std::io::Error::other)?;
+        self.writer.post_host(host_addresses(&node, &answered));
         Ok(answered.len())
     }
 
@@ -113,7 +105,7 @@ impl LocalAddrs {
         loop {
             match self.sync() {
                 Ok(count) => debug!(count, "local addresses synced"),
-                Err(err) => warn!(%err, "cannot write the local addresses"),
+                Err(err) => warn!(%err, "cannot list the local addresses"),
             }
             match &watcher {
                 Some(w) => {
@@ -125,29 +117,20 @@ impl LocalAddrs {
     }
 }
 
-/// The kernel's view of a set of addresses. Beyond the array's capacity, addresses are left to
-/// userspace (which answers on every address).
-pub fn compile(addresses: &BTreeSet<IpAddr>) -> LocalAddrsValue {
-    let mut value = LocalAddrsValue::EMPTY;
-    let (mut v4, mut v6) = (0usize, 0usize);
-    for address in addresses {
-        match address {
-            IpAddr::V4(a) if v4 < MAX_LOCAL_V4 => {
-                value.v4[v4] = a.octets();
-                v4 += 1;
-            }
-            IpAddr::V6(a) if v6 < MAX_LOCAL_V6 => {
-                value.v6[v6] = a.octets();
-                v6 += 1;
-            }
-            other => {
-                warn!(address = %other, "more local addresses than the kernel checks; this one is answered by userspace")
-            }
+/// What the kernel should know of this host: every address of `node` (its own), their subnets'
+/// broadcast addresses, and which of them it answers on (`answered`).
+pub fn host_addresses(node: &[InterfaceAddress], answered: &BTreeSet<IpAddr>) -> HostAddresses {
+    let mut host = HostAddresses::default();
+    for address in node {
+        host.add(address.address, HOST_OWN);
+        if let Some(broadcast) = address.broadcast {
+            host.add(broadcast, HOST_BROADCAST);
         }
     }
-    value.v4_count = v4 as u32;
-    value.v6_count = v6 as u32;
-    value
+    for address in answered {
+        host.add(*address, HOST_OWN | HOST_ANSWER);
+    }
+    host
 }
 
 /// One address of one interface.
@@ -157,6 +140,8 @@ pub struct InterfaceAddress {
     pub address: IpAddr,
     /// The interface is a dummy device (or IPVS's `kube-ipvs0`).
     pub on_dummy: bool,
+    /// The broadcast address of the address's IPv4 subnet, if the interface has one.
+    pub broadcast: Option<IpAddr>,
 }
 
 /// Every address of every interface.
@@ -180,10 +165,16 @@ pub fn node_addresses() -> std::io::Result<Vec<InterfaceAddress>> {
             let on_dummy = *dummies
                 .entry(interface.clone())
                 .or_insert_with(|| is_dummy(&interface));
+            let broadcast = if entry.ifa_flags & libc::IFF_BROADCAST as u32 != 0 {
+                socket_address(entry.ifa_ifu).filter(|b| b.is_ipv4() && *b != address)
+            } else {
+                None
+            };
             addresses.push(InterfaceAddress {
                 interface,
                 address,
                 on_dummy,
+                broadcast,
             });
         }
         cursor = entry.ifa_next;

@@ -1,12 +1,21 @@
-//! The kernel side, seen from the agent: loading and attaching the XDP program, writing its maps
-//! (one writer), keeping the node's addresses current, reading its counters.
+//! The kernel side, seen from the agent: loading and attaching the XDP program (`loader`, `pins`),
+//! the table in kernel form (`entries`, `layout`, `hostset`), writing it (`writer`, owned by one
+//! thread: `writer_thread`), keeping the node's addresses current (`local_addrs`), reading its
+//! counters (`counters`).
 
 pub mod counters;
+pub mod entries;
 mod grace;
-pub mod image;
+pub mod hostset;
+pub mod layout;
 pub mod loader;
 pub mod local_addrs;
+pub mod pinned_table;
+pub mod pins;
+mod readers;
+pub mod shared;
 mod syscall;
 pub mod writer;
+pub mod writer_thread;
 
 pub use loader::{Dataplane, EbpfLogLevel, XdpError, XdpMode};

@@ -1,37 +1,39 @@
-//! The one writer of the kernel's record table: names, zones and the node's addresses, in two
-//! generations (the design is in `hostport_dns_common::generation`). It writes only the
-//! generation no program run reads, switches to it in one store, waits until no run can still
-//! read the one it left, and brings that one up to date with the same change.
+//! The one writer of the kernel's record table: name index and entries, zones and this host's
+//! addresses, in two generations (the design is in `hostport_dns_common::generation`). It writes
+//! only the generation no program run reads, through shared mappings of the maps, switches to it
+//! with one store, waits until no run can still read the one it left (microseconds: the per-CPU
+//! reader counts), and copies into that one what the change touched.
 //!
 //! Two ways to bring a generation up to date: the whole table (the first publication, adopted
-//! pinned maps, zone or capacity changes, and any generation a failed write left unknown),
-//! compared entry by entry with what the kernel holds; and the changes of the names a change
-//! touched, which cost the same however large the table is. Between writes the writer keeps
-//! which name each key holds, not the entries: those are rebuilt from the table when touched.
+//! pinned maps, zone or admission changes, and any generation a failed wait left unknown), and
+//! the names a change touched, which cost the same however large the table is.
 
-use std::os::fd::{AsFd, OwnedFd};
-
-use hickory_proto::rr::LowerName;
-use rustc_hash::FxHashMap;
+use std::{os::fd::AsFd, time::Instant};
 
 use aya::{
     Ebpf, Pod,
-    maps::{Array, HashMap as BpfHashMap, Map, MapData, MapError},
+    maps::{Map, MapData, MapError, PerCpuArray},
 };
+use hickory_proto::rr::LowerName;
 use hostport_dns_common::{
-    generation::{GENERATIONS, Generation, NO_GENERATION, generation_of_key, name_key, zone_slot},
-    limits::{NAMES_CAPACITY, ZONES_CAPACITY},
+    entry::{BigEntry, NameEntry, ZoneEntry},
+    generation::{Capacity, GENERATIONS, Generation, apex_label_bit, slot},
+    host::HostSlot,
+    index::Bucket,
+    limits::HOST_SLOTS,
     maps,
-    record::{LocalAddrs, NameEntry, NameKey, ZoneEntry},
 };
 use tracing::warn;
 
 use crate::{
     table::RecordTable,
     xdp::{
-        grace::Grace,
-        image::{self, Image},
-        syscall,
+        counters::ZoneCounters,
+        entries,
+        hostset::HostAddresses,
+        layout::{Dirty, Layout, View},
+        readers::{Readers, Waited},
+        shared::{SharedArray, bytes_of},
     },
 };
 
@@ -41,32 +43,15 @@ pub enum WriteError {
     MissingMap(&'static str),
     #[error("map {map}: {source}")]
     Map { map: &'static str, source: MapError },
-    #[error("waiting for the XDP program's running invocations failed: {0}")]
-    Grace(std::io::Error),
-    #[error("no random hash seed: {0}")]
-    Seed(std::io::Error),
-    #[error("map {map}: {source}")]
-    Batch {
+    #[error("map {map}: cannot map it into memory: {source}")]
+    Mmap {
         map: &'static str,
         source: std::io::Error,
     },
-}
-
-/// How much of the table one generation may hold. The kernel's maps are sized for
-/// [`NAMES_CAPACITY`] and [`ZONES_CAPACITY`]; a smaller capacity (tests) leaves more to userspace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Capacity {
-    pub names: usize,
-    pub zones: usize,
-}
-
-impl Default for Capacity {
-    fn default() -> Self {
-        Self {
-            names: NAMES_CAPACITY as usize,
-            zones: ZONES_CAPACITY as usize,
-        }
-    }
+    #[error("waiting for the XDP program's running invocations failed: {0}")]
+    Wait(std::io::Error),
+    #[error("no random hash seed: {0}")]
+    Seed(std::io::Error),
 }
 
 /// What one publication changed, counted in the generation it switched to.
@@ -77,95 +62,154 @@ pub struct WriteStats {
     pub names_written: usize,
     pub names_removed: usize,
     pub zones_written: usize,
-    /// Names sharing a key with another (answered by userspace).
+    /// The whole table was written (not only what changed).
+    pub whole: bool,
+    /// Names the kernel cannot tell from another (answered by userspace).
     pub collisions: usize,
-    /// Names in the kernel table.
+    /// Names in the kernel's index.
     pub names_held: usize,
     /// Names of zones that did not fit the kernel table (answered by userspace).
     pub names_left_out: usize,
+    /// Addresses of this host the kernel's set has no room for.
+    pub host_left_out: usize,
+    /// From the start of the publication to the switch (the new table visible).
+    pub switch_micros: u64,
+    /// How the wait for the runs still reading the generation left ended, if there was one.
+    pub waited: Option<Waited>,
+}
+
+/// What a publication brings: a new table (and which of its names changed), this host's
+/// addresses, or both.
+pub enum Change<'a> {
+    /// Compare nothing: write every name.
+    Whole,
+    /// Only these names (and the zones' SOA records) may differ from the last table.
+    Names(&'a [LowerName]),
+}
+
+/// The writer's mappings of the table maps.
+struct Maps {
+    state: SharedArray<Generation>,
+    index: SharedArray<Bucket>,
+    names: SharedArray<NameEntry>,
+    big: SharedArray<BigEntry>,
+    zones: SharedArray<ZoneEntry>,
+    host: SharedArray<HostSlot>,
 }
 
 pub struct MapWriter {
-    names: BpfHashMap<MapData, NameKey, NameEntry>,
-    /// The name map's descriptor, for the batch writes aya does not offer.
-    names_fd: OwnedFd,
-    zones: Array<MapData, ZoneEntry>,
-    local: Array<MapData, LocalAddrs>,
-    state: Array<MapData, Generation>,
-    grace: Grace,
-    /// What every generation should hold.
-    image: Image,
-    local_addrs: LocalAddrs,
-    /// The table `image` was made from (cheap to keep: its parts are shared).
-    table: Option<RecordTable>,
-    active: Option<u32>,
-    /// Per generation, the label counts of its zone apexes, as `HPD_GEN` holds them.
-    apex_labels: [u16; GENERATIONS as usize],
-    /// Per generation: whether the kernel holds exactly `image` and `local_addrs` in it.
-    in_step: [bool; GENERATIONS as usize],
+    maps: Maps,
+    readers: Readers,
+    zone_counters: ZoneCounters,
     capacity: Capacity,
+    seed: u64,
+    layout: Layout,
+    /// The table the generations hold (cheap to keep: its parts are shared).
+    table: Option<RecordTable>,
+    /// Per zone id of `table`: whether the zone is in the kernel table (see [`admission`]).
+    admitted: Vec<bool>,
+    host: HostAddresses,
+    host_left_out: usize,
+    active: Option<u32>,
+    /// Whether the inactive generation holds what the active one does.
+    in_step: bool,
+    hooks: TestHooks,
 }
 
-/// A change to replay into a generation that held the previous state.
-struct Delta<'a> {
-    changes: &'a image::Changes,
-    /// Which generations held the previous state.
-    held_previous: [bool; GENERATIONS as usize],
+/// Ways to make the writer misbehave, for the tests that must catch it (`tests/tests/
+/// generations.rs`). Never set by the agent.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TestHooks {
+    /// After the wait for readers (or instead of it, with `skip_wait`), fill what the catch-up is
+    /// about to copy with wrong data, and keep it there this long: a run still reading the
+    /// generation answers wrong.
+    pub poison: Option<std::time::Duration>,
+    /// Do not wait for the runs still reading the generation left: the defect the wait prevents.
+    pub skip_wait: bool,
 }
 
 impl MapWriter {
-    /// Takes the maps out of the loaded object. They may hold a previous agent's table (pinned
-    /// maps adopted): its active generation keeps answering until the first publication, which
-    /// compares the whole table with what the kernel holds; its hash seed is kept.
-    pub fn new(ebpf: &mut Ebpf) -> Result<Self, WriteError> {
-        Self::with_capacity(ebpf, Capacity::default())
+    /// Takes the table maps out of the loaded object (sized for `capacity`) and maps them. They
+    /// may hold a previous agent's table (pinned maps adopted): its active generation keeps
+    /// answering until the first publication, which writes the whole table into the other one;
+    /// its hash seed is kept.
+    pub fn new(ebpf: &mut Ebpf, capacity: Capacity) -> Result<Self, WriteError> {
+        let g = GENERATIONS;
+        let maps = Maps {
+            state: mapped(ebpf, maps::GENERATION, 1)?,
+            index: mapped(ebpf, maps::INDEX, g * capacity.buckets)?,
+            names: mapped(ebpf, maps::NAMES, g * capacity.names)?,
+            big: mapped(ebpf, maps::BIG, g * capacity.big)?,
+            zones: mapped(ebpf, maps::ZONES, g * capacity.zones)?,
+            host: mapped(ebpf, maps::HOST, g * HOST_SLOTS)?,
+        };
+        let readers = PerCpuArray::try_from(take(ebpf, maps::READERS)?)
+            .map_err(map_err(maps::READERS))?;
+        let readers = Readers::new(readers).map_err(WriteError::Wait)?;
+        let zone_counters = ZoneCounters::open(ebpf)?;
+        let layout_print = maps::layout_fingerprint(&capacity);
+        let mut held = maps.state.get(0);
+        let active = if held.seed == 0 || held.layout != layout_print {
+            // Fresh maps: a new install.
+            held = Generation::empty(random_seed()?, layout_print);
+            let mut state = maps.state;
+            state.set(0, &held);
+            return Self::assemble(
+                Maps { state, ..maps },
+                readers,
+                zone_counters,
+                capacity,
+                held.seed,
+                None,
+            );
+        } else {
+            held.active_generation()
+        };
+        let mut writer = Self::assemble(maps, readers, zone_counters, capacity, held.seed, active);
+        if let Ok(writer) = writer.as_mut()
+            && let Some(generation) = active
+        {
+            writer.adopt_counter_slots(generation);
+        }
+        writer
     }
 
-    pub fn with_capacity(ebpf: &mut Ebpf, capacity: Capacity) -> Result<Self, WriteError> {
-        let names_map = take(ebpf, maps::NAMES)?;
-        let names_fd = match &names_map {
-            Map::HashMap(data) => data.fd().as_fd().try_clone_to_owned(),
-            _ => Err(std::io::Error::other("not a hash map")),
-        }
-        .map_err(|source| WriteError::Batch {
-            map: maps::NAMES,
-            source,
-        })?;
-        let names = BpfHashMap::try_from(names_map).map_err(map_err(maps::NAMES))?;
-        let zones = Array::try_from(take(ebpf, maps::ZONES)?).map_err(map_err(maps::ZONES))?;
-        let local = Array::try_from(take(ebpf, maps::LOCAL)?).map_err(map_err(maps::LOCAL))?;
-        let mut state: Array<MapData, Generation> =
-            Array::try_from(take(ebpf, maps::GENERATION)?).map_err(map_err(maps::GENERATION))?;
-        let held = state.get(&0, 0).map_err(map_err(maps::GENERATION))?;
-        let (seed, active, apex_labels) = if held.seed == 0 {
-            // Fresh maps: a new install.
-            let seed = random_seed()?;
-            let fresh = Generation::empty(seed);
-            state.set(0, fresh, 0).map_err(map_err(maps::GENERATION))?;
-            (seed, None, fresh.apex_labels)
-        } else {
-            (held.seed, held.active_generation(), held.apex_labels)
-        };
+    fn assemble(
+        maps: Maps,
+        readers: Readers,
+        mut zone_counters: ZoneCounters,
+        capacity: Capacity,
+        seed: u64,
+        active: Option<u32>,
+    ) -> Result<Self, WriteError> {
+        zone_counters.set_seed(seed);
         Ok(Self {
-            names,
-            names_fd,
-            zones,
-            local,
-            state,
-            grace: Grace::new().map_err(WriteError::Grace)?,
-            image: Image::new(seed),
-            local_addrs: LocalAddrs::EMPTY,
+            maps,
+            readers,
+            zone_counters,
+            capacity,
+            seed,
+            layout: Layout::new(seed, capacity.names, capacity.big, capacity.buckets),
             table: None,
+            admitted: Vec::new(),
+            host: HostAddresses::default(),
+            host_left_out: 0,
             active,
-            apex_labels,
-            in_step: [false; GENERATIONS as usize],
-            capacity: capacity.clamped(),
+            in_step: false,
+            hooks: TestHooks::default(),
         })
+    }
+
+    /// Makes this writer misbehave as `hooks` say (tests only).
+    #[doc(hidden)]
+    pub fn set_test_hooks(&mut self, hooks: TestHooks) {
+        self.hooks = hooks;
     }
 
     /// The hash seed of the table.
     pub fn seed(&self) -> u64 {
-        self.image.seed()
+        self.seed
     }
 
     /// The active generation, if one is.
@@ -177,19 +221,14 @@ impl MapWriter {
         self.capacity
     }
 
+    /// Which zone each per-zone counter slot counts (shared with the metrics).
+    pub fn zone_counters(&self) -> &ZoneCounters {
+        &self.zone_counters
+    }
+
     /// Makes the kernel answer from the whole of `table`.
     pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
-        let mut image = self.image.fresh(image::admission(
-            table,
-            self.capacity.names,
-            self.capacity.zones,
-        ));
-        image.refresh_zones(table);
-        image.place_all(table, |_, _| {});
-        self.image = image;
-        self.table = Some(table.clone());
-        self.in_step = [false; GENERATIONS as usize];
-        self.switch(None)
+        self.publish(Some((table, Change::Whole)), None)
     }
 
     /// Makes the kernel answer from `table`, which differs from the last one written in the
@@ -199,228 +238,478 @@ impl MapWriter {
         table: &RecordTable,
         names: &[LowerName],
     ) -> Result<WriteStats, WriteError> {
-        let admitted = image::admission(table, self.capacity.names, self.capacity.zones);
-        if admitted != self.image.admitted() {
-            return self.write_table(table);
-        }
-        let held_previous = self.in_step;
-        let changes = self.image.refresh(table, names);
-        self.table = Some(table.clone());
-        self.in_step = [false; GENERATIONS as usize];
-        self.switch(Some(Delta {
-            changes: &changes,
-            held_previous,
-        }))
+        self.publish(Some((table, Change::Names(names))), None)
     }
 
-    /// Makes the kernel answer for the node's addresses in `local` (the next generation carries
-    /// them; before the first table is written, the first one will).
-    pub fn write_local(&mut self, local: LocalAddrs) -> Result<(), WriteError> {
-        if bytes_of(&local) == bytes_of(&self.local_addrs) {
-            return Ok(());
-        }
-        self.local_addrs = local;
-        if self.table.is_none() {
-            return Ok(());
-        }
-        let held_previous = self.in_step;
-        self.in_step = [false; GENERATIONS as usize];
-        let nothing = image::Changes::default();
-        self.switch(Some(Delta {
-            changes: &nothing,
-            held_previous,
-        }))
-        .map(drop)
+    /// Makes the kernel know this host's addresses as `host` (the next generation carries them;
+    /// before the first table is written, the first one will).
+    pub fn write_host(&mut self, host: HostAddresses) -> Result<WriteStats, WriteError> {
+        self.publish(None, Some(host))
     }
 
-    /// Brings the inactive generation up to date, switches to it, and brings the one it left up
-    /// to date too. On failure the active generation stays as it was.
-    fn switch(&mut self, delta: Option<Delta>) -> Result<WriteStats, WriteError> {
+    /// One publication: a new table, new addresses, or both, in one switch.
+    pub fn publish(
+        &mut self,
+        table: Option<(&RecordTable, Change)>,
+        host: Option<HostAddresses>,
+    ) -> Result<WriteStats, WriteError> {
+        let started = Instant::now();
+        let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
+        if let Some(host) = host {
+            self.host = host;
+        }
+        let (table, change) = match table {
+            Some((table, change)) => (table.clone(), change),
+            None => match &self.table {
+                Some(table) if host_changed => (table.clone(), Change::Names(&[])),
+                // Nothing to switch to yet, or nothing new.
+                _ => return Ok(self.stats(WriteStats::default())),
+            },
+        };
         let next = self.active.map_or(0, |g| 1 - g);
-        let mut stats = self.bring_up(next, delta.as_ref())?;
-        self.activate(next)?;
-        let left = 1 - next;
-        if let Err(err) = self.bring_up(left, delta.as_ref()) {
-            // The new generation answers; the one left is rewritten whole before it is used.
-            warn!(%err, generation = left, "bringing the inactive generation up to date failed");
+        let admitted = admission(&table, self.capacity.names as usize, self.capacity.zones as usize);
+        let zones_moved = self.table.as_ref().is_none_or(|held| {
+            held.zones().len() != table.zones().len()
+                || held
+                    .zones()
+                    .iter()
+                    .zip(table.zones())
+                    .any(|(a, b)| a.spec.apex != b.spec.apex)
+        });
+        let whole = !self.in_step
+            || matches!(change, Change::Whole)
+            || admitted != self.admitted
+            || zones_moved;
+        self.admitted = admitted;
+        self.assign_counter_slots(&table);
+        let mut stats = WriteStats {
+            whole,
+            ..WriteStats::default()
+        };
+        let dirty = if whole {
+            self.rewrite(next, &table, &mut stats);
+            None
+        } else {
+            let Change::Names(names) = change else {
+                unreachable!("whole otherwise")
+            };
+            Some(self.apply(next, &table, names, &mut stats))
+        };
+        stats.zones_written = self.write_zones(next, &table, whole);
+        if whole || host_changed {
+            self.write_host_set(next);
         }
+        self.write_apex_labels(next, &table);
+        self.table = Some(table);
+        let left = self.active;
+        self.switch(next);
+        stats.switch_micros = started.elapsed().as_micros() as u64;
         stats.generation = next;
-        stats.collisions = self.image.collisions();
-        stats.names_held = self.image.names.len();
+        stats.waited = self.catch_up(left, next, dirty.as_ref())?;
+        Ok(self.stats(stats))
+    }
+
+    fn stats(&self, mut stats: WriteStats) -> WriteStats {
+        stats.collisions = self.layout.collisions();
+        stats.names_held = self.layout.names_held();
         stats.names_left_out = match &self.table {
-            Some(table) => self.image.names_left_out(table),
+            Some(table) => names_left_out(table, &self.admitted) + self.layout.names_unplaced(),
             None => 0,
         };
-        Ok(stats)
+        stats.host_left_out = self.host_left_out;
+        stats
     }
 
-    /// Makes `generation` hold the image and the node's addresses: by replaying the change if it
-    /// held the previous state, else by comparing everything.
-    fn bring_up(
-        &mut self,
-        generation: u32,
-        delta: Option<&Delta>,
-    ) -> Result<WriteStats, WriteError> {
-        let stats = match delta {
-            Some(delta) if delta.held_previous[generation as usize] => {
-                self.replay(generation, delta.changes)?
-            }
-            _ => self.rewrite(generation)?,
-        };
-        self.local
-            .set(generation, self.local_addrs, 0)
-            .map_err(map_err(maps::LOCAL))?;
-        let apex_labels = self.table.as_ref().map_or(0, |t| self.image.apex_labels(t));
-        if self.apex_labels[generation as usize] != apex_labels {
-            let held = self.apex_labels;
-            self.apex_labels[generation as usize] = apex_labels;
-            // The active generation's fields are written with the values they hold. A failed
-            // write leaves the copy as the kernel holds it, so the next bring-up writes again.
-            if let Err(err) = self.write_state(self.active) {
-                self.apex_labels = held;
-                return Err(err);
-            }
-        }
-        self.in_step[generation as usize] = true;
-        Ok(stats)
-    }
-
-    /// Applies `changes` to `generation`: what each key ends with (a key removed and then given
-    /// to another name in one change ends with the other name), removals first so that the
-    /// generation never holds more than its capacity, each kind in one system call.
-    fn replay(
-        &mut self,
-        generation: u32,
-        changes: &image::Changes,
-    ) -> Result<WriteStats, WriteError> {
-        let mut stats = WriteStats::default();
-        for id in &changes.zones {
-            let entry = self.image.zones.get(id).unwrap_or(&ZoneEntry::EMPTY);
-            self.zones
-                .set(zone_slot(generation, *id), entry, 0)
-                .map_err(map_err(maps::ZONES))?;
-            stats.zones_written += 1;
-        }
-        let mut last: FxHashMap<NameKey, Option<&NameEntry>> = FxHashMap::default();
-        for (key, entry) in &changes.names {
-            last.insert(name_key(*key, generation), entry.as_deref());
-        }
-        let (mut keys, mut values, mut gone) = (Vec::new(), Vec::new(), Vec::new());
-        for (key, entry) in last {
-            match entry {
-                Some(entry) => {
-                    keys.push(key);
-                    values.push(*entry);
-                }
-                None => gone.push(key),
-            }
-        }
-        if let Err((done, _)) = syscall::delete_batch(self.names_fd.as_fd(), &gone) {
-            // One key missing stops the batch: the rest one by one, missing ones allowed.
-            for key in &gone[done..] {
-                match self.names.remove(key) {
-                    Ok(()) | Err(MapError::KeyNotFound) => {}
-                    Err(source) => return Err(map_err(maps::NAMES)(source)),
-                }
-            }
-        }
-        syscall::update_batch(self.names_fd.as_fd(), &keys, &values).map_err(|source| {
-            WriteError::Batch {
-                map: maps::NAMES,
-                source,
-            }
-        })?;
-        stats.names_written = keys.len();
-        stats.names_removed = gone.len();
-        Ok(stats)
-    }
-
-    /// Makes `generation` hold exactly the image, whatever it held: stale names removed first
-    /// (so that the generation never holds more than its capacity), then every entry compared
-    /// with the kernel's and written where it differs.
-    fn rewrite(&mut self, generation: u32) -> Result<WriteStats, WriteError> {
-        let mut stats = WriteStats::default();
-        let Some(table) = self.table.as_ref() else {
-            return Ok(stats);
-        };
-        for id in 0..self.capacity.zones as u32 {
-            let entry = self.image.zones.get(&id).unwrap_or(&ZoneEntry::EMPTY);
-            let slot = zone_slot(generation, id);
-            let held = self.zones.get(&slot, 0).map_err(map_err(maps::ZONES))?;
-            if bytes_of(&held) != bytes_of(entry) {
-                self.zones
-                    .set(slot, entry, 0)
-                    .map_err(map_err(maps::ZONES))?;
-                stats.zones_written += 1;
-            }
-        }
-        // Collected first: deleting while iterating would restart the kernel's key walk.
-        let stale: Vec<NameKey> = self
-            .names
-            .keys()
-            .flatten()
-            .filter(|key| {
-                generation_of_key(*key) == generation
-                    && !self.image.names.contains_key(&name_key(*key, 0))
-            })
-            .collect();
-        for key in &stale {
-            self.names.remove(key).map_err(map_err(maps::NAMES))?;
-        }
-        stats.names_removed = stale.len();
-        for key in self.image.names.keys() {
-            let Some(entry) = self.image.entry_at(table, *key) else {
-                continue;
-            };
-            let key = name_key(*key, generation);
-            let differs = self
-                .names
-                .get(&key, 0)
-                .map_or(true, |held| bytes_of(&held) != bytes_of(&entry));
-            if differs {
-                self.names
-                    .insert(key, entry, 0)
-                    .map_err(map_err(maps::NAMES))?;
+    /// Writes every name of `table` into `generation`, whatever it held.
+    fn rewrite(&mut self, generation: u32, table: &RecordTable, stats: &mut WriteStats) {
+        let c = self.capacity;
+        self.maps
+            .index
+            .zero(slot(generation, c.buckets, 0), c.buckets);
+        self.layout = Layout::new(self.seed, c.names, c.big, c.buckets);
+        let mut dirty = Dirty::default();
+        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, 0, 0, 1));
+        let admitted = std::mem::take(&mut self.admitted);
+        {
+            let mut view = view(&mut self.maps, self.capacity, generation);
+            for (name, node) in table.nodes() {
+                let Some(zone) = admitted_zone(table, &admitted, node.zone) else {
+                    continue;
+                };
+                let (hash, wire) = layout.hashed(name);
+                let slot = self.zone_counters.slot_of(&zone.spec.apex);
+                let built = entries::build(&wire, node, zone, slot);
+                layout.upsert(&mut view, &mut dirty, hash, &wire, built);
                 stats.names_written += 1;
             }
         }
-        Ok(stats)
+        self.layout = layout;
+        self.admitted = admitted;
     }
 
-    /// The atomic switch: one store of the active generation, then the wait until no program run
-    /// can still be reading the one it replaces.
-    fn activate(&mut self, generation: u32) -> Result<(), WriteError> {
-        self.write_state(Some(generation))?;
-        self.active = Some(generation);
-        self.grace.wait().map_err(WriteError::Grace)
+    /// Writes the entries of `names` as `table` has them into `generation`, which holds the
+    /// previous table.
+    fn apply(
+        &mut self,
+        generation: u32,
+        table: &RecordTable,
+        names: &[LowerName],
+        stats: &mut WriteStats,
+    ) -> Dirty {
+        let mut dirty = Dirty::default();
+        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, 0, 0, 1));
+        let admitted = std::mem::take(&mut self.admitted);
+        {
+            let mut view = view(&mut self.maps, self.capacity, generation);
+            let mut pending: Vec<(u64, Vec<u8>, Option<&LowerName>)> = names
+                .iter()
+                .map(|name| {
+                    let (hash, wire) = layout.hashed(name);
+                    (hash, wire, Some(name))
+                })
+                .collect();
+            while !pending.is_empty() {
+                for (hash, wire, name) in pending.drain(..) {
+                    let lower = match name {
+                        Some(name) => name.clone(),
+                        None => match owner_of(&wire) {
+                            Some(name) => name,
+                            None => continue,
+                        },
+                    };
+                    let present = table
+                        .node_lower(&lower)
+                        .and_then(|node| Some((node, admitted_zone(table, &admitted, node.zone)?)));
+                    match present {
+                        Some((node, zone)) => {
+                            let slot = self.zone_counters.slot_of(&zone.spec.apex);
+                            let built = entries::build(&wire, node, zone, slot);
+                            layout.upsert(&mut view, &mut dirty, hash, &wire, built);
+                            stats.names_written += 1;
+                        }
+                        None => {
+                            layout.remove(&mut view, &mut dirty, hash, &wire);
+                            stats.names_removed += 1;
+                        }
+                    }
+                }
+                // Names that waited for a way a removal freed.
+                pending = layout
+                    .take_promoted()
+                    .into_iter()
+                    .map(|wire| {
+                        let hash = layout.hash(&wire);
+                        (hash, wire.into_vec(), None)
+                    })
+                    .collect();
+            }
+        }
+        self.layout = layout;
+        self.admitted = admitted;
+        dirty
     }
 
-    /// Writes `HPD_GEN`: `active` as the active generation, the seed, each generation's apex
-    /// label counts.
-    fn write_state(&mut self, active: Option<u32>) -> Result<(), WriteError> {
-        let state = Generation {
-            seed: self.image.seed(),
-            active: active.unwrap_or(NO_GENERATION),
-            apex_labels: self.apex_labels,
+    /// Writes the zone entries of `generation`; returns how many differ from what it held.
+    fn write_zones(&mut self, generation: u32, table: &RecordTable, whole: bool) -> usize {
+        let c = self.capacity;
+        let mut written = 0;
+        for id in 0..c.zones {
+            let entry = match admitted_zone(table, &self.admitted, id) {
+                Some(zone) => {
+                    let counter = u32::from(self.zone_counters.slot_of(&zone.spec.apex));
+                    entries::zone_entry(zone, self.seed, counter)
+                }
+                None => ZoneEntry::EMPTY,
+            };
+            let at = slot(generation, c.zones, id);
+            if whole || bytes_of(self.maps.zones.get_ref(at)) != bytes_of(&entry) {
+                self.maps.zones.set(at, &entry);
+                written += 1;
+            }
+        }
+        written
+    }
+
+    fn write_host_set(&mut self, generation: u32) {
+        let (slots, left_out) = self.host.slots(self.seed);
+        if !left_out.is_empty() {
+            warn!(
+                addresses = left_out.len(),
+                "more host addresses than the kernel's set holds: queries from them are not seen as martians, queries to them go to userspace"
+            );
+        }
+        self.host_left_out = left_out.len();
+        let base = slot(generation, HOST_SLOTS, 0);
+        for (i, value) in slots.iter().enumerate() {
+            self.maps.host.set(base + i as u32, value);
+        }
+    }
+
+    fn write_apex_labels(&mut self, generation: u32, table: &RecordTable) {
+        let labels = table
+            .zones()
+            .iter()
+            .filter(|zone| self.admitted.get(zone.id as usize).copied().unwrap_or(false))
+            .filter_map(|zone| apex_label_bit(zone.spec.apex.num_labels() as usize))
+            .fold(0, |mask, bit| mask | bit);
+        let state = self.maps.state.as_ptr(0);
+        // SAFETY: a field of the mapped HPD_GEN; no run reads this generation's entry now.
+        unsafe {
+            std::ptr::addr_of_mut!((*state).apex_labels[generation as usize & 1])
+                .write_volatile(labels)
         };
-        self.state
-            .set(0, state, 0)
-            .map_err(map_err(maps::GENERATION))
+    }
+
+    /// The atomic switch: one release store of the active generation. Whoever loads the new
+    /// number sees everything written before it.
+    fn switch(&mut self, generation: u32) {
+        let state = self.maps.state.as_ptr(0);
+        // SAFETY: the mapped HPD_GEN's `active`, an aligned u32 that the program loads.
+        let active = unsafe { std::sync::atomic::AtomicU32::from_ptr(&raw mut (*state).active) };
+        active.store(generation, std::sync::atomic::Ordering::Release);
+        self.active = Some(generation);
+    }
+
+    /// Brings the generation the switch left (`left`) in step with `next`: waits until no run
+    /// reads it, then copies what `dirty` says changed (everything, without it). A first
+    /// publication has left nothing anybody read.
+    fn catch_up(
+        &mut self,
+        left: Option<u32>,
+        next: u32,
+        dirty: Option<&Dirty>,
+    ) -> Result<Option<Waited>, WriteError> {
+        let other = 1 - next;
+        let waited = match left {
+            Some(_) if self.hooks.skip_wait => None,
+            Some(left) => match self.readers.wait_out(left) {
+                Ok(waited) => Some(waited),
+                Err(err) => {
+                    self.in_step = false;
+                    return Err(WriteError::Wait(err));
+                }
+            },
+            None => None,
+        };
+        if let Some(hold) = self.hooks.poison {
+            self.poison(other, dirty, hold);
+        }
+        let c = self.capacity;
+        match dirty {
+            Some(dirty) => {
+                for bucket in &dirty.buckets {
+                    copy_one(&mut self.maps.index, c.buckets, next, other, *bucket);
+                }
+                for entry in &dirty.names {
+                    copy_one(&mut self.maps.names, c.names, next, other, *entry);
+                }
+                for entry in &dirty.big {
+                    copy_one(&mut self.maps.big, c.big, next, other, *entry);
+                }
+            }
+            None => {
+                copy_all(&mut self.maps.index, c.buckets, next, other);
+                copy_all(&mut self.maps.names, c.names, next, other);
+                copy_all(&mut self.maps.big, c.big, next, other);
+            }
+        }
+        copy_all(&mut self.maps.zones, c.zones, next, other);
+        copy_all(&mut self.maps.host, HOST_SLOTS, next, other);
+        let labels = self.maps.state.get(0).apex_labels[next as usize];
+        let state = self.maps.state.as_ptr(0);
+        // SAFETY: as in write_apex_labels: no run reads `other` now.
+        unsafe {
+            std::ptr::addr_of_mut!((*state).apex_labels[other as usize]).write_volatile(labels)
+        };
+        self.in_step = true;
+        Ok(waited)
+    }
+
+    /// Fills what the catch-up copies into `generation` with wrong addresses and serials, and
+    /// keeps them there for `hold` (tests only: see [`TestHooks`]).
+    fn poison(&mut self, generation: u32, dirty: Option<&Dirty>, hold: std::time::Duration) {
+        let c = self.capacity;
+        let names: Vec<u32> = match dirty {
+            Some(dirty) => dirty.names.iter().copied().collect(),
+            None => (0..c.names).collect(),
+        };
+        for index in names {
+            let at = slot(generation, c.names, index);
+            let mut entry = self.maps.names.get(at);
+            let name_at = entry.payload.len() - usize::from(entry.head.name_len).min(entry.payload.len());
+            entry.payload[..name_at].fill(0xee);
+            self.maps.names.set(at, &entry);
+        }
+        for id in 0..c.zones {
+            let at = slot(generation, c.zones, id);
+            let mut zone = self.maps.zones.get(at);
+            zone.soa_rr.iter_mut().for_each(|b| *b ^= 0x5a);
+            self.maps.zones.set(at, &zone);
+        }
+        std::thread::sleep(hold);
+    }
+
+    /// Gives each zone of `table` the kernel holds a per-zone counter slot (kept while it is
+    /// served).
+    fn assign_counter_slots(&mut self, table: &RecordTable) {
+        let admitted = &self.admitted;
+        self.zone_counters.assign(
+            table
+                .zones()
+                .iter()
+                .filter(|zone| admitted.get(zone.id as usize).copied().unwrap_or(false))
+                .map(|zone| &zone.spec.apex),
+        );
+    }
+
+    /// After adopting pinned maps: the counter slots the previous agent gave its zones, from the
+    /// zone entries of its active generation (so that counts carry on under their zones).
+    fn adopt_counter_slots(&mut self, generation: u32) {
+        let c = self.capacity;
+        let held: Vec<(u64, u32)> = (0..c.zones)
+            .map(|id| self.maps.zones.get_ref(slot(generation, c.zones, id)))
+            .filter(|entry| entry.apex_len != 0)
+            .map(|entry| (entry.apex_hash, entry.counter_slot))
+            .collect();
+        self.zone_counters.adopt(self.seed, &held);
     }
 }
 
-impl Capacity {
-    /// No more than the kernel's maps hold.
-    fn clamped(self) -> Self {
-        Self {
-            names: self.names.min(NAMES_CAPACITY as usize),
-            zones: self.zones.min(ZONES_CAPACITY as usize),
+/// The view of generation `generation`'s index and entries.
+fn view(maps: &mut Maps, c: Capacity, generation: u32) -> View<'_> {
+    View {
+        buckets: maps.index.slice_mut(slot(generation, c.buckets, 0), c.buckets),
+        names: maps.names.slice_mut(slot(generation, c.names, 0), c.names),
+        big: maps.big.slice_mut(slot(generation, c.big, 0), c.big),
+    }
+}
+
+fn copy_one<T: Pod>(array: &mut SharedArray<T>, per_generation: u32, from: u32, to: u32, index: u32) {
+    array.copy_within(
+        slot(from, per_generation, index),
+        slot(to, per_generation, index),
+        1,
+    );
+}
+
+fn copy_all<T: Pod>(array: &mut SharedArray<T>, per_generation: u32, from: u32, to: u32) {
+    array.copy_within(
+        slot(from, per_generation, 0),
+        slot(to, per_generation, 0),
+        per_generation,
+    );
+}
+
+/// The zone `id` of `table` if the kernel table holds it.
+fn admitted_zone<'t>(
+    table: &'t RecordTable,
+    admitted: &[bool],
+    id: u32,
+) -> Option<&'t crate::table::Zone> {
+    admitted
+        .get(id as usize)
+        .copied()
+        .unwrap_or(false)
+        .then(|| table.zones().get(id as usize))
+        .flatten()
+}
+
+/// Which zones of `table` the kernel table holds, per zone id: all of them when they fit, else
+/// the zones in order as long as their names fit in `names_capacity` and their number in
+/// `zones_capacity`. A zone is in whole or not at all, so that the kernel never answers NXDOMAIN
+/// for a name it merely lacks: it passes every query of a zone left out (no apex, no zone).
+///
+/// A pending zone (a source has not delivered it) is never in: userspace answers it SERVFAIL.
+pub fn admission(table: &RecordTable, names_capacity: usize, zones_capacity: usize) -> Vec<bool> {
+    let zones = table.zones().len();
+    let ready = |id: usize| table.zones().get(id).is_some_and(|z| !z.spec.pending);
+    if table.nodes().len() <= names_capacity && zones <= zones_capacity {
+        return (0..zones).map(ready).collect();
+    }
+    let mut names = vec![0usize; zones];
+    for (_, node) in table.nodes() {
+        if let Some(count) = names.get_mut(node.zone as usize) {
+            *count += 1;
         }
     }
+    let mut room = names_capacity;
+    names
+        .iter()
+        .enumerate()
+        .map(|(id, count)| {
+            let fits = ready(id) && id < zones_capacity && *count <= room;
+            if fits {
+                room -= count;
+            }
+            fits
+        })
+        .collect()
+}
+
+/// Names of the table that are not in the kernel table because their zones did not fit
+/// (pending zones are left out too, but not for lack of room).
+fn names_left_out(table: &RecordTable, admitted: &[bool]) -> usize {
+    if admitted.iter().all(|a| *a) {
+        return 0;
+    }
+    let out = |zone: u32| {
+        !admitted.get(zone as usize).copied().unwrap_or(false)
+            && table
+                .zones()
+                .get(zone as usize)
+                .is_some_and(|z| !z.spec.pending)
+    };
+    table.nodes().filter(|(_, node)| out(node.zone)).count()
+}
+
+/// A wire name as a name.
+fn owner_of(wire: &[u8]) -> Option<LowerName> {
+    let mut labels = Vec::new();
+    let mut rest = wire;
+    while let [len, tail @ ..] = rest {
+        if *len == 0 {
+            break;
+        }
+        let (label, tail) = tail.split_at_checked(usize::from(*len))?;
+        labels.push(label);
+        rest = tail;
+    }
+    hickory_proto::rr::Name::from_labels(labels)
+        .ok()
+        .map(|name| LowerName::new(&name))
 }
 
 fn map_err(map: &'static str) -> impl Fn(MapError) -> WriteError {
     move |source| WriteError::Map { map, source }
+}
+
+fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, WriteError> {
+    ebpf.take_map(name).ok_or(WriteError::MissingMap(name))
+}
+
+/// The array map `name`, mapped, checked to hold `len` elements.
+fn mapped<T: Pod>(ebpf: &mut Ebpf, name: &'static str, len: u32) -> Result<SharedArray<T>, WriteError> {
+    let map = take(ebpf, name)?;
+    let Map::Array(data) = &map else {
+        return Err(WriteError::Mmap {
+            map: name,
+            source: std::io::Error::other("not an array"),
+        });
+    };
+    let data: &MapData = data;
+    let info = data.info().map_err(map_err(name))?;
+    if info.max_entries() != len || info.value_size() as usize != size_of::<T>() {
+        return Err(WriteError::Mmap {
+            map: name,
+            source: std::io::Error::other(format!(
+                "{} entries of {} bytes, expected {len} of {}",
+                info.max_entries(),
+                info.value_size(),
+                size_of::<T>()
+            )),
+        });
+    }
+    SharedArray::map(data.fd().as_fd(), len).map_err(|source| WriteError::Mmap { map: name, source })
 }
 
 /// A random, non-zero hash seed (zero marks fresh maps).
@@ -432,14 +721,4 @@ fn random_seed() -> Result<u64, WriteError> {
         return Err(WriteError::Seed(std::io::Error::last_os_error()));
     }
     Ok(u64::from_ne_bytes(bytes).max(1))
-}
-
-/// The bytes of a plain-old-data value.
-pub fn bytes_of<V: Pod>(value: &V) -> &[u8] {
-    // SAFETY: Pod types are plain bytes without padding.
-    unsafe { std::slice::from_raw_parts((value as *const V).cast::<u8>(), size_of::<V>()) }
-}
-
-fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, WriteError> {
-    ebpf.take_map(name).ok_or(WriteError::MissingMap(name))
 }

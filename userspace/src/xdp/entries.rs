@@ -1,0 +1,350 @@
+//! The table's names and zones in the form the XDP program reads them (`hostport_dns_common::
+//! entry`): pure functions, tested without a kernel.
+//!
+//! The answers the kernel builds from these are exactly what the userspace server sends for the
+//! same query: the records' bytes are summed here as the kernel writes them, and the SOA template
+//! is produced by the same encoder (hickory) the server uses, so both compress the same way.
+
+use hickory_proto::{
+    op::{Message, MessageType, OpCode, Query},
+    rr::{LowerName, Name, RecordType},
+};
+use hostport_dns_common::{
+    csum::sum16,
+    dns::{
+        CLASS_IN, HEADER_LEN, POINTER_MARK, POINTER_TO_QUESTION, QTYPE_QCLASS_LEN, RR_FIXED_LEN,
+        TYPE_A, TYPE_AAAA,
+    },
+    entry::{
+        BigEntry, Entry, EntryHead, NAME_FLAG_APEX, NameEntry, SoaPatch,
+        ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry,
+    },
+    hash::name_hash,
+    limits::{
+        AAAA_ADDR_LEN, MAX_SOA_GUARDS, MAX_SOA_PATCHES, MAX_SOA_RR_LEN, MAX_XDP_A_RECORDS,
+        MAX_XDP_AAAA_RECORDS,
+    },
+};
+
+use crate::{
+    server::answer::negative_soa_record,
+    table::{Node, Zone},
+};
+
+/// A name in kernel form: the entry of the size it needs, or none (userspace answers it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Built {
+    Name(NameEntry),
+    Big(Box<BigEntry>),
+    /// More records than an entry holds.
+    Pass,
+}
+
+/// Lower-case wire form of a name.
+pub fn wire_name(name: &LowerName) -> Vec<u8> {
+    let name: Name = name.into();
+    let mut wire = Vec::with_capacity(name.len() + 1);
+    for label in name.iter() {
+        wire.push(label.len() as u8);
+        wire.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    wire.push(0);
+    wire
+}
+
+/// The entry of `name` (whose wire form is `wire`), holding `node` of `zone`; its zone's answers
+/// count in `counter_slot`.
+pub fn build(wire: &[u8], node: &Node, zone: &Zone, counter_slot: u16) -> Built {
+    let (a, aaaa) = (node.a.len(), node.aaaa.len());
+    if a > MAX_XDP_A_RECORDS || aaaa > MAX_XDP_AAAA_RECORDS {
+        return Built::Pass;
+    }
+    let ttl = node.ttl_in(zone);
+    let a_rrs: Vec<u8> = node
+        .a
+        .iter()
+        .flat_map(|address| answer_rr(TYPE_A, ttl, &address.octets()))
+        .collect();
+    let aaaa_rrs: Vec<u8> = node
+        .aaaa
+        .iter()
+        .flat_map(|address| answer_rr(TYPE_AAAA, ttl, &address.octets()))
+        .collect();
+    let head = EntryHead {
+        name_len: wire.len() as u8,
+        a_count: a as u8,
+        aaaa_count: aaaa as u8,
+        flags: if node.apex { NAME_FLAG_APEX } else { 0 },
+        zone: zone.id as u16,
+        a_csum: sum16(&a_rrs),
+        aaaa_csum: sum16(&aaaa_rrs),
+        counter_slot,
+        ttl: ttl.to_be_bytes(),
+    };
+    if NameEntry::fits(wire.len(), a, aaaa) {
+        Built::Name(fill(head, wire, node))
+    } else if BigEntry::fits(wire.len(), a, aaaa) {
+        Built::Big(Box::new(fill(head, wire, node)))
+    } else {
+        Built::Pass
+    }
+}
+
+/// An entry of payload `P`: the AAAA addresses, then the A addresses, from the front; the name
+/// at the back. The caller checked that they fit.
+fn fill<const P: usize>(head: EntryHead, wire: &[u8], node: &Node) -> Entry<P> {
+    let mut entry = Entry::<P>::EMPTY;
+    entry.head = head;
+    let mut at = 0;
+    for address in &node.aaaa {
+        entry.payload[at..at + AAAA_ADDR_LEN].copy_from_slice(&address.octets());
+        at += AAAA_ADDR_LEN;
+    }
+    for address in &node.a {
+        entry.payload[at..at + 4].copy_from_slice(&address.octets());
+        at += 4;
+    }
+    entry.payload[P - wire.len()..].copy_from_slice(wire);
+    entry
+}
+
+/// One answer record whose owner points to the question, as the kernel writes it.
+fn answer_rr(rtype: u16, ttl: u32, address: &[u8]) -> Vec<u8> {
+    let mut rr = Vec::with_capacity(RR_FIXED_LEN + 2 + address.len());
+    rr.extend_from_slice(&POINTER_TO_QUESTION.to_be_bytes());
+    rr.extend_from_slice(&rtype.to_be_bytes());
+    rr.extend_from_slice(&CLASS_IN.to_be_bytes());
+    rr.extend_from_slice(&ttl.to_be_bytes());
+    rr.extend_from_slice(&(address.len() as u16).to_be_bytes());
+    rr.extend_from_slice(address);
+    rr
+}
+
+/// The zone's entry: its SOA record as a template, encoded by hickory for a question that is the
+/// apex itself, its compression pointers turned into patches relative to the question's length.
+pub fn zone_entry(zone: &Zone, seed: u64, counter_slot: u32) -> ZoneEntry {
+    let mut entry = ZoneEntry::EMPTY;
+    let apex = &zone.spec.apex;
+    let apex_wire = wire_name(&LowerName::new(apex));
+    entry.apex_hash = name_hash(seed, &apex_wire);
+    entry.apex_len = apex_wire.len() as u16;
+    entry.counter_slot = counter_slot;
+    match soa_template(zone, apex_wire.len()) {
+        Some((template, patches)) => {
+            entry.soa_rr[..template.len()].copy_from_slice(&template);
+            entry.soa_len = template.len() as u16;
+            entry.soa_csum = sum16(&template);
+            entry.patches[..patches.len()].copy_from_slice(&patches);
+            entry.patch_count = patches.len() as u16;
+        }
+        None => entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE,
+    }
+    match guards(zone, seed) {
+        Some(guards) => {
+            for (i, (hash, len)) in guards.iter().enumerate() {
+                entry.guards[i] = *hash;
+                entry.guard_lens[i] = *len;
+            }
+            entry.guard_count = guards.len() as u16;
+        }
+        None => entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE,
+    }
+    if shares_suffix_outside(zone) {
+        entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE;
+    }
+    entry
+}
+
+/// Encodes `<apex> A` with the SOA in the authority section and cuts the SOA record out.
+fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>)> {
+    let apex = &zone.spec.apex;
+    let mut message = Message::new(0, MessageType::Response, OpCode::Query);
+    message.add_query(Query::query(apex.clone(), RecordType::A));
+    message.add_authority(negative_soa_record(zone, apex));
+    let bytes = message.to_vec().ok()?;
+    let soa_start = HEADER_LEN + apex_len + QTYPE_QCLASS_LEN;
+    let mut template = bytes.get(soa_start..)?.to_vec();
+    if template.len() > MAX_SOA_RR_LEN {
+        return None;
+    }
+    let mut patches = Vec::new();
+    // The owner, then the server and mailbox names at the start of the RDATA.
+    let mut offset = skip_name(&template, 0, &mut patches)?;
+    offset += RR_FIXED_LEN;
+    offset = skip_name(&template, offset, &mut patches)?;
+    skip_name(&template, offset, &mut patches)?;
+    if patches.len() > MAX_SOA_PATCHES {
+        return None;
+    }
+    let mut out = Vec::with_capacity(patches.len());
+    for (at, target) in patches {
+        let target = target as usize;
+        let base = if (HEADER_LEN..HEADER_LEN + apex_len).contains(&target) {
+            // Into the question (the apex or a suffix of it).
+            target as i64 - apex_len as i64
+        } else if target >= soa_start {
+            // Into the SOA record itself, which follows the question directly.
+            (target - soa_start + HEADER_LEN + QTYPE_QCLASS_LEN) as i64
+        } else {
+            return None;
+        };
+        template[at] = 0;
+        template[at + 1] = 0;
+        out.push(SoaPatch {
+            offset: at as u16,
+            base: i16::try_from(base).ok()?,
+        });
+    }
+    Some((template, out))
+}
+
+/// Skips the name at `offset`, recording a pointer (its offset and target) if it ends in one.
+fn skip_name(bytes: &[u8], mut offset: usize, patches: &mut Vec<(usize, u16)>) -> Option<usize> {
+    loop {
+        let len = *bytes.get(offset)?;
+        if len == 0 {
+            return Some(offset + 1);
+        }
+        if u16::from(len) << 8 & POINTER_MARK == POINTER_MARK {
+            let pointer = u16::from_be_bytes([len, *bytes.get(offset + 1)?]);
+            patches.push((offset, pointer & !POINTER_MARK));
+            return Some(offset + 2);
+        }
+        offset += 1 + len as usize;
+    }
+}
+
+/// Names under the apex that, ending a question, would make the SOA compress differently:
+/// every suffix, longer than the apex, of the server and mailbox names inside the zone.
+fn guards(zone: &Zone, seed: u64) -> Option<Vec<(u64, u16)>> {
+    let apex = &zone.spec.apex;
+    let mut guards: Vec<(u64, u16)> = Vec::new();
+    for name in [&zone.spec.soa.mname, &zone.spec.soa.rname] {
+        if !apex.zone_of(name) {
+            continue;
+        }
+        let mut suffix = name.to_lowercase();
+        while suffix.num_labels() > apex.num_labels() {
+            let wire = wire_name(&LowerName::new(&suffix));
+            let guard = (name_hash(seed, &wire), wire.len() as u16);
+            if !guards.contains(&guard) {
+                guards.push(guard);
+            }
+            suffix = suffix.base_name();
+        }
+    }
+    (guards.len() <= MAX_SOA_GUARDS).then_some(guards)
+}
+
+/// Whether a server or mailbox name outside the zone shares a label suffix with the apex: the
+/// encoder would point it into the question only when the question spells that suffix the same,
+/// so the template would depend on the question.
+fn shares_suffix_outside(zone: &Zone) -> bool {
+    let apex = &zone.spec.apex;
+    [&zone.spec.soa.mname, &zone.spec.soa.rname]
+        .into_iter()
+        .any(|name| {
+            !apex.zone_of(name)
+                && name.num_labels() > 0
+                && apex.num_labels() > 0
+                && name.trim_to(1) == apex.trim_to(1)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        records::{RecordData, SourceRecord},
+        table::RecordTable,
+        zone::ZoneSpec,
+    };
+    use hostport_dns_common::limits::NAME_PAYLOAD_LEN;
+
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).unwrap()
+    }
+
+    fn a(owner: &str, ip: &str) -> SourceRecord {
+        SourceRecord {
+            name: name(owner),
+            ttl: None,
+            data: RecordData::from(ip.parse::<std::net::IpAddr>().unwrap()),
+        }
+    }
+
+    fn built(records: &[SourceRecord], owner: &str) -> Built {
+        let (table, _) = RecordTable::compile(&[ZoneSpec::with_defaults(name("example."))], records);
+        let lower = LowerName::new(&name(owner));
+        let node = table.node_lower(&lower).unwrap();
+        build(&wire_name(&lower), node, &table.zones()[0], 3)
+    }
+
+    #[test]
+    fn names_sit_at_the_back_and_addresses_at_the_front() {
+        let Built::Name(entry) = built(
+            &[a("web.example.", "198.18.0.1"), a("web.example.", "2001:db8::1")],
+            "WEB.example.",
+        ) else {
+            panic!("a name entry");
+        };
+        let wire = b"\x03web\x07example\x00";
+        assert_eq!(entry.name(), wire);
+        assert_eq!(entry.head.name_len as usize, wire.len());
+        assert_eq!((entry.head.a_count, entry.head.aaaa_count), (1, 1));
+        assert_eq!(&entry.payload[..2], &[0x20, 0x01], "the AAAA address first");
+        assert_eq!(&entry.payload[16..20], &[198, 18, 0, 1], "then the A address");
+        assert_eq!(entry.head.ttl, 5u32.to_be_bytes());
+        assert_eq!(entry.head.counter_slot, 3);
+        // The sum covers the records as the kernel writes them.
+        let rr = [0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 198, 18, 0, 1];
+        assert_eq!(entry.head.a_csum, sum16(&rr));
+        assert!(entry.payload[20..NAME_PAYLOAD_LEN - wire.len()].iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn long_names_and_large_sets_take_big_entries_and_larger_ones_pass() {
+        // 152 bytes in wire form: more than a name entry holds with one address.
+        let long = format!("{}.{}.{}.example.", "x".repeat(60), "y".repeat(60), "z".repeat(20));
+        assert!(matches!(
+            built(&[a(&long, "198.18.0.1")], &long),
+            Built::Big(_)
+        ));
+        let eight_v6: Vec<_> = (1..=8)
+            .map(|i| a("v6.example.", &format!("2001:db8::{i}")))
+            .collect();
+        assert!(matches!(built(&eight_v6, "v6.example."), Built::Big(_)));
+        let too_many: Vec<_> = (0..=MAX_XDP_A_RECORDS)
+            .map(|i| a("big.example.", &format!("198.18.1.{i}")))
+            .collect();
+        assert_eq!(built(&too_many, "big.example."), Built::Pass);
+    }
+
+    #[test]
+    fn the_default_soa_points_into_the_question_twice() {
+        let (table, _) =
+            RecordTable::compile(&[ZoneSpec::with_defaults(name("prod.coreha.example."))], &[]);
+        let zone = zone_entry(&table.zones()[0], 7, 1);
+        assert_eq!(zone.flags, 0);
+        // Owner, ns.<apex>, hostmaster.<apex>: three pointers to the apex in the question.
+        assert_eq!(zone.patch_count, 3);
+        let apex_len = zone.apex_len as i16;
+        for patch in &zone.patches[..3] {
+            assert_eq!(patch.base, HEADER_LEN as i16 - apex_len);
+        }
+        // ns.<apex> and hostmaster.<apex> guard questions ending in them.
+        assert_eq!(zone.guard_count, 2);
+        assert_eq!(zone.counter_slot, 1);
+    }
+
+    #[test]
+    fn a_server_name_sharing_the_top_label_sends_negative_answers_up() {
+        let mut spec = ZoneSpec::with_defaults(name("prod.coreha.example."));
+        spec.soa.mname = name("ns1.other.example.");
+        let (table, _) = RecordTable::compile(&[spec], &[]);
+        assert_ne!(
+            zone_entry(&table.zones()[0], 7, 0).flags & ZONE_FLAG_NEGATIVE_IN_USERSPACE,
+            0
+        );
+    }
+}

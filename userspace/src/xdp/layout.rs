@@ -1,0 +1,632 @@
+//! Where each name sits in the kernel's name index and entries: which bucket and way, which entry
+//! slot. Pure (it works on slices standing for one generation of the maps), tested without a
+//! kernel; the writer applies it to the generation it is about to switch to, and copies what it
+//! changed (`Dirty`) into the other one once no run reads that any more.
+//!
+//! The index itself is the record of where names are: a name is found as the kernel finds it
+//! (its two candidate buckets, its tag, then its entry's name compared), so nothing but the free
+//! slots and the few names without a way of their own is kept beside the maps.
+
+use hickory_proto::rr::LowerName;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use hostport_dns_common::{
+    entry::{BigEntry, NameEntry},
+    index::{BIG_REF, BUCKET_OVERFLOW, Bucket, EMPTY_TAG, EntryRef, PASS_REF, candidates},
+    limits::INDEX_WAYS,
+};
+
+use crate::xdp::entries::Built;
+
+/// One generation of the index and entries, as the writer maps them.
+pub struct View<'a> {
+    pub buckets: &'a mut [Bucket],
+    pub names: &'a mut [NameEntry],
+    pub big: &'a mut [BigEntry],
+}
+
+/// What a change touched in one generation: what the other generation must copy to match it.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub buckets: FxHashSet<u32>,
+    pub names: FxHashSet<u32>,
+    pub big: FxHashSet<u32>,
+}
+
+/// Counts for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placed {
+    pub written: usize,
+    pub removed: usize,
+}
+
+/// A name that is in no way of the index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Unplaced {
+    wire: Box<[u8]>,
+    /// Both candidate buckets were full (they carry the overflow flag for it); otherwise another
+    /// name with the same 64-bit hash holds the way the kernel would find.
+    full: bool,
+}
+
+/// The writer's knowledge of one layout, shared by both generations once they are in step.
+pub struct Layout {
+    seed: u64,
+    /// The name hash (the kernel's; tests use weaker ones to make names collide).
+    hash: fn(u64, &[u8]) -> u64,
+    bucket_count: u32,
+    free_names: Vec<u32>,
+    free_big: Vec<u32>,
+    /// Names whose way points to no entry ([`PASS_REF`]): the kernel cannot tell them apart, so
+    /// the layout does.
+    passed: FxHashMap<u64, Box<[u8]>>,
+    /// Names in no way, by hash.
+    unplaced: FxHashMap<u64, Vec<Unplaced>>,
+    /// Per bucket: unplaced names (both buckets full) that have it as a candidate.
+    overflow: FxHashMap<u32, u32>,
+    /// Names the kernel cannot tell from another (same hash, or a tag met first): answered by
+    /// userspace.
+    collisions: usize,
+    names_held: usize,
+    /// Names taken out of `unplaced` because a way they can use was freed: the writer places them
+    /// again, with their entries rebuilt from the table ([`Layout::take_promoted`]).
+    promoted: Vec<Box<[u8]>>,
+}
+
+impl Layout {
+    /// An empty layout for a generation of `names` name entries, `big` big entries and
+    /// `buckets` buckets, keyed under `seed`.
+    pub fn new(seed: u64, names: u32, big: u32, buckets: u32) -> Self {
+        Self::with_hash(seed, names, big, buckets, hostport_dns_common::hash::name_hash)
+    }
+
+    /// A layout whose names are hashed by `hash` (the kernel's, or a weaker one in tests).
+    pub fn with_hash(
+        seed: u64,
+        names: u32,
+        big: u32,
+        buckets: u32,
+        hash: fn(u64, &[u8]) -> u64,
+    ) -> Self {
+        Self {
+            seed,
+            hash,
+            bucket_count: buckets,
+            // Popped from the end: low slots first.
+            free_names: (0..names).rev().collect(),
+            free_big: (0..big).rev().collect(),
+            passed: FxHashMap::default(),
+            unplaced: FxHashMap::default(),
+            overflow: FxHashMap::default(),
+            collisions: 0,
+            names_held: 0,
+            promoted: Vec::new(),
+        }
+    }
+
+    /// Names to place again (see `promoted`).
+    pub fn take_promoted(&mut self) -> Vec<Box<[u8]>> {
+        std::mem::take(&mut self.promoted)
+    }
+
+    /// The hash of a name in wire form.
+    pub fn hash(&self, wire: &[u8]) -> u64 {
+        (self.hash)(self.seed, wire)
+    }
+
+    /// A name's hash and wire form.
+    pub fn hashed(&self, name: &LowerName) -> (u64, Vec<u8>) {
+        let wire = crate::xdp::entries::wire_name(name);
+        (self.hash(&wire), wire)
+    }
+
+    /// Names answered by userspace because the kernel cannot tell them from another.
+    pub fn collisions(&self) -> usize {
+        self.collisions
+    }
+
+    /// Names in the index (with an entry or passing).
+    pub fn names_held(&self) -> usize {
+        self.names_held
+    }
+
+    /// Names that exist but found no way (both buckets full, or a shared hash).
+    pub fn names_unplaced(&self) -> usize {
+        self.unplaced.values().map(Vec::len).sum()
+    }
+
+    /// Gives `wire` (of hash `hash`) the entry `built` in `view`, wherever it is now.
+    pub fn upsert(
+        &mut self,
+        view: &mut View,
+        dirty: &mut Dirty,
+        hash: u64,
+        wire: &[u8],
+        built: Built,
+    ) {
+        match self.find(view, hash, wire) {
+            Some((bucket, way, current)) => {
+                let wanted = self.store(view, dirty, current, built, wire, hash);
+                if wanted != current {
+                    view.buckets[bucket as usize].refs[way] = wanted;
+                    dirty.buckets.insert(bucket);
+                }
+            }
+            None if self.is_unplaced(hash, wire) => {}
+            None => self.place(view, dirty, hash, wire, built),
+        }
+    }
+
+    /// Takes `wire` (of hash `hash`) out of `view`.
+    pub fn remove(&mut self, view: &mut View, dirty: &mut Dirty, hash: u64, wire: &[u8]) {
+        if let Some((bucket, way, current)) = self.find(view, hash, wire) {
+            self.release(current, hash);
+            let b = &mut view.buckets[bucket as usize];
+            b.tags[way] = EMPTY_TAG;
+            b.refs[way] = 0;
+            dirty.buckets.insert(bucket);
+            self.names_held -= 1;
+            self.promote(view, dirty, hash, bucket);
+            return;
+        }
+        let Some(list) = self.unplaced.get_mut(&hash) else {
+            return;
+        };
+        let Some(at) = list.iter().position(|u| *u.wire == *wire) else {
+            return;
+        };
+        let gone = list.swap_remove(at);
+        if list.is_empty() {
+            self.unplaced.remove(&hash);
+        }
+        if gone.full {
+            self.unmark_overflow(view, dirty, hash);
+        } else {
+            self.collisions -= 1;
+        }
+    }
+
+    /// The bucket, way and entry reference holding `wire`, found as the kernel finds names but
+    /// past ways whose tag is shared with another name.
+    fn find(&self, view: &View, hash: u64, wire: &[u8]) -> Option<(u32, usize, EntryRef)> {
+        let (first, second, tag) = candidates(hash, self.bucket_count);
+        for bucket in [first, second] {
+            let b = &view.buckets[bucket as usize];
+            for way in 0..INDEX_WAYS {
+                if b.tags[way] == tag && self.holds(view, b.refs[way], hash, wire) {
+                    return Some((bucket, way, b.refs[way]));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether the entry `found` holds `wire`.
+    fn holds(&self, view: &View, found: EntryRef, hash: u64, wire: &[u8]) -> bool {
+        if found == PASS_REF {
+            return self.passed.get(&hash).is_some_and(|held| **held == *wire);
+        }
+        let held = if found & BIG_REF != 0 {
+            view.big.get((found & !BIG_REF) as usize).map(|e| e.name())
+        } else {
+            view.names.get(found as usize).map(|e| e.name())
+        };
+        held == Some(wire)
+    }
+
+    fn is_unplaced(&self, hash: u64, wire: &[u8]) -> bool {
+        self.unplaced
+            .get(&hash)
+            .is_some_and(|list| list.iter().any(|u| *u.wire == *wire))
+    }
+
+    /// Puts a name that is in no way into the emptier of its candidate buckets.
+    fn place(&mut self, view: &mut View, dirty: &mut Dirty, hash: u64, wire: &[u8], built: Built) {
+        let (first, second, tag) = candidates(hash, self.bucket_count);
+        // A name with this very hash is there already: the kernel would find it first.
+        let twin = self.passed.contains_key(&hash)
+            || [first, second].iter().any(|bucket| {
+                let b = &view.buckets[*bucket as usize];
+                (0..INDEX_WAYS)
+                    .any(|w| b.tags[w] == tag && self.hash_of(view, b.refs[w]) == Some(hash))
+            });
+        if twin {
+            self.collisions += 1;
+            self.unplaced.entry(hash).or_default().push(Unplaced {
+                wire: wire.into(),
+                full: false,
+            });
+            return;
+        }
+        let used = |bucket: u32| view.buckets[bucket as usize].used();
+        let bucket = if used(second) < used(first) {
+            second
+        } else {
+            first
+        };
+        let Some(way) = free_way(&view.buckets[bucket as usize]) else {
+            self.unplaced.entry(hash).or_default().push(Unplaced {
+                wire: wire.into(),
+                full: true,
+            });
+            self.mark_overflow(view, dirty, hash);
+            return;
+        };
+        let entry = self.store(view, dirty, PASS_REF, built, wire, hash);
+        let b = &mut view.buckets[bucket as usize];
+        b.tags[way] = tag;
+        b.refs[way] = entry;
+        dirty.buckets.insert(bucket);
+        self.names_held += 1;
+    }
+
+    /// The hash of the name an entry holds, when the layout can tell (for passing names it keeps
+    /// them).
+    fn hash_of(&self, view: &View, found: EntryRef) -> Option<u64> {
+        let wire = if found == PASS_REF {
+            return None;
+        } else if found & BIG_REF != 0 {
+            view.big.get((found & !BIG_REF) as usize)?.name()
+        } else {
+            view.names.get(found as usize)?.name()
+        };
+        Some(self.hash(wire))
+    }
+
+    /// Writes `built` for `wire`, whose way refers to `current` now: into the same slot when the
+    /// size is the same, else into a new slot of the right size (or none: it passes). Returns the
+    /// reference the way must hold.
+    fn store(
+        &mut self,
+        view: &mut View,
+        dirty: &mut Dirty,
+        current: EntryRef,
+        built: Built,
+        wire: &[u8],
+        hash: u64,
+    ) -> EntryRef {
+        let keep_name = current != PASS_REF && current & BIG_REF == 0;
+        let keep_big = current != PASS_REF && current & BIG_REF != 0;
+        let wanted = match built {
+            Built::Name(entry) => {
+                let slot = if keep_name {
+                    Some(current)
+                } else {
+                    self.free_names.pop()
+                };
+                match slot {
+                    Some(slot) => {
+                        view.names[slot as usize] = entry;
+                        dirty.names.insert(slot);
+                        slot
+                    }
+                    // No name entry left: a big one, if there is one.
+                    None => return self.store_big(view, dirty, current, entry, wire, hash),
+                }
+            }
+            Built::Big(entry) => {
+                let slot = if keep_big {
+                    Some(current & !BIG_REF)
+                } else {
+                    self.free_big.pop()
+                };
+                match slot {
+                    Some(slot) => {
+                        view.big[slot as usize] = *entry;
+                        dirty.big.insert(slot);
+                        slot | BIG_REF
+                    }
+                    None => PASS_REF,
+                }
+            }
+            Built::Pass => PASS_REF,
+        };
+        if wanted != current {
+            self.release(current, hash);
+        }
+        if wanted == PASS_REF {
+            self.passed.insert(hash, wire.into());
+        }
+        wanted
+    }
+
+    /// A name entry that found no name slot, widened into a big entry.
+    fn store_big(
+        &mut self,
+        view: &mut View,
+        dirty: &mut Dirty,
+        current: EntryRef,
+        entry: NameEntry,
+        wire: &[u8],
+        hash: u64,
+    ) -> EntryRef {
+        let mut big = BigEntry::EMPTY;
+        big.head = entry.head;
+        let addresses = entry.a_offset() + entry.head.a_count as usize * 4;
+        big.payload[..addresses].copy_from_slice(&entry.payload[..addresses]);
+        let name_at = big.payload.len() - wire.len();
+        big.payload[name_at..].copy_from_slice(wire);
+        self.store(view, dirty, current, Built::Big(Box::new(big)), wire, hash)
+    }
+
+    /// Frees what `current` held.
+    fn release(&mut self, current: EntryRef, hash: u64) {
+        if current == PASS_REF {
+            self.passed.remove(&hash);
+        } else if current & BIG_REF != 0 {
+            self.free_big.push(current & !BIG_REF);
+        } else {
+            self.free_names.push(current);
+        }
+    }
+
+    /// After a way of `bucket` was freed by a name of `hash`: takes out of `unplaced` every name
+    /// that may now find a way (the freed one, or the one its twin left) for the writer to place
+    /// again; those that still find none come back. Names wait rarely, so this walk is short.
+    fn promote(&mut self, view: &mut View, dirty: &mut Dirty, hash: u64, bucket: u32) {
+        let buckets = self.bucket_count;
+        let waiting: Vec<u64> = self
+            .unplaced
+            .keys()
+            .filter(|h| {
+                let (first, second, _) = candidates(**h, buckets);
+                **h == hash || first == bucket || second == bucket
+            })
+            .copied()
+            .collect();
+        for waiting_hash in waiting {
+            let Some(list) = self.unplaced.remove(&waiting_hash) else {
+                continue;
+            };
+            for name in list {
+                if name.full {
+                    self.unmark_overflow(view, dirty, waiting_hash);
+                } else {
+                    self.collisions -= 1;
+                }
+                self.promoted.push(name.wire);
+            }
+        }
+    }
+
+    fn mark_overflow(&mut self, view: &mut View, dirty: &mut Dirty, hash: u64) {
+        let (first, second, _) = candidates(hash, self.bucket_count);
+        for bucket in dedup(first, second) {
+            *self.overflow.entry(bucket).or_insert(0) += 1;
+            view.buckets[bucket as usize].flags |= BUCKET_OVERFLOW;
+            dirty.buckets.insert(bucket);
+        }
+    }
+
+    fn unmark_overflow(&mut self, view: &mut View, dirty: &mut Dirty, hash: u64) {
+        let (first, second, _) = candidates(hash, self.bucket_count);
+        for bucket in dedup(first, second) {
+            let Some(count) = self.overflow.get_mut(&bucket) else {
+                continue;
+            };
+            *count -= 1;
+            if *count == 0 {
+                self.overflow.remove(&bucket);
+                view.buckets[bucket as usize].flags &= !BUCKET_OVERFLOW;
+                dirty.buckets.insert(bucket);
+            }
+        }
+    }
+}
+
+/// The first free way of a bucket.
+fn free_way(bucket: &Bucket) -> Option<usize> {
+    bucket.tags.iter().position(|tag| *tag == EMPTY_TAG)
+}
+
+/// One bucket, or two distinct ones.
+fn dedup(first: u32, second: u32) -> impl Iterator<Item = u32> {
+    std::iter::once(first).chain((second != first).then_some(second))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hostport_dns_common::{entry::Entry, limits::NAME_PAYLOAD_LEN};
+
+    /// What the kernel does with a question (`ebpf/src/lookup.rs`, `probe` and `confirm`).
+    #[derive(Debug, PartialEq, Eq)]
+    enum Kernel {
+        /// Answered from this entry's head and payload.
+        Hit(Vec<u8>),
+        /// Passed to userspace.
+        Pass,
+        /// Answered NXDOMAIN.
+        Miss,
+    }
+
+    fn kernel(layout: &Layout, view: &View, wire: &[u8]) -> Kernel {
+        let (first, second, tag) = candidates(layout.hash(wire), layout.bucket_count);
+        let (a, b) = (&view.buckets[first as usize], &view.buckets[second as usize]);
+        let way = (0..INDEX_WAYS)
+            .map(|w| (a.tags[w], a.refs[w]))
+            .chain((0..INDEX_WAYS).map(|w| (b.tags[w], b.refs[w])))
+            .find(|(t, _)| *t == tag);
+        match way {
+            Some((_, PASS_REF)) => Kernel::Pass,
+            Some((_, found)) if found & BIG_REF != 0 => {
+                let entry = &view.big[(found & !BIG_REF) as usize];
+                if entry.name() == wire {
+                    Kernel::Hit(bytes(entry))
+                } else {
+                    Kernel::Pass
+                }
+            }
+            Some((_, found)) => {
+                let entry = &view.names[found as usize];
+                if entry.name() == wire {
+                    Kernel::Hit(bytes(entry))
+                } else {
+                    Kernel::Pass
+                }
+            }
+            None if (a.flags | b.flags) & BUCKET_OVERFLOW != 0 => Kernel::Pass,
+            None => Kernel::Miss,
+        }
+    }
+
+    /// What the kernel answers from: the head, the addresses and the name (an entry widened
+    /// into a big one, for lack of name entries, answers the same).
+    fn bytes<const P: usize>(entry: &Entry<P>) -> Vec<u8> {
+        let mut out = crate::xdp::shared::bytes_of(&entry.head).to_vec();
+        let addresses = entry.a_offset() + entry.head.a_count as usize * 4;
+        out.extend_from_slice(&entry.payload[..addresses]);
+        out.extend_from_slice(entry.name());
+        out
+    }
+
+    /// An entry for `wire` of the given kind, its first address byte `mark`.
+    fn built(wire: &[u8], kind: u8, mark: u8) -> Built {
+        fn fill<const P: usize>(wire: &[u8], mark: u8) -> Entry<P> {
+            let mut entry = Entry::<P>::EMPTY;
+            entry.head.name_len = wire.len() as u8;
+            entry.head.a_count = 1;
+            entry.payload[..4].copy_from_slice(&[198, 18, 0, mark]);
+            entry.payload[P - wire.len()..].copy_from_slice(wire);
+            entry
+        }
+        match kind {
+            0 => Built::Name(fill::<NAME_PAYLOAD_LEN>(wire, mark)),
+            1 => Built::Big(Box::new(fill(wire, mark))),
+            _ => Built::Pass,
+        }
+    }
+
+    fn expected(built: &Built) -> Kernel {
+        match built {
+            Built::Name(entry) => Kernel::Hit(bytes(entry)),
+            Built::Big(entry) => Kernel::Hit(bytes(entry.as_ref())),
+            Built::Pass => Kernel::Pass,
+        }
+    }
+
+    /// Hashes by length only: names of one length share a hash (and so bucket and tag).
+    fn by_length(_seed: u64, wire: &[u8]) -> u64 {
+        (wire.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn name_hash(seed: u64, wire: &[u8]) -> u64 {
+        hostport_dns_common::hash::name_hash(seed, wire)
+    }
+
+    /// Random changes to a layout too small for its names, with the kernel's view checked after
+    /// each against a model: an existing name is answered with its own entry or passed, never
+    /// NXDOMAIN; a name that does not exist is never answered.
+    #[test]
+    fn the_kernel_never_answers_wrong_whatever_the_changes() {
+        for (hash, buckets, names, big) in [
+            (name_hash as fn(u64, &[u8]) -> u64, 2u32, 8u32, 2u32),
+            (name_hash, 4, 40, 4),
+            (by_length, 4, 40, 4),
+        ] {
+            let mut buckets_mem = vec![Bucket::EMPTY; buckets as usize];
+            let mut names_mem = vec![NameEntry::EMPTY; names as usize];
+            let mut big_mem = vec![BigEntry::EMPTY; big as usize];
+            let mut layout = Layout::with_hash(7, names, big, buckets, hash);
+            let mut model: FxHashMap<Vec<u8>, Built> = FxHashMap::default();
+            let universe: Vec<Vec<u8>> = (0..60)
+                .map(|i| {
+                    let label = format!("n{}", "x".repeat(i % 7)) + &i.to_string();
+                    let mut wire = vec![label.len() as u8];
+                    wire.extend_from_slice(label.as_bytes());
+                    wire.extend_from_slice(b"\x07example\x00");
+                    wire
+                })
+                .collect();
+            let mut state = 0x2545_f491_4f6c_dd1du64;
+            let mut next = |below: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % below
+            };
+            for step in 0..3000 {
+                let wire = &universe[next(universe.len() as u64) as usize];
+                let hash_of = layout.hash(wire);
+                let mut view = View {
+                    buckets: &mut buckets_mem,
+                    names: &mut names_mem,
+                    big: &mut big_mem,
+                };
+                let mut dirty = Dirty::default();
+                if next(3) == 0 {
+                    layout.remove(&mut view, &mut dirty, hash_of, wire);
+                    model.remove(wire);
+                } else {
+                    let entry = built(wire, next(3) as u8, step as u8);
+                    layout.upsert(&mut view, &mut dirty, hash_of, wire, entry.clone());
+                    model.insert(wire.clone(), entry);
+                }
+                loop {
+                    let promoted = layout.take_promoted();
+                    if promoted.is_empty() {
+                        break;
+                    }
+                    for wire in promoted {
+                        if let Some(entry) = model.get(&*wire) {
+                            let h = layout.hash(&wire);
+                            layout.upsert(&mut view, &mut dirty, h, &wire, entry.clone());
+                        }
+                    }
+                }
+                for name in &universe {
+                    let seen = kernel(&layout, &view, name);
+                    match model.get(name) {
+                        Some(entry) => assert!(
+                            seen == expected(entry) || seen == Kernel::Pass,
+                            "step {step}: {name:?} exists, the kernel says {seen:?}"
+                        ),
+                        None => assert!(
+                            !matches!(seen, Kernel::Hit(_)),
+                            "step {step}: {name:?} does not exist, the kernel answers it"
+                        ),
+                    }
+                }
+                assert_eq!(
+                    layout.names_held() + layout.names_unplaced(),
+                    model.len(),
+                    "step {step}: every name is held or waits"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_that_finds_no_way_makes_its_buckets_pass_misses() {
+        let (mut buckets, mut names, mut big) = (
+            vec![Bucket::EMPTY; 1],
+            vec![NameEntry::EMPTY; 16],
+            vec![BigEntry::EMPTY; 1],
+        );
+        let mut layout = Layout::new(3, 16, 1, 1);
+        let mut view = View {
+            buckets: &mut buckets,
+            names: &mut names,
+            big: &mut big,
+        };
+        let mut dirty = Dirty::default();
+        let wires: Vec<Vec<u8>> = (0..INDEX_WAYS + 1)
+            .map(|i| format!("\x01{}\x00", (b'a' + i as u8) as char).into_bytes())
+            .collect();
+        for wire in &wires {
+            let h = layout.hash(wire);
+            layout.upsert(&mut view, &mut dirty, h, wire, built(wire, 0, 1));
+        }
+        assert_eq!(layout.names_unplaced(), 1);
+        assert_ne!(view.buckets[0].flags & BUCKET_OVERFLOW, 0);
+        // One leaves: the waiting name takes its way and the flag goes.
+        let h = layout.hash(&wires[0]);
+        layout.remove(&mut view, &mut dirty, h, &wires[0]);
+        let promoted = layout.take_promoted();
+        assert_eq!(promoted.len(), 1);
+        let h = layout.hash(&promoted[0]);
+        layout.upsert(&mut view, &mut dirty, h, &promoted[0], built(&promoted[0], 0, 1));
+        assert_eq!(view.buckets[0].flags & BUCKET_OVERFLOW, 0);
+        assert_eq!(layout.names_unplaced(), 0);
+    }
+}

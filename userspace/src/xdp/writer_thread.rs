@@ -1,0 +1,160 @@
+//! The thread that owns the kernel table's maps (blixt's single writer): the publisher and the
+//! address follower post to its mailbox and go on; it takes whatever arrived (the latest table,
+//! the union of the names changed since the last one it wrote, the latest addresses), writes it
+//! in one switch, and reports. Nothing waits on a timer: when the mailbox is empty it sleeps,
+//! and what arrives while it writes is merged into the next switch.
+
+use std::{
+    sync::{Arc, Condvar, Mutex},
+    thread::JoinHandle,
+    time::Instant,
+};
+
+use hickory_proto::rr::LowerName;
+use rustc_hash::FxHashSet;
+
+use crate::{
+    table::RecordTable,
+    xdp::{
+        hostset::HostAddresses,
+        writer::{Change, MapWriter, WriteError, WriteStats},
+    },
+};
+
+/// Which names of a posted table differ from the previous one.
+pub enum TableChange {
+    /// Any: compare everything.
+    Whole,
+    /// These names (and the zones' SOA records).
+    Names(Vec<LowerName>),
+}
+
+/// What one switch of the writer did, for whoever posted.
+pub struct Outcome {
+    pub result: Result<WriteStats, WriteError>,
+    /// The table the kernel answers from now (None: only the addresses changed).
+    pub table: Option<RecordTable>,
+    /// When the earliest change this switch carries was observed.
+    pub observed: Option<Instant>,
+    /// Tables merged into this switch.
+    pub tables: usize,
+}
+
+#[derive(Default)]
+struct Pending {
+    table: Option<RecordTable>,
+    /// None: every name (a whole table asked for, or nothing known).
+    names: Option<FxHashSet<LowerName>>,
+    tables: usize,
+    host: Option<HostAddresses>,
+    observed: Option<Instant>,
+    closed: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.table.is_none() && self.host.is_none()
+    }
+}
+
+#[derive(Default)]
+struct Mailbox {
+    pending: Mutex<Pending>,
+    arrived: Condvar,
+}
+
+/// The posting side of the writer thread.
+pub struct WriterThread {
+    mailbox: Arc<Mailbox>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WriterThread {
+    /// Starts the thread, which owns `writer` and hands every [`Outcome`] to `report` (on the
+    /// thread, right after the switch).
+    pub fn spawn(writer: MapWriter, report: impl FnMut(Outcome) + Send + 'static) -> Self {
+        let mailbox = Arc::new(Mailbox::default());
+        let inbox = mailbox.clone();
+        let thread = std::thread::Builder::new()
+            .name("hpd-xdp-writer".into())
+            .spawn(move || run(writer, &inbox, report))
+            .ok();
+        Self { mailbox, thread }
+    }
+
+    /// Posts a table; `change` says which names differ from the one posted before it.
+    pub fn post_table(&self, table: RecordTable, change: TableChange, observed: Instant) {
+        let mut pending = self.lock();
+        let first = pending.table.is_none();
+        pending.table = Some(table);
+        pending.tables += 1;
+        match (change, pending.names.as_mut()) {
+            (TableChange::Names(names), Some(set)) => set.extend(names),
+            // The first table since the last switch, with its names: a set to merge into.
+            (TableChange::Names(names), None) if first => {
+                pending.names = Some(names.into_iter().collect())
+            }
+            // A whole table, or names on top of a whole one: everything.
+            _ => pending.names = None,
+        }
+        pending.observed = Some(pending.observed.map_or(observed, |o| o.min(observed)));
+        drop(pending);
+        self.mailbox.arrived.notify_one();
+    }
+
+    /// Posts this host's addresses.
+    pub fn post_host(&self, host: HostAddresses) {
+        self.lock().host = Some(host);
+        self.mailbox.arrived.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.mailbox
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        self.lock().closed = true;
+        self.mailbox.arrived.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl FnMut(Outcome)) {
+    loop {
+        let taken = {
+            let mut pending = mailbox.pending.lock().unwrap_or_else(|e| e.into_inner());
+            while pending.is_empty() && !pending.closed {
+                pending = mailbox
+                    .arrived
+                    .wait(pending)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            if pending.closed {
+                return;
+            }
+            std::mem::take(&mut *pending)
+        };
+        let names: Option<Vec<LowerName>> = taken.names.map(|set| set.into_iter().collect());
+        let table = taken.table.as_ref().map(|table| {
+            let change = match &names {
+                Some(names) => Change::Names(names),
+                None => Change::Whole,
+            };
+            (table, change)
+        });
+        let result = writer.publish(table, taken.host);
+        report(Outcome {
+            result,
+            table: taken.table,
+            observed: taken.observed,
+            tables: taken.tables,
+        });
+    }
+}
