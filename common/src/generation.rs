@@ -154,7 +154,8 @@ impl Capacity {
 
     /// Bytes of kernel memory the table maps take for both generations (arrays: fixed at load).
     pub const fn map_bytes(&self) -> u64 {
-        let per_generation = self.names as u64 * core::mem::size_of::<crate::entry::NameEntry>() as u64
+        let per_generation = self.names as u64
+            * core::mem::size_of::<crate::entry::NameEntry>() as u64
             + self.big as u64 * core::mem::size_of::<crate::entry::BigEntry>() as u64
             + self.buckets as u64 * core::mem::size_of::<crate::index::Bucket>() as u64
             + self.zones as u64 * core::mem::size_of::<crate::entry::ZoneEntry>() as u64

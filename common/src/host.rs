@@ -97,7 +97,12 @@ mod tests {
 
     #[test]
     fn v4_words_are_the_words_of_the_mapped_form() {
-        for a in [[198, 18, 0, 1], [255, 255, 255, 255], [0, 0, 0, 0], [127, 0, 0, 1]] {
+        for a in [
+            [198, 18, 0, 1],
+            [255, 255, 255, 255],
+            [0, 0, 0, 0],
+            [127, 0, 0, 1],
+        ] {
             assert_eq!(v4_words(a), words(&mapped_v4(a)));
         }
     }

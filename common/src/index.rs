@@ -105,9 +105,8 @@ mod tests {
     #[test]
     fn the_two_buckets_are_independent_of_each_other() {
         // Hashes sharing their low bits (one first bucket) spread over many second buckets.
-        let seconds: std::collections::BTreeSet<u32> = (0..64u64)
-            .map(|i| candidates(i << 16, 1024).1)
-            .collect();
+        let seconds: std::collections::BTreeSet<u32> =
+            (0..64u64).map(|i| candidates(i << 16, 1024).1).collect();
         assert!(seconds.len() > 32, "{seconds:?}");
     }
 }

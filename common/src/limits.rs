@@ -49,7 +49,8 @@ pub const AAAA_RR_LEN: usize = 28;
 
 /// Bytes of addresses one name holds at most in the kernel table: full sets of both types. The
 /// kernel copies a hit's addresses into its scratch space (`ebpf/src/scratch.rs`) of this size.
-pub const MAX_ADDRESS_BYTES: usize = MAX_XDP_A_RECORDS * A_ADDR_LEN + MAX_XDP_AAAA_RECORDS * AAAA_ADDR_LEN;
+pub const MAX_ADDRESS_BYTES: usize =
+    MAX_XDP_A_RECORDS * A_ADDR_LEN + MAX_XDP_AAAA_RECORDS * AAAA_ADDR_LEN;
 
 /// Bytes of answer records the kernel writes at most: a full set of either type (the AAAA one is
 /// the larger). Bounds the record loop's packet offsets (verifier).

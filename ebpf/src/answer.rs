@@ -125,11 +125,7 @@ fn records_of_type(head: &EntryHead, aaaa: bool) -> Option<Records> {
     if count == 0 || count > most {
         return None;
     }
-    Some(Records {
-        aaaa,
-        count,
-        sum,
-    })
+    Some(Records { aaaa, count, sum })
 }
 
 /// The zone entry for a negative answer, unless userspace must make it: the zone says so, or the

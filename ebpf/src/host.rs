@@ -175,5 +175,3 @@ pub fn kind_of(table: &Section, wanted: [u64; 2]) -> u32 {
     }
     0
 }
-
-

@@ -104,8 +104,8 @@ fn take_if_same<const P: usize>(entry: &Entry<P>, scratch: &mut Scratch, len: us
         return false;
     }
     scratch.head = entry.head;
-    let used = entry.head.aaaa_count as usize * AAAA_ADDR_LEN
-        + entry.head.a_count as usize * A_ADDR_LEN;
+    let used =
+        entry.head.aaaa_count as usize * AAAA_ADDR_LEN + entry.head.a_count as usize * A_ADDR_LEN;
     let words = scratch.forget_word_count(used.div_ceil(8));
     let from = entry.payload.as_ptr() as *const u64;
     let mut w = 0;

@@ -68,13 +68,15 @@ static HPD_GEN: Array<Generation> = Array::with_max_entries(1, MMAPABLE);
 static HPD_INDEX: Array<Bucket> = Array::with_max_entries(GENERATIONS * CAPACITY.buckets, MMAPABLE);
 
 #[map]
-static HPD_NAMES: Array<NameEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.names, MMAPABLE);
+static HPD_NAMES: Array<NameEntry> =
+    Array::with_max_entries(GENERATIONS * CAPACITY.names, MMAPABLE);
 
 #[map]
 static HPD_BIG: Array<BigEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.big, MMAPABLE);
 
 #[map]
-static HPD_ZONES: Array<ZoneEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.zones, MMAPABLE);
+static HPD_ZONES: Array<ZoneEntry> =
+    Array::with_max_entries(GENERATIONS * CAPACITY.zones, MMAPABLE);
 
 /// This host's addresses, both generations (`hostport_dns_common::host`).
 #[map]

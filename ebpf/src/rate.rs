@@ -13,7 +13,9 @@ use hostport_dns_common::{
     },
 };
 
-use crate::{HPD_RATE, answer::Plan, atomic, client::Client, dns::Query, eth::Family, table::Section};
+use crate::{
+    HPD_RATE, answer::Plan, atomic, client::Client, dns::Query, eth::Family, table::Section,
+};
 
 const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
@@ -54,7 +56,9 @@ pub fn limit(
     let current = unsafe { core::ptr::read_volatile(window_at) };
     // SAFETY: (each) an aligned u64 of the bucket.
     let count = match step(held_key, current, key, now, rate) {
-        Step::Restart if unsafe { atomic::compare_exchange(window_at, current, window(now, 1)) } => {
+        Step::Restart
+            if unsafe { atomic::compare_exchange(window_at, current, window(now, 1)) } =>
+        {
             // SAFETY: as above; a race here misattributes at most one answer.
             unsafe { core::ptr::write_volatile(&mut (*bucket).key, key) };
             1

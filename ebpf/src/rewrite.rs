@@ -11,7 +11,9 @@ use core::intrinsics::unaligned_volatile_store;
 use hostport_dns_common::{
     counters::{Counter, Event},
     csum::{at_offset, fold, sum16},
-    dns::{FLAG_TC, HEADER_LEN, OPT_RR_LEN, POINTER_MARK, QTYPE_QCLASS_LEN, TYPE_OPT, answer_flags},
+    dns::{
+        FLAG_TC, HEADER_LEN, OPT_RR_LEN, POINTER_MARK, QTYPE_QCLASS_LEN, TYPE_OPT, answer_flags,
+    },
     entry::ZoneEntry,
     limits::{
         EDNS_PAYLOAD_SIZE, FRONT_WORDS, MAX_FRONT_LEN, MAX_PACKET_OFFSET, MAX_SOA_PATCHES,
@@ -108,7 +110,7 @@ fn resize(ctx: &XdpContext, new_len: usize, keep: usize) -> Result<(), Counter> 
         };
     }
     let growth = new_len - old_len;
-    if growth >= MAX_PACKET_OFFSET || keep < 8 || keep > MAX_FRONT_LEN || keep > old_len {
+    if growth >= MAX_PACKET_OFFSET || !(8..=MAX_FRONT_LEN).contains(&keep) || keep > old_len {
         return Err(Counter::PassNoRoom);
     }
     // SAFETY: the kernel checks the headroom.

@@ -192,7 +192,10 @@ pub fn try_parse(frame: &[u8]) -> Result<Parsed, String> {
             let h = field(at..at + 20)?;
             ensure(fold(sum_be(h)) == 0xffff, "IPv4 header checksum")?;
             let total = u16::from_be_bytes([h[2], h[3]]) as usize;
-            ensure(at + total == frame.len(), "IPv4 total length matches the frame")?;
+            ensure(
+                at + total == frame.len(),
+                "IPv4 total length matches the frame",
+            )?;
             let src = IpAddr::V4(Ipv4Addr::new(h[12], h[13], h[14], h[15]));
             let dst = IpAddr::V4(Ipv4Addr::new(h[16], h[17], h[18], h[19]));
             (src, dst, h[8], h[1], &frame[at + 20..])
@@ -205,7 +208,9 @@ pub fn try_parse(frame: &[u8]) -> Result<Parsed, String> {
                 "IPv6 payload length matches the frame",
             )?;
             let address = |r: std::ops::Range<usize>| {
-                <[u8; 16]>::try_from(&h[r]).map(Ipv6Addr::from).map_err(|_| "16 bytes".to_owned())
+                <[u8; 16]>::try_from(&h[r])
+                    .map(Ipv6Addr::from)
+                    .map_err(|_| "16 bytes".to_owned())
             };
             let (src, dst) = (IpAddr::V6(address(8..24)?), IpAddr::V6(address(24..40)?));
             (src, dst, h[7], (h[0] << 4) | (h[1] >> 4), &frame[at + 40..])

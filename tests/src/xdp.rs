@@ -74,6 +74,12 @@ impl Program {
     /// Loads `object` (the agent's, or the test bed's) with a table of `capacity`, nothing
     /// written yet but the local addresses.
     pub fn from_object(object: &[u8], local: &[IpAddr], capacity: Capacity) -> Self {
+        Self::holding_readers(object, local, capacity, 0)
+    }
+
+    /// [`Program::from_object`] whose runs stay `hold` spin iterations in their read section
+    /// (the test bed's object only).
+    pub fn holding_readers(object: &[u8], local: &[IpAddr], capacity: Capacity, hold: u32) -> Self {
         let clients = ClientPolicyTable::default();
         let settings = Settings {
             port: 1053,
@@ -81,6 +87,7 @@ impl Program {
             log: EbpfLogLevel::Off,
             clients: &clients,
             capacity,
+            hold_readers: hold,
         };
         let ebpf = loader::load_object(object, &settings).expect("load the XDP program");
         Self::from_ebpf(ebpf, local, capacity)

@@ -49,7 +49,7 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the responder: load the records, attach XDP, serve DNS.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// What the kernel's record table holds now, decoded.
     Records(InspectArgs),
     /// The XDP program's counters: answers by kind, passes by reason.

@@ -25,7 +25,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => runtime.block_on(hostport_dns::agent::run(args)),
+        Command::Run(args) => runtime.block_on(hostport_dns::agent::run(*args)),
         Command::Records(a) => ops::records(&a.pin.pin_dir, a.json),
         Command::Stats(a) => ops::stats(&a.pin.pin_dir, a.json),
         Command::Query(q) => ops::query(

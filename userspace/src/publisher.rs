@@ -184,9 +184,21 @@ impl Publisher {
         let compile_ms = started.elapsed().as_secs_f64() * 1e3;
         let (names, records) = (table.nodes().len(), table.record_count());
         if unchanged {
-            debug!(names, records, source = update.source, compile_ms, "table compiled, nothing changed");
+            debug!(
+                names,
+                records,
+                source = update.source,
+                compile_ms,
+                "table compiled, nothing changed"
+            );
         } else {
-            info!(names, records, source = update.source, compile_ms, "table compiled");
+            info!(
+                names,
+                records,
+                source = update.source,
+                compile_ms,
+                "table compiled"
+            );
         }
         match &self.kernel {
             // The writer thread switches the kernel's table, then the server's, and reports.
@@ -197,9 +209,13 @@ impl Publisher {
                 };
                 kernel.post_table(table, change, update.observed);
             }
-            None => {
-                switched(&self.shared, &self.metrics, &self.health, table, Some(update.observed))
-            }
+            None => switched(
+                &self.shared,
+                &self.metrics,
+                &self.health,
+                table,
+                Some(update.observed),
+            ),
         }
     }
 
@@ -318,7 +334,9 @@ pub fn kernel_report(
                 }
                 metrics.xdp_generations.inc();
                 metrics.xdp_table_names.set(stats.names_held as i64);
-                metrics.xdp_names_in_userspace.set(stats.names_left_out as i64);
+                metrics
+                    .xdp_names_in_userspace
+                    .set(stats.names_left_out as i64);
                 metrics.xdp_collisions.set(stats.collisions as i64);
                 if stats.collisions > 0 {
                     warn!(
@@ -358,7 +376,9 @@ fn switched(
     shared.publish(table);
     metrics.table_updates.inc();
     if let Some(observed) = observed {
-        metrics.propagation.observe(observed.elapsed().as_secs_f64());
+        metrics
+            .propagation
+            .observe(observed.elapsed().as_secs_f64());
     }
     health.table_published();
 }

@@ -120,12 +120,11 @@ impl ZoneCounters {
             map: maps::ZONE_ANSWERS,
             source,
         })?;
-        let array = PerCpuArray::try_from(Map::PerCpuArray(data)).map_err(|source| {
-            WriteError::Map {
+        let array =
+            PerCpuArray::try_from(Map::PerCpuArray(data)).map_err(|source| WriteError::Map {
                 map: maps::ZONE_ANSWERS,
                 source,
-            }
-        })?;
+            })?;
         Ok(Self {
             array,
             slots: FxHashMap::default(),

@@ -274,7 +274,8 @@ mod tests {
     }
 
     fn built(records: &[SourceRecord], owner: &str) -> Built {
-        let (table, _) = RecordTable::compile(&[ZoneSpec::with_defaults(name("example."))], records);
+        let (table, _) =
+            RecordTable::compile(&[ZoneSpec::with_defaults(name("example."))], records);
         let lower = LowerName::new(&name(owner));
         let node = table.node_lower(&lower).unwrap();
         build(&wire_name(&lower), node, &table.zones()[0], 3)
@@ -283,7 +284,10 @@ mod tests {
     #[test]
     fn names_sit_at_the_back_and_addresses_at_the_front() {
         let Built::Name(entry) = built(
-            &[a("web.example.", "198.18.0.1"), a("web.example.", "2001:db8::1")],
+            &[
+                a("web.example.", "198.18.0.1"),
+                a("web.example.", "2001:db8::1"),
+            ],
             "WEB.example.",
         ) else {
             panic!("a name entry");
@@ -293,27 +297,40 @@ mod tests {
         assert_eq!(entry.head.name_len as usize, wire.len());
         assert_eq!((entry.head.a_count, entry.head.aaaa_count), (1, 1));
         assert_eq!(&entry.payload[..2], &[0x20, 0x01], "the AAAA address first");
-        assert_eq!(&entry.payload[16..20], &[198, 18, 0, 1], "then the A address");
+        assert_eq!(
+            &entry.payload[16..20],
+            &[198, 18, 0, 1],
+            "then the A address"
+        );
         assert_eq!(entry.head.ttl, 5u32.to_be_bytes());
         assert_eq!(entry.head.counter_slot, 3);
         // The sum covers the records as the kernel writes them.
         let rr = [0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 198, 18, 0, 1];
         assert_eq!(entry.head.a_csum, sum16(&rr));
-        assert!(entry.payload[20..NAME_PAYLOAD_LEN - wire.len()].iter().all(|b| *b == 0));
+        assert!(
+            entry.payload[20..NAME_PAYLOAD_LEN - wire.len()]
+                .iter()
+                .all(|b| *b == 0)
+        );
     }
 
     #[test]
     fn long_names_and_large_sets_take_big_entries_and_larger_ones_pass() {
         // 152 bytes in wire form: more than a name entry holds with one address.
-        let long = format!("{}.{}.{}.example.", "x".repeat(60), "y".repeat(60), "z".repeat(20));
+        let long = format!(
+            "{}.{}.{}.example.",
+            "x".repeat(60),
+            "y".repeat(60),
+            "z".repeat(20)
+        );
         assert!(matches!(
             built(&[a(&long, "198.18.0.1")], &long),
             Built::Big(_)
         ));
-        let eight_v6: Vec<_> = (1..=8)
+        let nine_v6: Vec<_> = (1..=9)
             .map(|i| a("v6.example.", &format!("2001:db8::{i}")))
             .collect();
-        assert!(matches!(built(&eight_v6, "v6.example."), Built::Big(_)));
+        assert!(matches!(built(&nine_v6, "v6.example."), Built::Big(_)));
         let too_many: Vec<_> = (0..=MAX_XDP_A_RECORDS)
             .map(|i| a("big.example.", &format!("198.18.1.{i}")))
             .collect();
@@ -322,8 +339,10 @@ mod tests {
 
     #[test]
     fn the_default_soa_points_into_the_question_twice() {
-        let (table, _) =
-            RecordTable::compile(&[ZoneSpec::with_defaults(name("prod.coreha.example."))], &[]);
+        let (table, _) = RecordTable::compile(
+            &[ZoneSpec::with_defaults(name("prod.coreha.example."))],
+            &[],
+        );
         let zone = zone_entry(&table.zones()[0], 7, 1);
         assert_eq!(zone.flags, 0);
         // Owner, ns.<apex>, hostmaster.<apex>: three pointers to the apex in the question.

@@ -77,7 +77,13 @@ impl Layout {
     /// An empty layout for a generation of `names` name entries, `big` big entries and
     /// `buckets` buckets, keyed under `seed`.
     pub fn new(seed: u64, names: u32, big: u32, buckets: u32) -> Self {
-        Self::with_hash(seed, names, big, buckets, hostport_dns_common::hash::name_hash)
+        Self::with_hash(
+            seed,
+            names,
+            big,
+            buckets,
+            hostport_dns_common::hash::name_hash,
+        )
     }
 
     /// A layout whose names are hashed by `hash` (the kernel's, or a weaker one in tests).
@@ -442,7 +448,10 @@ mod tests {
 
     fn kernel(layout: &Layout, view: &View, wire: &[u8]) -> Kernel {
         let (first, second, tag) = candidates(layout.hash(wire), layout.bucket_count);
-        let (a, b) = (&view.buckets[first as usize], &view.buckets[second as usize]);
+        let (a, b) = (
+            &view.buckets[first as usize],
+            &view.buckets[second as usize],
+        );
         let way = (0..INDEX_WAYS)
             .map(|w| (a.tags[w], a.refs[w]))
             .chain((0..INDEX_WAYS).map(|w| (b.tags[w], b.refs[w])))
@@ -625,7 +634,13 @@ mod tests {
         let promoted = layout.take_promoted();
         assert_eq!(promoted.len(), 1);
         let h = layout.hash(&promoted[0]);
-        layout.upsert(&mut view, &mut dirty, h, &promoted[0], built(&promoted[0], 0, 1));
+        layout.upsert(
+            &mut view,
+            &mut dirty,
+            h,
+            &promoted[0],
+            built(&promoted[0], 0, 1),
+        );
         assert_eq!(view.buckets[0].flags & BUCKET_OVERFLOW, 0);
         assert_eq!(layout.names_unplaced(), 0);
     }

@@ -123,6 +123,7 @@ impl Dataplane {
                 log,
                 clients,
                 capacity,
+                hold_readers: 0,
             },
         )?;
         if log != EbpfLogLevel::Off {
@@ -205,7 +206,13 @@ pub struct Settings<'a> {
     pub log: EbpfLogLevel,
     pub clients: &'a ClientPolicyTable,
     pub capacity: Capacity,
+    /// The test bed's object only: how long each run stays in its read section (`HPD_HOLD`,
+    /// iterations of a spin; 0: not at all).
+    pub hold_readers: u32,
 }
+
+/// Global of the test bed's object: how long a run stays in its read section.
+const GLOBAL_HOLD: &str = "HPD_HOLD";
 
 /// Loads the embedded object with the DNS port set, serving everyone, with a table of the
 /// default capacity, without attaching it or pinning anything.
@@ -224,6 +231,7 @@ pub fn load_with_policy(port: u16, clients: &ClientPolicyTable) -> Result<Ebpf, 
             log: EbpfLogLevel::Off,
             clients,
             capacity: Capacity::DEFAULT,
+            hold_readers: 0,
         },
     )
 }
@@ -237,6 +245,9 @@ pub fn load_object(object: &[u8], settings: &Settings) -> Result<Ebpf, XdpError>
     let policy = settings.clients.kernel_policy();
     loader.override_global(maps::GLOBAL_POLICY, &policy, true);
     loader.override_global(maps::GLOBAL_CAPACITY, &settings.capacity, true);
+    if settings.hold_readers != 0 {
+        loader.override_global(GLOBAL_HOLD, &settings.hold_readers, true);
+    }
     let level = settings.log.global();
     loader.override_global(aya_log::LEVEL, &level, true);
     for (name, _, entries) in maps::pinned_maps(&settings.capacity) {

@@ -64,7 +64,11 @@ impl PinnedTable {
             return (Vec::new(), 0);
         };
         let per = |array_len: u32| array_len / GENERATIONS;
-        let (buckets, names, big) = (per(self.index.len()), per(self.names.len()), per(self.big.len()));
+        let (buckets, names, big) = (
+            per(self.index.len()),
+            per(self.names.len()),
+            per(self.big.len()),
+        );
         let mut rows = Vec::new();
         let mut passed = 0;
         for b in 0..buckets {
@@ -76,7 +80,11 @@ impl PinnedTable {
                 if found == PASS_REF {
                     passed += 1;
                 } else if found & BIG_REF != 0 && found & !BIG_REF < big {
-                    rows.push(decode(self.big.get_ref(slot(generation, big, found & !BIG_REF))));
+                    rows.push(decode(self.big.get_ref(slot(
+                        generation,
+                        big,
+                        found & !BIG_REF,
+                    ))));
                 } else if found < names {
                     rows.push(decode(self.names.get_ref(slot(generation, names, found))));
                 }
@@ -137,5 +145,8 @@ fn open<T: Pod>(pin_dir: &Path, name: &str) -> anyhow::Result<SharedArray<T>> {
     if info.value_size() as usize != size_of::<T>() {
         anyhow::bail!("{}: another layout", path.display());
     }
-    Ok(SharedArray::map_read_only(data.fd().as_fd(), info.max_entries())?)
+    Ok(SharedArray::map_read_only(
+        data.fd().as_fd(),
+        info.max_entries(),
+    )?)
 }

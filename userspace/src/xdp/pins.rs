@@ -209,7 +209,10 @@ mod tests {
             second.err()
         );
         drop(first);
-        assert!(PinDir::lock(&dir).is_ok(), "free again once the first is gone");
+        assert!(
+            PinDir::lock(&dir).is_ok(),
+            "free again once the first is gone"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -82,7 +82,12 @@ impl<T: Pod> SharedArray<T> {
         // SAFETY: within the mapping (checked above); elements are 8-byte aligned, which is all
         // the alignment the map's value types ask beyond their size's (Bucket's 64 comes from
         // the mapping being page-aligned and its stride 64).
-        unsafe { self.base.as_ptr().add(index as usize * self.stride).cast::<T>() }
+        unsafe {
+            self.base
+                .as_ptr()
+                .add(index as usize * self.stride)
+                .cast::<T>()
+        }
     }
 
     /// Element `index`.
@@ -149,7 +154,9 @@ impl<T: Pod> SharedArray<T> {
         }
         assert!(from + count <= self.len);
         // SAFETY: within the mapping (checked above); all-zero bytes are a valid T (plain data).
-        unsafe { std::ptr::write_bytes(self.at(from).cast::<u8>(), 0, count as usize * self.stride) }
+        unsafe {
+            std::ptr::write_bytes(self.at(from).cast::<u8>(), 0, count as usize * self.stride)
+        }
     }
 }
 

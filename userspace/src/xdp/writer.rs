@@ -25,6 +25,8 @@ use hostport_dns_common::{
 };
 use tracing::warn;
 
+pub use crate::xdp::readers::Waited;
+
 use crate::{
     table::RecordTable,
     xdp::{
@@ -32,7 +34,7 @@ use crate::{
         entries,
         hostset::HostAddresses,
         layout::{Dirty, Layout, View},
-        readers::{Readers, Waited},
+        readers::Readers,
         shared::{SharedArray, bytes_of},
     },
 };
@@ -144,8 +146,8 @@ impl MapWriter {
             zones: mapped(ebpf, maps::ZONES, g * capacity.zones)?,
             host: mapped(ebpf, maps::HOST, g * HOST_SLOTS)?,
         };
-        let readers = PerCpuArray::try_from(take(ebpf, maps::READERS)?)
-            .map_err(map_err(maps::READERS))?;
+        let readers =
+            PerCpuArray::try_from(take(ebpf, maps::READERS)?).map_err(map_err(maps::READERS))?;
         let readers = Readers::new(readers).map_err(WriteError::Wait)?;
         let zone_counters = ZoneCounters::open(ebpf)?;
         let layout_print = maps::layout_fingerprint(&capacity);
@@ -267,7 +269,11 @@ impl MapWriter {
             },
         };
         let next = self.active.map_or(0, |g| 1 - g);
-        let admitted = admission(&table, self.capacity.names as usize, self.capacity.zones as usize);
+        let admitted = admission(
+            &table,
+            self.capacity.names as usize,
+            self.capacity.zones as usize,
+        );
         let zones_moved = self.table.as_ref().is_none_or(|held| {
             held.zones().len() != table.zones().len()
                 || held
@@ -449,7 +455,12 @@ impl MapWriter {
         let labels = table
             .zones()
             .iter()
-            .filter(|zone| self.admitted.get(zone.id as usize).copied().unwrap_or(false))
+            .filter(|zone| {
+                self.admitted
+                    .get(zone.id as usize)
+                    .copied()
+                    .unwrap_or(false)
+            })
             .filter_map(|zone| apex_label_bit(zone.spec.apex.num_labels() as usize))
             .fold(0, |mask, bit| mask | bit);
         let state = self.maps.state.as_ptr(0);
@@ -536,7 +547,8 @@ impl MapWriter {
         for index in names {
             let at = slot(generation, c.names, index);
             let mut entry = self.maps.names.get(at);
-            let name_at = entry.payload.len() - usize::from(entry.head.name_len).min(entry.payload.len());
+            let name_at =
+                entry.payload.len() - usize::from(entry.head.name_len).min(entry.payload.len());
             entry.payload[..name_at].fill(0xee);
             self.maps.names.set(at, &entry);
         }
@@ -578,13 +590,21 @@ impl MapWriter {
 /// The view of generation `generation`'s index and entries.
 fn view(maps: &mut Maps, c: Capacity, generation: u32) -> View<'_> {
     View {
-        buckets: maps.index.slice_mut(slot(generation, c.buckets, 0), c.buckets),
+        buckets: maps
+            .index
+            .slice_mut(slot(generation, c.buckets, 0), c.buckets),
         names: maps.names.slice_mut(slot(generation, c.names, 0), c.names),
         big: maps.big.slice_mut(slot(generation, c.big, 0), c.big),
     }
 }
 
-fn copy_one<T: Pod>(array: &mut SharedArray<T>, per_generation: u32, from: u32, to: u32, index: u32) {
+fn copy_one<T: Pod>(
+    array: &mut SharedArray<T>,
+    per_generation: u32,
+    from: u32,
+    to: u32,
+    index: u32,
+) {
     array.copy_within(
         slot(from, per_generation, index),
         slot(to, per_generation, index),
@@ -688,7 +708,11 @@ fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, WriteError> {
 }
 
 /// The array map `name`, mapped, checked to hold `len` elements.
-fn mapped<T: Pod>(ebpf: &mut Ebpf, name: &'static str, len: u32) -> Result<SharedArray<T>, WriteError> {
+fn mapped<T: Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    len: u32,
+) -> Result<SharedArray<T>, WriteError> {
     let map = take(ebpf, name)?;
     let Map::Array(data) = &map else {
         return Err(WriteError::Mmap {
@@ -709,7 +733,8 @@ fn mapped<T: Pod>(ebpf: &mut Ebpf, name: &'static str, len: u32) -> Result<Share
             )),
         });
     }
-    SharedArray::map(data.fd().as_fd(), len).map_err(|source| WriteError::Mmap { map: name, source })
+    SharedArray::map(data.fd().as_fd(), len)
+        .map_err(|source| WriteError::Mmap { map: name, source })
 }
 
 /// A random, non-zero hash seed (zero marks fresh maps).
