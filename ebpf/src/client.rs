@@ -51,12 +51,26 @@ pub fn admit(host: &Host) -> Result<Client, Counter> {
     })
 }
 
+/// A trie key placed so that its address starts on an 8-byte boundary: the address is
+/// written a word at a time, and the verifier refuses misaligned stack stores.
+#[repr(C, align(8))]
+struct AlignedKey<K> {
+    pad: u32,
+    key: Key<K>,
+}
+
 /// The grants of the longest configured prefix holding the source; none without one.
 #[inline(always)]
 fn grants_of(ends: Ends) -> u32 {
     let found = match ends.family {
         Family::V4 => HPD_CLIENTS4.get(Key::new(32, ends.src.v4_octets())),
-        Family::V6 => HPD_CLIENTS6.get(Key::new(128, ends.src.v6_octets())),
+        Family::V6 => {
+            let aligned = AlignedKey {
+                pad: 0,
+                key: Key::new(128, ends.src.v6_octets()),
+            };
+            HPD_CLIENTS6.get(&aligned.key)
+        }
     };
     found.copied().unwrap_or(0)
 }

@@ -131,7 +131,37 @@ impl Agent {
         Self::spawn(cmd, Some(ns.name.clone()), METRICS_ADDR)
     }
 
-    fn spawn(mut cmd: Command, netns: Option<String>, metrics_addr: &str) -> Self {
+    /// Starts the agent on the server side of `link` as [`Agent::start_native`] does, but waits
+    /// only until it logs `line` (an agent that waits for another to stop, say).
+    pub fn start_native_until(link: &Link, source: &[&str], extra: &[&str], line: &str) -> Self {
+        let mut args = vec![
+            "run",
+            "--log-format",
+            "json",
+            "--metrics-listen",
+            METRICS_ADDR,
+        ];
+        args.extend_from_slice(source);
+        args.extend_from_slice(&["--interface", &link.server.ifname, "--xdp-mode", "native"]);
+        args.extend_from_slice(extra);
+        let mut cmd = link
+            .server_ns
+            .command(binary().to_str().expect("a UTF-8 path"));
+        cmd.args(&args);
+        Self::spawn_until(cmd, Some(link.server_ns.name.clone()), METRICS_ADDR, line)
+    }
+
+    fn spawn(cmd: Command, netns: Option<String>, metrics_addr: &str) -> Self {
+        Self::spawn_until(cmd, netns, metrics_addr, "hostport-dns is serving")
+    }
+
+    fn spawn_until(
+        mut cmd: Command,
+        netns: Option<String>,
+        metrics_addr: &str,
+        line: &str,
+    ) -> Self {
+        let line = line.to_owned();
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -142,12 +172,12 @@ impl Agent {
         let (ready_tx, ready_rx) = mpsc::channel();
         let kept = logs.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("hostport-dns is serving") {
+            for text in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if text.contains(&line) {
                     let _ = ready_tx.send(());
                 }
                 if let Ok(mut logs) = kept.lock() {
-                    logs.push(line);
+                    logs.push(text);
                 }
             }
         });

@@ -21,6 +21,8 @@ pub struct Frame {
     pub trailer: Vec<u8>,
     /// The destination MAC address (the server's by default).
     pub dst_mac: [u8; 6],
+    /// The source MAC address (the client's by default).
+    pub src_mac: [u8; 6],
     /// IPv4 TOS / IPv6 traffic class (its low two bits are the ECN field).
     pub traffic_class: u8,
 }
@@ -36,6 +38,7 @@ impl Frame {
             udp_checksum: true,
             trailer: Vec::new(),
             dst_mac: SERVER_MAC,
+            src_mac: CLIENT_MAC,
             traffic_class: 0,
         }
     }
@@ -84,7 +87,7 @@ impl Frame {
         };
         let mut frame = Vec::new();
         frame.extend_from_slice(&self.dst_mac);
-        frame.extend_from_slice(&CLIENT_MAC);
+        frame.extend_from_slice(&self.src_mac);
         if let Some(vlan) = self.vlan {
             frame.extend_from_slice(&0x8100u16.to_be_bytes());
             frame.extend_from_slice(&vlan.to_be_bytes());

@@ -394,7 +394,9 @@ fn torture(object: &[u8], hold: u32, hooks: TestHooks, seconds: u64) -> Tortured
                     .push(expectation);
                 history.pending.store(generation, Ordering::SeqCst);
                 let stats = if addresses_only {
-                    writer.write_host(HostAddresses::answering(state.local.iter().copied()))
+                    writer
+                        .write_host(HostAddresses::answering(state.local.iter().copied()))
+                        .map(|switched| switched.expect("new addresses switch generations"))
                 } else {
                     writer.write_names(&state.table, &names)
                 }

@@ -191,18 +191,29 @@ fn a_new_agent_replaces_the_program_under_load_without_losing_a_query() {
     let old_program = xdp_program_id(&link).expect("a program attached");
     let load = Load::start(&link, &dir);
     thread::sleep(Duration::from_secs(2));
-    let new = start(&link, records, pin_dir);
-    assert!(
-        new.logs().contains("adopted"),
-        "the new agent adopts the pinned link:\n{}",
-        new.logs()
+    // A rolling restart: the new agent serves beside the old one (the sockets are shared) and
+    // waits for the pin directory, which one agent holds at a time.
+    let new = Agent::start_native_until(
+        &link,
+        &["--records", records],
+        &["--pin-dir", pin_dir],
+        "another agent holds the pin directory",
     );
+    assert_eq!(
+        xdp_program_id(&link),
+        Some(old_program),
+        "the old agent's program answers meanwhile"
+    );
+    thread::sleep(Duration::from_secs(1));
+    assert_eq!(old.stop(), Some(0));
+    eventually("the new agent adopts the pinned link", 10, || {
+        new.logs().contains("adopted") && new.logs().contains("hostport-dns is serving")
+    });
     let new_program = xdp_program_id(&link).expect("a program attached");
     assert_ne!(
         old_program, new_program,
         "the link runs the new agent's program"
     );
-    assert_eq!(old.stop(), Some(0));
     // The load ran through the swap and the old agent's exit, and a second past them.
     thread::sleep(Duration::from_secs(1));
     let (sent, lost) = load.stop();

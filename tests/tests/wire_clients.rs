@@ -621,3 +621,111 @@ fn spoofed_and_martian_queries_on_the_veth_get_no_answer_from_either_path() {
         "nothing reached the listener"
     );
 }
+
+#[test]
+fn queries_from_this_hosts_own_addresses_and_from_group_macs_get_no_answer() {
+    use hostport_dns_tests::{
+        packet::Frame,
+        raw::{RawSocket, is_udp_from_port},
+    };
+    require_root();
+    let link = Link::new("ownsrc");
+    // What IPVS does with every Service address: a device named kube-ipvs0 holding it (a veth
+    // stands in for the dummy device this kernel lacks).
+    let cluster_ip = "198.19.7.7";
+    link.server_ns.ip(&[
+        "link",
+        "add",
+        "kube-ipvs0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "kipvs-peer",
+    ]);
+    link.server_ns.ip(&[
+        "addr",
+        "add",
+        &format!("{cluster_ip}/32"),
+        "dev",
+        "kube-ipvs0",
+    ]);
+    link.server_ns.ip(&["link", "set", "kube-ipvs0", "up"]);
+    let server_link_local = link_local_of(&link.server_ns, &link.server.ifname);
+    let dir = TempDir::new("ownsrc");
+    let config = config(&dir, "  allow: []\n");
+    let agent = start(&link, &config, true);
+    let server_mac = mac_bytes(&link.server.mac);
+    let query = QueryBuilder::new(NAME, 1).bytes();
+    let to_server = |src: &str, dst: &str| Frame {
+        dst_mac: server_mac,
+        ..Frame::between(src, dst)
+    };
+    let spoofed = [
+        // A Service address of this node (IPVS), its subnet's broadcast address, its own
+        // link-local address: the stack would drop each as a martian source.
+        to_server(cluster_ip, link.server.ipv4),
+        to_server("198.18.0.255", link.server.ipv4),
+        to_server(&server_link_local, link.server.ipv6),
+        // Group source MAC addresses: the answer would go to every host of the segment.
+        Frame {
+            src_mac: [0xff; 6],
+            ..to_server(link.client.ipv4, link.server.ipv4)
+        },
+        Frame {
+            src_mac: [0x01, 0x00, 0x5e, 0, 0, 1],
+            ..to_server(link.client.ipv4, link.server.ipv4)
+        },
+    ];
+    let frames: Vec<Vec<u8>> = spoofed.iter().map(|f| f.build(&query)).collect();
+    let control = to_server(link.client.ipv4, link.server.ipv4).build(&query);
+    let ifname = link.client.ifname.clone();
+    let (answered, answers_to_control) = link.client_ns.run(move || {
+        let socket = RawSocket::open(&ifname).expect("a packet socket");
+        let answers =
+            |frames: &[Vec<u8>]| frames.iter().filter(|f| is_udp_from_port(f, PORT)).count();
+        // One at a time, to say which was answered.
+        let answered: Vec<usize> = frames
+            .iter()
+            .enumerate()
+            .filter(|(_, frame)| {
+                socket.send(frame).expect("send a frame");
+                answers(&socket.receive_for(Duration::from_millis(500))) > 0
+            })
+            .map(|(i, _)| i)
+            .collect();
+        socket.send(&control).expect("send the control frame");
+        let control = socket.receive_for(Duration::from_secs(1));
+        (answered, answers(&control))
+    });
+    assert_eq!(
+        answers_to_control, 1,
+        "the capture sees an answer to a real query"
+    );
+    assert_eq!(
+        answered,
+        Vec::<usize>::new(),
+        "no answer left for any query from this host's own addresses or a group MAC (indexes \
+         of the queries answered)"
+    );
+    assert_eq!(
+        agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", "xdp"), ("decision", "martian")]
+        ),
+        spoofed.len() as f64,
+        "the kernel dropped each"
+    );
+}
+
+/// The link-local IPv6 address of `ifname` in `ns`.
+fn link_local_of(ns: &NetNs, ifname: &str) -> String {
+    let out = ns.ip(&["-6", "-o", "addr", "show", "dev", ifname, "scope", "link"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .skip_while(|word| *word != "inet6")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next())
+        .unwrap_or_else(|| panic!("a link-local address on {ifname}: {text}"))
+        .to_owned()
+}

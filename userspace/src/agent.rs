@@ -10,7 +10,7 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -26,9 +26,9 @@ use crate::{
     clients::{ClientPolicyTable, cookies::Cookies},
     config::RunArgs,
     health::Health,
-    http,
+    http, kernel_path,
     metrics::Metrics,
-    publisher::{AfterFirstWrite, CONFIG_SOURCE, FILE_SOURCE, Publisher, Update, kernel_report},
+    publisher::{CONFIG_SOURCE, FILE_SOURCE, KernelSink, Publisher, Update},
     server::{Shared, gate::Gate, identity::Identity, tcp, udp},
     sources::{
         Snapshot,
@@ -37,13 +37,7 @@ use crate::{
         kube as kube_source,
     },
     transfer::Transfers,
-    xdp::{
-        Dataplane, XdpError, XdpMode,
-        counters::Counters,
-        local_addrs::{AnswerOn, LocalAddrs},
-        writer::MapWriter,
-        writer_thread::WriterThread,
-    },
+    xdp::{XdpMode, local_addrs::AnswerOn},
 };
 use hostport_dns_common::generation::Capacity;
 
@@ -116,89 +110,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (metrics)", args.metrics_listen))?;
 
     // From here on a stop signal must detach what gets attached, so the handlers go in first.
-    let stop = StopSignals::install()?;
-    let capacity = Capacity::for_names(args.kernel_names);
-    let mut dataplane = match (args.xdp_mode, args.interfaces.is_empty()) {
-        (XdpMode::Off, _) | (_, true) => None,
-        _ => Some(Dataplane::load(
-            args.port,
-            &args.interfaces,
-            args.xdp_mode,
-            args.pin_dir.as_deref(),
-            args.ebpf_log_level,
-            &client_policy,
-            capacity,
-        )?),
-    };
-    let (writer, counters) = match dataplane.as_mut() {
-        Some(dp) => {
-            let writer = MapWriter::new(&mut dp.ebpf, dp.capacity)?;
-            let counters = Counters::new(&mut dp.ebpf, writer.zone_counters().names())?;
-            (Some(writer), Some(counters))
-        }
-        None => (None, None),
-    };
-    // A previous agent's pinned table answers until this one's first switch.
-    let kernel_table_active = writer.as_ref().is_some_and(|w| w.active().is_some());
+    let mut stop = StopSignals::install()?;
     tokio::spawn(reload_cookie_secrets(shared.clone()));
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
     ));
-    let (metrics, registry) = Metrics::register(shared.clone(), counters, health.clone());
-    metrics.xdp_table_capacity.set(i64::from(capacity.names));
-    let after_first_write = AfterFirstWrite::default();
-    let kernel = writer.map(|writer| {
-        Arc::new(WriterThread::spawn(
-            writer,
-            kernel_report(
-                shared.clone(),
-                metrics.clone(),
-                health.clone(),
-                after_first_write.clone(),
-            ),
-        ))
-    });
-    if let Some(kernel) = &kernel {
-        // Before the first table: it carries the node's addresses.
-        let mut local_addrs = LocalAddrs::new(kernel.clone(), AnswerOn::parse(&args.answer_on));
-        local_addrs
-            .sync()
-            .context("cannot list the node's addresses")?;
-        tokio::spawn(local_addrs.follow());
-    }
-
-    // Attached once the kernel table is complete: until then a previous agent's pinned program
-    // answers from its own complete table (an upgrade that changed the map layout), or nothing
-    // does. With a source that delivers later (Kubernetes), that is after its first full list.
-    let (attach_failed_tx, mut attach_failed) = oneshot::channel::<XdpError>();
-    if let Some(dp) = dataplane.as_mut() {
-        health.xdp_expected(&dp.interfaces);
-        if kernel_table_active {
-            dp.attach()?;
-            note_attachments(dp, &health);
-        } else {
-            info!("XDP is attached once the first complete table is written");
-        }
-    }
-    let dataplane = Arc::new(Mutex::new(dataplane));
-    if !kernel_table_active {
-        let dataplane = dataplane.clone();
-        let health = health.clone();
-        *after_first_write.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move || {
-            let mut dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(dp) = dataplane.as_mut() {
-                match dp.attach() {
-                    Ok(()) => note_attachments(dp, &health),
-                    Err(err) => {
-                        let _ = attach_failed_tx.send(err);
-                    }
-                }
-            }
-        }));
-    }
+    let (metrics, registry) = Metrics::register(shared.clone(), health.clone());
+    let kernel = Arc::new(KernelSink::default());
     let mut publisher = Publisher::new(
         shared.clone(),
-        kernel,
+        kernel.clone(),
         metrics.clone(),
         health.clone(),
         sources.expected(),
@@ -231,6 +152,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             observed: Instant::now(),
             complete: true,
             revision: None,
+        });
+    }
+    // The XDP path comes up beside the server (it may wait for a previous agent to stop).
+    let dataplane = kernel_path::Held::default();
+    let xdp_wanted = args.xdp_mode != XdpMode::Off && !args.interfaces.is_empty();
+    let (xdp_up_tx, mut xdp_up) = oneshot::channel();
+    if xdp_wanted {
+        let settings = kernel_path::Settings {
+            port: args.port,
+            interfaces: args.interfaces.clone(),
+            mode: args.xdp_mode,
+            pin_dir: args.pin_dir.clone(),
+            log: args.ebpf_log_level,
+            clients: client_policy.clone(),
+            capacity: Capacity::for_names(args.kernel_names),
+            answer_on: AnswerOn::parse(&args.answer_on),
+        };
+        let wiring = kernel_path::Wiring {
+            shared: shared.clone(),
+            metrics: metrics.clone(),
+            health: health.clone(),
+            sink: kernel.clone(),
+        };
+        let held = dataplane.clone();
+        tokio::spawn(async move {
+            let _ = xdp_up_tx.send(kernel_path::start(settings, wiring, held).await);
         });
     }
 
@@ -278,6 +225,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             error!(%err, "the metrics endpoint stopped");
         }
     });
+    // Until the XDP path is up (or not wanted), its failures end the agent; then, a failure to
+    // attach the program.
+    let mut attach_failed = None;
+    if xdp_wanted {
+        tokio::select! {
+            () = stop.wait() => return Ok(stopping(&dataplane)),
+            up = &mut xdp_up => match up {
+                Ok(Ok(failed)) => attach_failed = Some(failed),
+                Ok(Err(err)) => return Err(err.into()),
+                Err(_) => anyhow::bail!("the XDP path's start-up ended without a word"),
+            },
+        }
+    }
     info!(
         port = args.port,
         sources = ?sources.expected(),
@@ -289,21 +249,29 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|d| d.attachments.clone()),
         "hostport-dns is serving"
     );
-
-    tokio::select! {
-        () = stop.wait() => {}
-        Ok(err) = &mut attach_failed => return Err(err.into()),
+    match attach_failed {
+        Some(mut failed) => tokio::select! {
+            () = stop.wait() => {}
+            Ok(err) = &mut failed => return Err(err.into()),
+        },
+        None => stop.wait().await,
     }
+    stopping(&dataplane);
+    Ok(())
+}
+
+/// Lets go of the XDP program: detached, unless its links are pinned.
+fn stopping(dataplane: &kernel_path::Held) {
     let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
     match dataplane.as_ref().and_then(|d| d.pin_dir()) {
         Some(dir) => info!(
             pin_dir = %dir.display(),
             "stopping; the XDP program stays attached and keeps answering (pinned): `hostport-dns uninstall` removes it"
         ),
-        None => info!("stopping: detaching XDP"),
+        None if dataplane.is_some() => info!("stopping: detaching XDP"),
+        None => info!("stopping"),
     }
     drop(dataplane);
-    Ok(())
 }
 
 /// What the agent serves from: the configuration file (zones, static records, Kubernetes
@@ -457,7 +425,7 @@ impl StopSignals {
         })
     }
 
-    async fn wait(mut self) {
+    async fn wait(&mut self) {
         tokio::select! {
             _ = self.terminate.recv() => {}
             _ = self.interrupt.recv() => {}
@@ -468,14 +436,6 @@ impl StopSignals {
 /// How often the cookie secret file is read again (a Kubernetes Secret's mounted file changes
 /// within about a minute of the Secret).
 const COOKIE_SECRET_RELOAD: Duration = Duration::from_secs(10);
-
-/// Follows the cookie secret file: a rotation (RFC 9018 §4.3) needs no restart.
-/// Tells readiness and metrics where the program is attached.
-fn note_attachments(dataplane: &Dataplane, health: &Health) {
-    for (interface, mode) in &dataplane.attachments {
-        health.xdp_attached(interface, mode);
-    }
-}
 
 /// The host's name (a pod on the host network has the node's), or "hostport-dns".
 fn host_name() -> String {
@@ -489,6 +449,7 @@ fn host_name() -> String {
     }
 }
 
+/// Follows the cookie secret file: a rotation (RFC 9018 §4.3) needs no restart.
 async fn reload_cookie_secrets(shared: Arc<Shared>) {
     let Some(cookies) = shared.gate.cookies.as_ref() else {
         return;

@@ -9,6 +9,7 @@ pub mod config;
 pub mod exposition;
 pub mod health;
 pub mod http;
+pub mod kernel_path;
 pub mod metrics;
 pub mod names;
 pub mod ops;

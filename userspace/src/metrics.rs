@@ -63,6 +63,8 @@ pub struct Metrics {
     pub api_server_active: Family<ServerLabel, Gauge>,
     /// 1 while an EndpointSlice output serves its last non-empty answer (nothing resolves now).
     pub kept_last_answer: Family<OutputLabel, Gauge>,
+    /// The XDP program's counters, once it is loaded (read at scrape time).
+    xdp: XdpCounters,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -99,11 +101,8 @@ pub struct ReasonLabel {
 
 impl Metrics {
     /// Creates the metrics and registers them, with the live collector, in a new registry.
-    pub fn register(
-        shared: Arc<Shared>,
-        xdp: Option<Counters>,
-        health: Arc<Health>,
-    ) -> (Arc<Self>, Registry) {
+    pub fn register(shared: Arc<Shared>, health: Arc<Health>) -> (Arc<Self>, Registry) {
+        let xdp: XdpCounters = Arc::default();
         let mut registry = Registry::with_prefix("hostport_dns");
         let metrics = Self {
             table_names: Gauge::default(),
@@ -125,6 +124,7 @@ impl Metrics {
             source_restored: Family::default(),
             api_server_active: Family::default(),
             kept_last_answer: Family::default(),
+            xdp: XdpCounters::default(),
         };
         registry.register(
             "table_names",
@@ -234,18 +234,26 @@ impl Metrics {
         );
         registry.register_collector(Box::new(LiveCollector {
             shared,
-            xdp: Mutex::new(xdp),
+            xdp: xdp.clone(),
             health,
         }));
-        (Arc::new(metrics), registry)
+        (Arc::new(Self { xdp, ..metrics }), registry)
+    }
+
+    /// The XDP program's counters join the scrape (once the program is loaded).
+    pub fn install_xdp_counters(&self, counters: Counters) {
+        *self.xdp.lock().unwrap_or_else(|e| e.into_inner()) = Some(counters);
     }
 }
+
+/// The XDP program's counters, once loaded: read at scrape time.
+type XdpCounters = Arc<Mutex<Option<Counters>>>;
 
 /// Reads the answer and pass counters at scrape time.
 #[derive(Debug)]
 struct LiveCollector {
     shared: Arc<Shared>,
-    xdp: Mutex<Option<Counters>>,
+    xdp: XdpCounters,
     health: Arc<Health>,
 }
 

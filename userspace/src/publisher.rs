@@ -55,8 +55,8 @@ pub struct Update {
 /// the server and writes it into the kernel maps.
 pub struct Publisher {
     shared: Arc<Shared>,
-    /// The kernel table's writer (shared with the local-address follower), with XDP.
-    kernel: Option<Arc<WriterThread>>,
+    /// The kernel table's writer, once XDP is up.
+    kernel: Arc<KernelSink>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     /// Sources that must all deliver once before anything is served.
@@ -84,7 +84,7 @@ enum Compiled {
 impl Publisher {
     pub fn new(
         shared: Arc<Shared>,
-        kernel: Option<Arc<WriterThread>>,
+        kernel: Arc<KernelSink>,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
         expected: Vec<&'static str>,
@@ -200,15 +200,14 @@ impl Publisher {
                 "table compiled"
             );
         }
-        match &self.kernel {
+        let change = match compiled {
+            Compiled::Whole => TableChange::Whole,
+            Compiled::Names(names) => TableChange::Names(names),
+        };
+        let writer = self.kernel.writer.lock().unwrap_or_else(|e| e.into_inner());
+        match writer.as_ref() {
             // The writer thread switches the kernel's table, then the server's, and reports.
-            Some(kernel) => {
-                let change = match compiled {
-                    Compiled::Whole => TableChange::Whole,
-                    Compiled::Names(names) => TableChange::Names(names),
-                };
-                kernel.post_table(table, change, update.observed);
-            }
+            Some(kernel) => kernel.post_table(table, change, update.observed),
             None => switched(
                 &self.shared,
                 &self.metrics,
@@ -304,6 +303,28 @@ impl Publisher {
         while let Some(update) = updates.recv().await {
             self.publish(update);
         }
+    }
+}
+
+/// Where tables go before the server: the kernel table's writer, once XDP is up. Until then
+/// the publisher switches the server's table itself.
+#[derive(Default)]
+pub struct KernelSink {
+    writer: Mutex<Option<Arc<WriterThread>>>,
+}
+
+impl KernelSink {
+    /// From now on tables go to `writer` first; the table the server answers from now goes at
+    /// once (whole). Under the lock the publisher posts under, so no table overtakes it. Returns
+    /// whether a table went.
+    pub fn install(&self, writer: Arc<WriterThread>, shared: &Shared) -> bool {
+        let mut held = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let table = shared.table();
+        if let Some(table) = &table {
+            writer.post_table(table.as_ref().clone(), TableChange::Whole, Instant::now());
+        }
+        *held = Some(writer);
+        table.is_some()
     }
 }
 

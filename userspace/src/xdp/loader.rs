@@ -95,14 +95,14 @@ pub struct Dataplane {
 impl Dataplane {
     /// Loads the program for `port` with a table of `capacity`, to be attached to every
     /// interface in `interfaces` by [`Dataplane::attach`] (once its table holds what it should
-    /// answer). With `pin_dir`, the maps and links are pinned there (the directory locked for
-    /// this agent), and what a previous agent pinned is adopted if it is a whole set of this
-    /// layout: its maps keep their table, its links get the new program atomically.
+    /// answer). With `pins` (a directory locked for this agent), the maps and links are pinned
+    /// there, and what a previous agent pinned is adopted if it is a whole set of this layout:
+    /// its maps keep their table, its links get the new program atomically.
     pub fn load(
         port: u16,
         interfaces: &[String],
         mode: XdpMode,
-        pin_dir: Option<&Path>,
+        pins: Option<PinDir>,
         log: EbpfLogLevel,
         clients: &ClientPolicyTable,
         capacity: Capacity,
@@ -111,7 +111,6 @@ impl Dataplane {
         for interface in &interfaces {
             if_index(interface)?;
         }
-        let pins = pin_dir.map(PinDir::lock).transpose()?;
         if let Some(pins) = &pins {
             pins.prepare(&capacity);
         }

@@ -140,7 +140,9 @@ pub struct InterfaceAddress {
     pub address: IpAddr,
     /// The interface is a dummy device (or IPVS's `kube-ipvs0`).
     pub on_dummy: bool,
-    /// The broadcast address of the address's IPv4 subnet, if the interface has one.
+    /// The broadcast address of the address's IPv4 subnet, if it has one: the kernel makes one
+    /// for every IPv4 address of a prefix shorter than /31, whether a broadcast address was
+    /// configured or not (`fib_add_ifaddr`), and the stack drops queries from it.
     pub broadcast: Option<IpAddr>,
 }
 
@@ -165,11 +167,7 @@ pub fn node_addresses() -> std::io::Result<Vec<InterfaceAddress>> {
             let on_dummy = *dummies
                 .entry(interface.clone())
                 .or_insert_with(|| is_dummy(&interface));
-            let broadcast = if entry.ifa_flags & libc::IFF_BROADCAST as u32 != 0 {
-                socket_address(entry.ifa_ifu).filter(|b| b.is_ipv4() && *b != address)
-            } else {
-                None
-            };
+            let broadcast = subnet_broadcast(address, socket_address(entry.ifa_netmask));
             addresses.push(InterfaceAddress {
                 interface,
                 address,
@@ -241,6 +239,15 @@ fn driver_of(interface: &str) -> Option<String> {
     }
     let end = info.driver.iter().position(|b| *b == 0).unwrap_or(32);
     Some(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
+/// The broadcast address of `address`'s subnet (the netmask's), for IPv4 prefixes below /31.
+fn subnet_broadcast(address: IpAddr, netmask: Option<IpAddr>) -> Option<IpAddr> {
+    let (IpAddr::V4(address), Some(IpAddr::V4(mask))) = (address, netmask) else {
+        return None;
+    };
+    let mask = u32::from(mask);
+    (mask.count_ones() < 31).then(|| IpAddr::V4((u32::from(address) | !mask).into()))
 }
 
 fn socket_address(sa: *const libc::sockaddr) -> Option<IpAddr> {

@@ -33,6 +33,16 @@ pub struct PinDir {
 impl PinDir {
     /// Creates `path` if needed and locks it, or fails when another agent holds it.
     pub fn lock(path: &Path) -> Result<Self, XdpError> {
+        Self::claim(path, None::<fn()>)
+    }
+
+    /// [`PinDir::lock`], but when another agent holds the directory: says so with `waiting`,
+    /// then blocks until that agent releases it (stops).
+    pub fn lock_waiting(path: &Path, waiting: impl FnOnce()) -> Result<Self, XdpError> {
+        Self::claim(path, Some(waiting))
+    }
+
+    fn claim(path: &Path, waiting: Option<impl FnOnce()>) -> Result<Self, XdpError> {
         std::fs::create_dir_all(path).map_err(|e| {
             XdpError::Load(format!(
                 "cannot create the pin directory {}: {e}",
@@ -45,19 +55,36 @@ impl PinDir {
                 path.display()
             ))
         })?;
-        // SAFETY: flock(2) on a descriptor we own.
-        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = std::io::Error::last_os_error();
-            return Err(XdpError::Load(
-                if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        let flock = |how| {
+            // SAFETY: flock(2) on a descriptor we own.
+            if unsafe { libc::flock(dir.as_raw_fd(), how) } == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        let held = |err: &std::io::Error| err.raw_os_error() == Some(libc::EWOULDBLOCK);
+        match (flock(libc::LOCK_EX | libc::LOCK_NB), waiting) {
+            (Ok(()), _) => {}
+            (Err(err), Some(waiting)) if held(&err) => {
+                waiting();
+                flock(libc::LOCK_EX).map_err(|err| {
+                    XdpError::Load(format!(
+                        "cannot lock the pin directory {}: {err}",
+                        path.display()
+                    ))
+                })?;
+            }
+            (Err(err), _) => {
+                return Err(XdpError::Load(if held(&err) {
                     format!(
                         "another hostport-dns agent holds the pin directory {} (one agent per node and directory)",
                         path.display()
                     )
                 } else {
                     format!("cannot lock the pin directory {}: {err}", path.display())
-                },
-            ));
+                }));
+            }
         }
         Ok(Self {
             path: path.to_path_buf(),

@@ -231,6 +231,7 @@ impl MapWriter {
     /// Makes the kernel answer from the whole of `table`.
     pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
         self.publish(Some((table, Change::Whole)), None)
+            .map(Option::unwrap_or_default)
     }
 
     /// Makes the kernel answer from `table`, which differs from the last one written in the
@@ -241,20 +242,23 @@ impl MapWriter {
         names: &[LowerName],
     ) -> Result<WriteStats, WriteError> {
         self.publish(Some((table, Change::Names(names))), None)
+            .map(Option::unwrap_or_default)
     }
 
     /// Makes the kernel know this host's addresses as `host` (the next generation carries them;
-    /// before the first table is written, the first one will).
-    pub fn write_host(&mut self, host: HostAddresses) -> Result<WriteStats, WriteError> {
+    /// before the first table is written, the first one will). What the switch did, if there
+    /// was one.
+    pub fn write_host(&mut self, host: HostAddresses) -> Result<Option<WriteStats>, WriteError> {
         self.publish(None, Some(host))
     }
 
-    /// One publication: a new table, new addresses, or both, in one switch.
+    /// One publication: a new table, new addresses, or both, in one switch. None when there was
+    /// nothing to switch to (no table yet, or addresses that did not change).
     pub fn publish(
         &mut self,
         table: Option<(&RecordTable, Change)>,
         host: Option<HostAddresses>,
-    ) -> Result<WriteStats, WriteError> {
+    ) -> Result<Option<WriteStats>, WriteError> {
         let started = Instant::now();
         let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
         if let Some(host) = host {
@@ -265,7 +269,7 @@ impl MapWriter {
             None => match &self.table {
                 Some(table) if host_changed => (table.clone(), Change::Names(&[])),
                 // Nothing to switch to yet, or nothing new.
-                _ => return Ok(self.stats(WriteStats::default())),
+                _ => return Ok(None),
             },
         };
         let next = self.active.map_or(0, |g| 1 - g);
@@ -312,7 +316,7 @@ impl MapWriter {
         stats.switch_micros = started.elapsed().as_micros() as u64;
         stats.generation = next;
         stats.waited = self.catch_up(left, next, dirty.as_ref())?;
-        Ok(self.stats(stats))
+        Ok(Some(self.stats(stats)))
     }
 
     fn stats(&self, mut stats: WriteStats) -> WriteStats {

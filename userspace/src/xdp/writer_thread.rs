@@ -149,7 +149,12 @@ fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl FnMut(Outcome)
             };
             (table, change)
         });
-        let result = writer.publish(table, taken.host);
+        let result = match writer.publish(table, taken.host) {
+            Ok(Some(stats)) => Ok(stats),
+            // Addresses before any table, or the same ones again: nothing switched.
+            Ok(None) => continue,
+            Err(err) => Err(err),
+        };
         report(Outcome {
             result,
             table: taken.table,

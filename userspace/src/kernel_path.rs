@@ -1,0 +1,164 @@
+//! The XDP path, brought up beside the userspace server: the pin directory claimed (waiting,
+//! while serving from userspace, for an agent that still holds it: a rolling restart), the
+//! program loaded, the table's writer thread started and handed to the publisher, this host's
+//! addresses followed, the program attached once its first complete table is in place.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use hostport_dns_common::generation::Capacity;
+use tokio::sync::oneshot;
+use tracing::info;
+
+use crate::{
+    clients::ClientPolicyTable,
+    health::Health,
+    metrics::Metrics,
+    publisher::{AfterFirstWrite, KernelSink, kernel_report},
+    server::Shared,
+    xdp::{
+        Dataplane, EbpfLogLevel, XdpError, XdpMode,
+        counters::Counters,
+        local_addrs::{AnswerOn, LocalAddrs},
+        pins::PinDir,
+        writer::MapWriter,
+        writer_thread::WriterThread,
+    },
+};
+
+/// What the XDP path needs from the command line.
+pub struct Settings {
+    pub port: u16,
+    pub interfaces: Vec<String>,
+    pub mode: XdpMode,
+    pub pin_dir: Option<PathBuf>,
+    pub log: EbpfLogLevel,
+    pub clients: ClientPolicyTable,
+    pub capacity: Capacity,
+    pub answer_on: AnswerOn,
+}
+
+/// Everything the XDP path shares with the rest of the agent.
+pub struct Wiring {
+    pub shared: Arc<Shared>,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    pub sink: Arc<KernelSink>,
+}
+
+/// The loaded program, once there is one (dropped when the agent stops: that detaches it unless
+/// its links are pinned).
+pub type Held = Arc<Mutex<Option<Dataplane>>>;
+
+/// Brings the XDP path up; a failure after start (attaching) arrives on the returned channel.
+pub async fn start(
+    settings: Settings,
+    wiring: Wiring,
+    held: Held,
+) -> Result<oneshot::Receiver<XdpError>, XdpError> {
+    let pins = match &settings.pin_dir {
+        Some(dir) => Some(claim(dir.clone()).await?),
+        None => None,
+    };
+    let mut dataplane = Dataplane::load(
+        settings.port,
+        &settings.interfaces,
+        settings.mode,
+        pins,
+        settings.log,
+        &settings.clients,
+        settings.capacity,
+    )?;
+    let writer = MapWriter::new(&mut dataplane.ebpf, dataplane.capacity).map_err(load_error)?;
+    let counters =
+        Counters::new(&mut dataplane.ebpf, writer.zone_counters().names()).map_err(load_error)?;
+    wiring.metrics.install_xdp_counters(counters);
+    wiring
+        .metrics
+        .xdp_table_capacity
+        .set(i64::from(dataplane.capacity.names));
+    // A previous agent's pinned table answers until this one's first switch.
+    let adopted_table = writer.active().is_some();
+    let after_first_write = AfterFirstWrite::default();
+    let writer = Arc::new(WriterThread::spawn(
+        writer,
+        kernel_report(
+            wiring.shared.clone(),
+            wiring.metrics.clone(),
+            wiring.health.clone(),
+            after_first_write.clone(),
+        ),
+    ));
+    // Before the first table: it carries this host's addresses.
+    let mut local_addrs = LocalAddrs::new(writer.clone(), settings.answer_on);
+    local_addrs
+        .sync()
+        .map_err(|e| XdpError::Load(format!("cannot list the node's addresses: {e}")))?;
+    tokio::spawn(local_addrs.follow());
+    wiring.health.xdp_expected(&dataplane.interfaces);
+    let (failed_tx, failed) = oneshot::channel();
+    let (attached_tx, attached) = oneshot::channel::<()>();
+    // Attached once the kernel table is complete: until then a previous agent's pinned program
+    // answers from its own complete table (an upgrade that changed the map layout), or nothing
+    // does. With a source that delivers later (Kubernetes), that is after its first full list.
+    if adopted_table {
+        dataplane.attach()?;
+        note_attachments(&dataplane, &wiring.health);
+        let _ = attached_tx.send(());
+    } else {
+        info!("XDP is attached once the first complete table is written");
+        let held = held.clone();
+        let health = wiring.health.clone();
+        *after_first_write.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move || {
+            let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(dataplane) = held.as_mut() {
+                match dataplane.attach() {
+                    Ok(()) => {
+                        note_attachments(dataplane, &health);
+                        let _ = attached_tx.send(());
+                    }
+                    Err(err) => {
+                        let _ = failed_tx.send(err);
+                    }
+                }
+            }
+        }));
+    }
+    *held.lock().unwrap_or_else(|e| e.into_inner()) = Some(dataplane);
+    // From now on every table goes through the kernel first; the one already served goes now,
+    // and the path is up once the program answers it (a source that delivers later attaches
+    // it then).
+    if wiring.sink.install(writer, &wiring.shared) {
+        let _ = attached.await;
+    }
+    Ok(failed)
+}
+
+/// The pin directory, locked for this agent: at once, or once the agent holding it stops (a
+/// rolling restart: this one serves from userspace meanwhile, the pinned program from the
+/// kernel).
+async fn claim(dir: PathBuf) -> Result<PinDir, XdpError> {
+    tokio::task::spawn_blocking(move || {
+        PinDir::lock_waiting(&dir, || {
+            info!(
+                pin_dir = %dir.display(),
+                "another agent holds the pin directory: serving from userspace until it stops"
+            )
+        })
+    })
+    .await
+    .map_err(|e| XdpError::Load(format!("waiting for the pin directory: {e}")))?
+}
+
+fn load_error(err: crate::xdp::writer::WriteError) -> XdpError {
+    XdpError::Load(err.to_string())
+}
+
+/// Tells readiness and metrics where the program is attached.
+fn note_attachments(dataplane: &Dataplane, health: &Health) {
+    for (interface, mode) in &dataplane.attachments {
+        health.xdp_attached(interface, mode);
+    }
+}
