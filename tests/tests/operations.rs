@@ -132,6 +132,47 @@ fn metrics_and_health_match_the_traffic_sent() {
     assert_exposition_is_clean(&agent.metrics());
 }
 
+#[test]
+fn answers_stay_counted_under_their_zone_when_other_zones_come_and_go() {
+    require_root();
+    let link = Link::new("zonecount");
+    let dir = TempDir::new("zonecount");
+    let records = dir.write("records.yaml", RECORDS);
+    let agent = Agent::start_native(&link, &["--records", records.to_str().expect("UTF-8")], &[]);
+    let ask = |name: &str| dig(&link.client_ns, link.server.ipv4, 1053, &[name, "A"]);
+    for _ in 0..4 {
+        ask("web.prod.coreha.example");
+    }
+    // A zone that sorts first: every other zone's position (its id in the kernel table) moves.
+    dir.write(
+        "records.yaml",
+        &RECORDS.replace(
+            "zones:\n",
+            "zones:\n  - name: a.example\n    records:\n      www: 198.18.8.1\n",
+        ),
+    );
+    let mut asked_a = 0.0;
+    eventually("the new zone is served", 10, || {
+        asked_a += 1.0;
+        ask("www.a.example").answer_data() == ["198.18.8.1"]
+    });
+    for _ in 0..3 {
+        ask("web.prod.coreha.example");
+    }
+    let xdp_a = |zone: &str| {
+        agent.metric(
+            "hostport_dns_requests",
+            &[("path", "xdp"), ("type", "A"), ("zone", zone)],
+        )
+    };
+    assert_eq!(xdp_a("prod.coreha.example."), 7.0, "before and after");
+    assert!(
+        xdp_a("a.example.") <= asked_a,
+        "a.example. counts its own queries alone ({} counted, {asked_a} asked)",
+        xdp_a("a.example.")
+    );
+}
+
 /// A child process killed when the test ends, also when it fails.
 struct KillOnDrop(std::process::Child);
 

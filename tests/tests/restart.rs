@@ -321,3 +321,98 @@ fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written()
         .command(binary().to_str().expect("UTF-8"))
         .args(["uninstall", "--pin-dir", pin_dir]));
 }
+
+/// The id of the map pinned as `name` in `pin_dir`.
+fn pinned_map_id(pin_dir: &str, name: &str) -> u32 {
+    let pin = hostport_dns::xdp::pins::map_pin(std::path::Path::new(pin_dir), name);
+    aya::maps::MapInfo::from_pin(&pin)
+        .unwrap_or_else(|e| panic!("{}: {e}", pin.display()))
+        .id()
+}
+
+#[test]
+fn pinned_maps_are_adopted_as_one_set_or_not_at_all() {
+    use hostport_dns_common::maps;
+    require_root();
+    let _serial = one_at_a_time();
+    let link = Link::new("pinset");
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir();
+    let pin_dir = pin_dir.to_str().expect("UTF-8");
+    let dir = TempDir::new("pinset");
+    let records = dir.write("records.yaml", RECORDS);
+    let records = records.to_str().expect("UTF-8");
+    drop(start(&link, records, pin_dir));
+    let first_set = pinned_map_id(pin_dir, maps::GENERATION);
+    // A whole set: the next agent adopts it.
+    let second = start(&link, records, pin_dir);
+    assert!(second.logs().contains("adopted"), "{}", second.logs());
+    assert_eq!(pinned_map_id(pin_dir, maps::GENERATION), first_set);
+    drop(second);
+    // One map gone: the next agent adopts none of them (else the attached program would read
+    // the new agent's generation number against a table it never wrote).
+    std::fs::remove_file(hostport_dns::xdp::pins::map_pin(
+        std::path::Path::new(pin_dir),
+        maps::NAMES,
+    ))
+    .expect("remove a pin");
+    let third = start(&link, records, pin_dir);
+    assert_ne!(
+        pinned_map_id(pin_dir, maps::GENERATION),
+        first_set,
+        "a fresh set of maps; the agent's log:\n{}",
+        third.logs()
+    );
+    assert!(
+        third.logs().contains("pinned maps not adopted"),
+        "{}",
+        third.logs()
+    );
+    let web = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        1053,
+        &["web.prod.coreha.example"],
+    );
+    assert_eq!(web.answer_data(), ["198.18.7.1", "198.18.7.2"], "{web:?}");
+    assert!(
+        third.metric("hostport_dns_responses", &[("path", "xdp")]) > 0.0,
+        "the fresh set answers"
+    );
+    drop(third);
+    uninstall(&link, pin_dir);
+}
+
+#[test]
+fn a_second_agent_on_one_pin_directory_waits_for_the_first() {
+    require_root();
+    let _serial = one_at_a_time();
+    let link = Link::new("pinlock");
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir();
+    let pin_dir = pin_dir.to_str().expect("UTF-8");
+    let dir = TempDir::new("pinlock");
+    let records = dir.write("records.yaml", RECORDS);
+    let records = records.to_str().expect("UTF-8");
+    let first = start(&link, records, pin_dir);
+    let first_set = pinned_map_id(pin_dir, hostport_dns_common::maps::GENERATION);
+    let second = Agent::start_native_until(
+        &link,
+        &["--records", records],
+        &["--pin-dir", pin_dir],
+        "another agent holds the pin directory",
+    );
+    // It writes nothing while the first runs: the table maps are the first's alone.
+    thread::sleep(Duration::from_secs(1));
+    assert!(!second.logs().contains("XDP program attached"), "{}", second.logs());
+    assert_eq!(
+        pinned_map_id(pin_dir, hostport_dns_common::maps::GENERATION),
+        first_set
+    );
+    drop(first);
+    eventually("the second agent takes the directory over", 10, || {
+        second.logs().contains("adopted")
+    });
+    drop(second);
+    uninstall(&link, pin_dir);
+}

@@ -10,6 +10,7 @@ use hostport_dns::{
     clients::{ClientsConfig, Outside, RateLimit},
     server::answer::{Asker, Shape, Transport, respond, respond_for},
 };
+use aya::programs::TestRun;
 use hostport_dns_common::counters::Counter;
 use hostport_dns_tests::{
     netns::NetNs,
@@ -369,4 +370,74 @@ fn a_flooding_prefix_is_limited_with_slips_equal_to_userspaces_and_an_exempt_one
         Counter::AnswerA,
     );
     assert_eq!(parse_checked(&out).dst_mac, CLIENT_MAC);
+}
+
+/// Whole seconds of the clock the program's rate limiter counts by (CLOCK_MONOTONIC_COARSE).
+fn coarse_second() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
+    now.tv_sec as u64
+}
+
+#[test]
+fn a_flood_from_every_cpu_at_once_is_held_to_the_rate() {
+    on_a_foreign_interface(|ifindex| {
+        let rate: u32 = 2_000;
+        let clients = ClientsConfig {
+            rate_limit: RateLimit {
+                responses_per_second: rate,
+                negative_per_second: rate,
+                errors_per_second: rate,
+                slip: 0,
+                exempt: Vec::new(),
+            },
+            ..ClientsConfig::default()
+        };
+        let program = Program::load_with_clients(ZONE, &local(), clients);
+        let frame = from("198.18.5.9", SERVER_V4).build(&query());
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index.
+        let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, 0, 0];
+        let ctx: Vec<u8> = md.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let xdp = program.program();
+        let first = coarse_second();
+        // Every CPU runs the program on live frames (no system call between runs): the same
+        // buckets charged from several CPUs at once, as a multi-queue flood charges them, across
+        // several seconds (each starts a new budget, spent in a fraction of a millisecond).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        std::thread::scope(|scope| {
+            for cpu in 0..cpus {
+                let (frame, ctx) = (&frame, &ctx);
+                scope.spawn(move || {
+                    hostport_dns_tests::bench::system::pin_current_thread(cpu);
+                    while std::time::Instant::now() < until {
+                        xdp.test_run(aya::programs::TestRunOptions {
+                            data_in: Some(frame),
+                            ctx_in: Some(ctx),
+                            repeat: 20_000,
+                            attrs: aya::programs::TestRunAttrs::new().xdp_live_frames(64),
+                            ..Default::default()
+                        })
+                        .expect("BPF_PROG_TEST_RUN with live frames");
+                    }
+                });
+            }
+        });
+        let seconds = coarse_second() - first + 1;
+        let answered = program.counters.get(Counter::AnswerA);
+        let dropped = program.counters.get(Counter::DropRateLimited);
+        println!("{answered} answered, {dropped} dropped, over {seconds} s on {cpus} CPUs");
+        assert!(dropped > answered, "the flood went far past the rate");
+        // One budget a second, exactly: every answer is counted once (atomically), and a new
+        // second's count starts once, whichever CPU meets it first.
+        let most = u64::from(rate) * seconds;
+        assert!(
+            answered <= most,
+            "{answered} answered over {seconds} s at {rate}/s on {cpus} CPUs: at most {most}"
+        );
+    });
 }

@@ -111,6 +111,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // From here on a stop signal must detach what gets attached, so the handlers go in first.
     let mut stop = StopSignals::install()?;
+    // A bad interface or missing privileges stop the agent here, before it serves.
+    let prepared = if args.xdp_mode != XdpMode::Off && !args.interfaces.is_empty() {
+        Some(kernel_path::prepare(kernel_path::Settings {
+            port: args.port,
+            interfaces: args.interfaces.clone(),
+            mode: args.xdp_mode,
+            pin_dir: args.pin_dir.clone(),
+            log: args.ebpf_log_level,
+            clients: client_policy.clone(),
+            capacity: Capacity::for_names(args.kernel_names),
+            answer_on: AnswerOn::parse(&args.answer_on),
+        })?)
+    } else {
+        None
+    };
     tokio::spawn(reload_cookie_secrets(shared.clone()));
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
@@ -156,19 +171,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The XDP path comes up beside the server (it may wait for a previous agent to stop).
     let dataplane = kernel_path::Held::default();
-    let xdp_wanted = args.xdp_mode != XdpMode::Off && !args.interfaces.is_empty();
     let (xdp_up_tx, mut xdp_up) = oneshot::channel();
-    if xdp_wanted {
-        let settings = kernel_path::Settings {
-            port: args.port,
-            interfaces: args.interfaces.clone(),
-            mode: args.xdp_mode,
-            pin_dir: args.pin_dir.clone(),
-            log: args.ebpf_log_level,
-            clients: client_policy.clone(),
-            capacity: Capacity::for_names(args.kernel_names),
-            answer_on: AnswerOn::parse(&args.answer_on),
-        };
+    let xdp_wanted = prepared.is_some();
+    if let Some(prepared) = prepared {
         let wiring = kernel_path::Wiring {
             shared: shared.clone(),
             metrics: metrics.clone(),
@@ -177,7 +182,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let held = dataplane.clone();
         tokio::spawn(async move {
-            let _ = xdp_up_tx.send(kernel_path::start(settings, wiring, held).await);
+            let _ = xdp_up_tx.send(kernel_path::start(prepared, wiring, held).await);
         });
     }
 

@@ -291,6 +291,20 @@ impl ClientsEntry {
             }
         }
         let per_second = rate.responses_per_second;
+        if per_second > 0 {
+            for (field, value) in [
+                ("negativePerSecond", rate.negative_per_second),
+                ("errorsPerSecond", rate.errors_per_second),
+            ] {
+                if value == Some(0) {
+                    return Err(format!(
+                        "clients.rateLimit.{field}: 0 would drop every such answer to every \
+                         client (none would be answered, not even slipped); give at least 1, or \
+                         leave it out to use responsesPerSecond"
+                    ));
+                }
+            }
+        }
         Ok(ClientsConfig {
             allow,
             outside: self.outside,
@@ -572,6 +586,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("slip"), "{err}");
+    }
+
+    #[test]
+    fn a_negative_or_error_budget_of_zero_is_refused_not_silently_dropping_everything() {
+        for field in ["negativePerSecond", "errorsPerSecond"] {
+            let err = parse_str(&format!(
+                "clients:\n  rateLimit: {{responsesPerSecond: 5, {field}: 0}}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains(&format!("clients.rateLimit.{field}")) && err.contains("at least 1"),
+                "{err}"
+            );
+        }
+        let config = parse_str(
+            "clients:\n  rateLimit: {responsesPerSecond: 5, negativePerSecond: 1}\n",
+        )
+        .expect("1 is a budget");
+        assert_eq!(config.clients.rate_limit.negative_per_second, 1);
     }
 
     #[test]

@@ -52,17 +52,41 @@ pub struct Wiring {
 /// its links are pinned).
 pub type Held = Arc<Mutex<Option<Dataplane>>>;
 
-/// Brings the XDP path up; a failure after start (attaching) arrives on the returned channel.
-pub async fn start(
+/// The XDP path before it is wired: the program loaded, or waiting for the pin directory.
+pub struct Prepared {
     settings: Settings,
-    wiring: Wiring,
-    held: Held,
-) -> Result<oneshot::Receiver<XdpError>, XdpError> {
+    dataplane: Option<Dataplane>,
+}
+
+/// What can be done at once, so that a bad interface or missing privileges stop the agent
+/// before it serves: the interfaces checked, the pin directory claimed and the program loaded,
+/// unless another agent holds the directory (then [`start`] waits for it).
+pub fn prepare(settings: Settings) -> Result<Prepared, XdpError> {
+    for interface in crate::xdp::loader::resolve_interfaces(&settings.interfaces)? {
+        crate::xdp::loader::if_index(&interface)?;
+    }
     let pins = match &settings.pin_dir {
-        Some(dir) => Some(claim(dir.clone()).await?),
+        Some(dir) => match PinDir::lock(dir) {
+            Ok(pins) => Some(pins),
+            Err(XdpError::Held(_)) => {
+                return Ok(Prepared {
+                    settings,
+                    dataplane: None,
+                });
+            }
+            Err(err) => return Err(err),
+        },
         None => None,
     };
-    let mut dataplane = Dataplane::load(
+    let dataplane = load(&settings, pins)?;
+    Ok(Prepared {
+        settings,
+        dataplane: Some(dataplane),
+    })
+}
+
+fn load(settings: &Settings, pins: Option<PinDir>) -> Result<Dataplane, XdpError> {
+    Dataplane::load(
         settings.port,
         &settings.interfaces,
         settings.mode,
@@ -70,7 +94,27 @@ pub async fn start(
         settings.log,
         &settings.clients,
         settings.capacity,
-    )?;
+    )
+}
+
+/// Brings the XDP path up; a failure after start (attaching) arrives on the returned channel.
+pub async fn start(
+    prepared: Prepared,
+    wiring: Wiring,
+    held: Held,
+) -> Result<oneshot::Receiver<XdpError>, XdpError> {
+    let Prepared {
+        settings,
+        dataplane,
+    } = prepared;
+    let mut dataplane = match (dataplane, &settings.pin_dir) {
+        (Some(dataplane), _) => dataplane,
+        (None, Some(dir)) => {
+            let pins = claim(dir.clone()).await?;
+            load(&settings, Some(pins))?
+        }
+        (None, None) => load(&settings, None)?,
+    };
     let writer = MapWriter::new(&mut dataplane.ebpf, dataplane.capacity).map_err(load_error)?;
     let counters =
         Counters::new(&mut dataplane.ebpf, writer.zone_counters().names()).map_err(load_error)?;

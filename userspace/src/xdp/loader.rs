@@ -68,6 +68,10 @@ pub enum XdpError {
     Load(String),
     #[error("interface {0:?} does not exist")]
     UnknownInterface(String),
+    #[error(
+        "another hostport-dns agent holds the pin directory {0} (one agent per node and directory)"
+    )]
+    Held(PathBuf),
     #[error("attaching the XDP program to {interface} in {mode} mode failed: {reason}")]
     Attach {
         interface: String,

@@ -76,14 +76,14 @@ impl PinDir {
                 })?;
             }
             (Err(err), _) => {
-                return Err(XdpError::Load(if held(&err) {
-                    format!(
-                        "another hostport-dns agent holds the pin directory {} (one agent per node and directory)",
-                        path.display()
-                    )
+                return Err(if held(&err) {
+                    XdpError::Held(path.to_path_buf())
                 } else {
-                    format!("cannot lock the pin directory {}: {err}", path.display())
-                }));
+                    XdpError::Load(format!(
+                        "cannot lock the pin directory {}: {err}",
+                        path.display()
+                    ))
+                });
             }
         }
         Ok(Self {
@@ -231,7 +231,7 @@ mod tests {
         let first = PinDir::lock(&dir).expect("the first lock");
         let second = PinDir::lock(&dir);
         assert!(
-            matches!(&second, Err(XdpError::Load(text)) if text.contains("another hostport-dns agent")),
+            matches!(&second, Err(XdpError::Held(held)) if *held == dir),
             "{:?}",
             second.err()
         );
