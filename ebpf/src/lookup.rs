@@ -5,7 +5,7 @@
 
 use hostport_dns_common::{
     counters::Counter,
-    entry::{Entry, NAME_FLAG_APEX, ZoneId},
+    entry::{Entry, EntryHead, NAME_FLAG_APEX, ZoneId},
     hash::front_bytes,
     index::{BIG_REF, BUCKET_OVERFLOW, EntryRef, PASS_REF, candidates},
     limits::{A_ADDR_LEN, AAAA_ADDR_LEN, INDEX_WAYS, MAX_ZONE_LABELS, NAME_BUF_LEN},
@@ -103,7 +103,12 @@ fn take_if_same<const P: usize>(entry: &Entry<P>, scratch: &mut Scratch, len: us
     if !same_name(entry, scratch, len) {
         return false;
     }
-    scratch.head = entry.head;
+    // The head as two words: a plain struct copy between two map values becomes a call to
+    // memmove.
+    let from = &entry.head as *const EntryHead as *const [u64; 2];
+    let to = &mut scratch.head as *mut EntryHead as *mut [u64; 2];
+    // SAFETY: EntryHead is 16 bytes, 8-byte aligned, plain data.
+    unsafe { to.write(from.read()) };
     let used =
         entry.head.aaaa_count as usize * AAAA_ADDR_LEN + entry.head.a_count as usize * A_ADDR_LEN;
     let words = scratch.forget_word_count(used.div_ceil(8));

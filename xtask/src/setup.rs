@@ -5,7 +5,8 @@
 //! - bpf-linker, built against the nightly's own libLLVM (no prebuilt binary fits here);
 //! - the Debian packages the tests and benchmarks run: iproute2, dig, Knot DNS and its tools,
 //!   NSD and BIND (secondaries in the transfer tests), dnsperf, HAProxy, ethtool, Prometheus
-//!   (promtool checks the metrics exposition).
+//!   (promtool checks the metrics exposition), bpftool (reads the verified program's
+//!   instructions).
 
 use std::{
     path::{Path, PathBuf},
@@ -28,6 +29,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("haproxy", "haproxy"),
     ("ethtool", "ethtool"),
     ("prometheus", "promtool"),
+    ("bpftool", "bpftool"),
 ];
 
 pub fn run() -> anyhow::Result<()> {
