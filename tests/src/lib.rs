@@ -12,6 +12,7 @@ pub mod fuzz;
 pub mod haproxy;
 pub mod k8s;
 pub mod knot;
+pub mod legacy;
 pub mod netns;
 pub mod packet;
 pub mod prometheus;

@@ -416,3 +416,108 @@ fn a_second_agent_on_one_pin_directory_waits_for_the_first() {
     drop(second);
     uninstall(&link, pin_dir);
 }
+
+/// Asks `name` A over and over from the client side of `link` until `stop`, checking every
+/// answer against `expected` (the message after its ID): (answered, lost, wrong).
+fn ask_until(
+    link: &Link,
+    name: &'static str,
+    expected: Vec<u8>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> thread::JoinHandle<(u64, u64, u64)> {
+    let server = std::net::SocketAddr::new(link.server.ipv4.parse().expect("v4"), 1053);
+    let ns = link.client_ns.name.clone();
+    thread::spawn(move || {
+        NetNs::enter(&ns, move || {
+            let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a socket");
+            socket
+                .set_read_timeout(Some(Duration::from_millis(500)))
+                .expect("a timeout");
+            let (mut answered, mut lost, mut wrong) = (0, 0, 0);
+            let mut buf = [0u8; 1500];
+            let mut id = 0u16;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                id = id.wrapping_add(1);
+                let query = hostport_dns_tests::packet::QueryBuilder {
+                    id,
+                    ..hostport_dns_tests::packet::QueryBuilder::new(name, 1)
+                }
+                .bytes();
+                socket.send_to(&query, server).expect("send");
+                loop {
+                    match socket.recv(&mut buf) {
+                        // A late answer to an earlier query: not this one's.
+                        Ok(n) if n >= 2 && buf[..2] != id.to_be_bytes() => continue,
+                        Ok(n) => {
+                            answered += 1;
+                            if buf[2..n] != expected[2..] {
+                                wrong += 1;
+                            }
+                        }
+                        Err(_) => lost += 1,
+                    }
+                    break;
+                }
+            }
+            (answered, lost, wrong)
+        })
+    })
+}
+
+#[test]
+fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
+    use hostport_dns_tests::legacy::Legacy;
+    require_root();
+    let _serial = one_at_a_time();
+    let link = Link::new("layout5");
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir();
+    let dir = TempDir::new("layout5");
+    let records = dir.write("records.yaml", RECORDS);
+    let snapshot = hostport_dns::sources::file::parse(RECORDS, "records".as_ref()).expect("valid");
+    let (table, _) =
+        hostport_dns::table::RecordTable::compile(&snapshot.zones, snapshot.records());
+    // The previous release on the node: its program attached through a pinned link, answering
+    // from its own maps (layout 5), no agent running.
+    let (ifname, server, legacy_pins) = (
+        link.server.ifname.clone(),
+        link.server.ipv4.parse().expect("v4"),
+        pin_dir.clone(),
+    );
+    let legacy_table = table.clone();
+    link.server_ns.run(move || {
+        let mut legacy = Legacy::load(&legacy_pins);
+        legacy.write(&legacy_table, &[server]);
+        legacy.attach(&ifname);
+    });
+    let old_program = xdp_program_id(&link).expect("the layout-5 program attached");
+    let name = "web.prod.coreha.example";
+    let expected = hostport_dns::server::answer::respond(
+        &hostport_dns_tests::packet::QueryBuilder::new(name, 1).bytes(),
+        Some(&table),
+        hostport_dns::server::answer::Transport::Udp,
+    )
+    .expect("an answer")
+    .bytes;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asking = ask_until(&link, name, expected, stop.clone());
+    thread::sleep(Duration::from_secs(1));
+    // The upgrade: an agent of this release on the same pin directory.
+    let pin_dir = pin_dir.to_str().expect("UTF-8");
+    let agent = start(&link, records.to_str().expect("UTF-8"), pin_dir);
+    eventually("the new agent's program takes the link over", 10, || {
+        xdp_program_id(&link).is_some_and(|id| id != old_program)
+    });
+    thread::sleep(Duration::from_secs(1));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (answered, lost, wrong) = asking.join().expect("the asking thread");
+    println!("{answered} answered, {lost} lost, {wrong} wrong across the upgrade");
+    assert!(answered > 100, "queries ran ({answered})");
+    assert_eq!((lost, wrong), (0, 0), "across the upgrade; the agent's log:\n{}", agent.logs());
+    assert!(
+        agent.metric("hostport_dns_responses", &[("path", "xdp")]) > 0.0,
+        "the new program answers"
+    );
+    drop(agent);
+    uninstall(&link, pin_dir);
+}
