@@ -131,6 +131,23 @@ impl Agent {
         Self::spawn(cmd, Some(ns.name.clone()), METRICS_ADDR)
     }
 
+    /// Starts `hostport-dns run <args>` in `ns` inside `cgroup` (a pod's memory limit), and
+    /// waits until it serves.
+    pub fn start_in_cgroup(ns: &NetNs, cgroup: &crate::cgroup::Cgroup, args: &[&str]) -> Self {
+        let mut cmd = cgroup.command("ip");
+        cmd.args(["netns", "exec", &ns.name])
+            .arg(binary())
+            .args([
+                "run",
+                "--log-format",
+                "json",
+                "--metrics-listen",
+                METRICS_ADDR,
+            ])
+            .args(args);
+        Self::spawn(cmd, Some(ns.name.clone()), METRICS_ADDR)
+    }
+
     /// Starts the agent on the server side of `link` as [`Agent::start_native`] does, but waits
     /// only until it logs `line` (an agent that waits for another to stop, say).
     pub fn start_native_until(link: &Link, source: &[&str], extra: &[&str], line: &str) -> Self {

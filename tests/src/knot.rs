@@ -110,6 +110,39 @@ impl Knot {
         modules: &str,
         zone_modules: &[&str],
     ) -> Self {
+        Self::start_in(
+            ns,
+            addr,
+            zones,
+            xdp_interface,
+            (modules, zone_modules),
+            None,
+        )
+    }
+
+    /// knotd serving the table's zones from inside `cgroup` (its memory charged there).
+    pub fn start_in_cgroup(
+        ns: &NetNs,
+        addr: SocketAddr,
+        table: &RecordTable,
+        cgroup: &crate::cgroup::Cgroup,
+    ) -> Self {
+        let zones: Vec<(String, String)> = table
+            .zones()
+            .iter()
+            .map(|zone| (zone.spec.apex.to_string(), zone_file(table, zone)))
+            .collect();
+        Self::start_in(ns, addr, &zones, None, ("", &[]), Some(cgroup))
+    }
+
+    fn start_in(
+        ns: &NetNs,
+        addr: SocketAddr,
+        zones: &[(String, String)],
+        xdp_interface: Option<&str>,
+        (modules, zone_modules): (&str, &[&str]),
+        cgroup: Option<&crate::cgroup::Cgroup>,
+    ) -> Self {
         let dir = TempDir::new("knot");
         let xdp = match xdp_interface {
             Some(iface) => format!(
@@ -141,8 +174,15 @@ impl Knot {
             }
         }
         let conf_path = dir.write("knot.conf", &conf);
-        let child = ns
-            .command("knotd")
+        let mut command = match cgroup {
+            Some(cgroup) => {
+                let mut command = cgroup.command("ip");
+                command.args(["netns", "exec", &ns.name, "knotd"]);
+                command
+            }
+            None => ns.command("knotd"),
+        };
+        let child = command
             .arg("-c")
             .arg(&conf_path)
             .stdout(Stdio::null())

@@ -50,6 +50,10 @@ pub struct Metrics {
     pub xdp_write_errors: Counter,
     /// Seconds from a source change to the table being served (both paths).
     pub propagation: Histogram,
+    /// From a kernel table publication's start to its switch (the new table visible).
+    pub xdp_switch: Histogram,
+    /// Waits for the runs reading a generation left that fell back to an RCU grace period.
+    pub xdp_grace_waits: Counter,
     pub source_synced: Family<SourceLabel, Gauge>,
     pub source_last_sync: Family<SourceLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub source_records: Family<SourceLabel, Gauge>,
@@ -115,6 +119,8 @@ impl Metrics {
             xdp_generations: Counter::default(),
             xdp_write_errors: Counter::default(),
             propagation: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            xdp_switch: Histogram::new(exponential_buckets(0.00001, 2.0, 16)),
+            xdp_grace_waits: Counter::default(),
             source_synced: Family::default(),
             source_last_sync: Family::default(),
             source_records: Family::default(),
@@ -173,8 +179,18 @@ impl Metrics {
         );
         registry.register(
             "propagation_seconds",
-            "Time from a source change to the new table being served",
+            "Time from a source change to the new table being served (after the kernel's switch, when XDP is on)",
             metrics.propagation.clone(),
+        );
+        registry.register(
+            "xdp_switch_seconds",
+            "Time from the start of a kernel table publication to its switch (the new table visible to the XDP program)",
+            metrics.xdp_switch.clone(),
+        );
+        registry.register(
+            "xdp_grace_waits",
+            "Waits for XDP runs still reading a generation left that fell back to an RCU grace period (a CPU stayed in the program too long)",
+            metrics.xdp_grace_waits.clone(),
         );
         registry.register(
             "source_synced",
@@ -277,14 +293,14 @@ impl std::fmt::Debug for Shared {
 
 impl Collector for LiveCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let (xdp, xdp_zones) = self
+        let (xdp, xdp_zones, xdp_events) = self
             .xdp
             .lock()
             .map(|c| match c.as_ref() {
-                Some(c) => (Some(c.read()), c.zone_answers()),
-                None => (None, Vec::new()),
+                Some(c) => (Some(c.read()), c.zone_answers(), c.events()),
+                None => (None, Vec::new(), Vec::new()),
             })
-            .unwrap_or((None, Vec::new()));
+            .unwrap_or((None, Vec::new(), Vec::new()));
         let mut responses = encoder.encode_descriptor(
             "responses",
             "Answers sent, by path (xdp, userspace), transport, query type and rcode",
@@ -329,6 +345,16 @@ impl Collector for LiveCollector {
                     ConstCounter::new(*count)
                         .encode(passed.encode_family(&[("reason", counter.label())])?)?;
                 }
+            }
+            let mut events = encoder.encode_descriptor(
+                "xdp_events",
+                "Paths the XDP program took: grown_at_tail (an answer that outgrew the headroom grew at the tail, which fails on drivers without tailroom), generation_race (a run met a table switch between its two reads of the active generation and passed the query)",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (event, count) in &xdp_events {
+                ConstCounter::new(*count)
+                    .encode(events.encode_family(&[("event", event.label())])?)?;
             }
         }
         let mut decided = encoder.encode_descriptor(

@@ -354,6 +354,10 @@ pub fn kernel_report(
                     then();
                 }
                 metrics.xdp_generations.inc();
+                metrics.xdp_switch.observe(stats.switch_micros as f64 / 1e6);
+                if stats.waited == Some(crate::xdp::writer::Waited::GracePeriod) {
+                    metrics.xdp_grace_waits.inc();
+                }
                 metrics.xdp_table_names.set(stats.names_held as i64);
                 metrics
                     .xdp_names_in_userspace

@@ -136,8 +136,18 @@ fn measure(program: &Program, frame: &[u8], expected: u32, runs: usize) -> (u128
     )
 }
 
-/// Prints the table; returns the median of the A hit (1 record) for the summary.
-pub fn run(runs: usize) -> u128 {
+/// The A hit (one record) in figures, for the XDP benchmark's summary.
+pub struct AHit {
+    /// BPF_PROG_TEST_RUN's median, its set-up included.
+    pub median: u128,
+    /// The program alone (BPF statistics), median.
+    pub own: u128,
+    /// The program's own work: `own` less the pass-only program's.
+    pub work: u128,
+}
+
+/// Prints the table; returns the A hit (1 record) for the summary.
+pub fn run(runs: usize) -> AHit {
     let local = [
         SERVER.parse().expect("an address"),
         "2001:db8::1".parse().expect("an address"),
@@ -152,7 +162,11 @@ pub fn run(runs: usize) -> u128 {
         floor_own.to_string(),
         "-".into(),
     ]];
-    let mut a_hit = 0;
+    let mut a_hit = AHit {
+        median: 0,
+        own: 0,
+        work: 0,
+    };
     // HPD_BENCH_CASE=<part of a case name> runs only the matching cases (for a profiler).
     let only = std::env::var("HPD_BENCH_CASE").unwrap_or_default();
     for case in cases()
@@ -163,7 +177,12 @@ pub fn run(runs: usize) -> u128 {
         let mut own = program.program_times(&case.frame, runs);
         own.sort();
         if case.name == "A hit, 1 record" {
-            a_hit = median;
+            let own = own[runs / 2].as_nanos();
+            a_hit = AHit {
+                median,
+                own,
+                work: own.saturating_sub(floor_own),
+            };
         }
         let name = if as_expected {
             case.name.to_owned()
@@ -184,7 +203,7 @@ pub fn run(runs: usize) -> u128 {
     }
     print_table(
         &format!(
-            "In-kernel cost per query, BPF_PROG_TEST_RUN, {runs} single runs each (target: median <= 100 ns)"
+            "In-kernel cost per query, BPF_PROG_TEST_RUN, {runs} single runs each (target: the program's own work on an A hit <= 60 ns)"
         ),
         &[
             "case",

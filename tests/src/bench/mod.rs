@@ -5,6 +5,7 @@ pub mod churn;
 pub mod flood;
 pub mod kernel;
 pub mod load;
+pub mod memory;
 pub mod propagation;
 pub mod responders;
 pub mod soak;

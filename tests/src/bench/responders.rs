@@ -50,10 +50,20 @@ impl Kind {
 /// A running responder: whatever keeps it alive, and the processes whose CPU it costs.
 pub struct Running {
     pub pids: Vec<u32>,
+    kind: Kind,
     _agent: Option<Agent>,
     _knot: Option<Knot>,
     _nsd: Option<Nsd>,
     _program: Option<Ebpf>,
+}
+
+impl Running {
+    /// How often the agent's program grew an answer at the tail (the fallback), if it is an
+    /// agent with XDP.
+    pub fn xdp_fallbacks(&self) -> Option<f64> {
+        let agent = self._agent.as_ref().filter(|_| self.kind == Kind::HostportXdp)?;
+        Some(agent.metric("hostport_dns_xdp_events", &[("event", "grown_at_tail")]))
+    }
 }
 
 pub fn start(
@@ -83,6 +93,7 @@ pub fn start(
     };
     let mut running = Running {
         pids: Vec::new(),
+        kind,
         _agent: None,
         _knot: None,
         _nsd: None,

@@ -71,6 +71,14 @@ impl Counters {
         sum(&self.array, counter as u32)
     }
 
+    /// Every event, summed over the CPUs.
+    pub fn events(&self) -> Vec<(Event, u64)> {
+        Event::ALL
+            .iter()
+            .map(|event| (*event, sum(&self.array, event.slot())))
+            .collect()
+    }
+
     /// One event, summed over the CPUs.
     pub fn event(&self, event: Event) -> u64 {
         sum(&self.array, event.slot())

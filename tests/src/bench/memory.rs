@@ -1,0 +1,127 @@
+//! Memory: what the agent's memory cgroup holds serving a record file of 10k and 100k names
+//! (three A records each), the XDP program on lo: the process, and the kernel memory charged to
+//! it (the BPF maps, fixed by the table's capacity). knotd serving the same names, in a cgroup
+//! of its own, is the peer.
+
+use std::time::Duration;
+
+use crate::{
+    TempDir,
+    agent::Agent,
+    bench::{print_table, system, zone},
+    cgroup::Cgroup,
+    clients::dig,
+    eventually,
+    knot::Knot,
+    netns::NetNs,
+};
+
+/// What one responder's cgroup held.
+struct Held {
+    cgroup: u64,
+    kernel: u64,
+    rss: f64,
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// The agent serving `names` names from a record file, XDP on lo, in a cgroup of its own.
+fn agent(names: usize) -> Held {
+    let ns = NetNs::new("mem");
+    let dir = TempDir::new("mem");
+    let (records, list) = zone(names);
+    let file = dir.write("records.yaml", &records);
+    let cgroup = Cgroup::new("mem-agent", None);
+    let agent = Agent::start_in_cgroup(
+        &ns,
+        &cgroup,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    let last = list.last().expect("names").clone();
+    eventually("the last name is answered", 120, || {
+        dig(&ns, "127.0.0.1", 1053, &[&last]).answer.len() == 3
+    });
+    // Settled: the first table written, the file's text gone.
+    std::thread::sleep(Duration::from_secs(2));
+    let held = Held {
+        cgroup: cgroup.usage(),
+        kernel: cgroup.kernel(),
+        rss: system::rss_mib(agent.pid()),
+    };
+    drop(agent);
+    held
+}
+
+/// knotd serving the same names, in a cgroup of its own.
+fn knotd(names: usize) -> Held {
+    let ns = NetNs::new("memknot");
+    let (records, list) = zone(names);
+    let snapshot = hostport_dns::sources::file::parse(&records, "bench".as_ref()).expect("valid");
+    let (table, _) =
+        hostport_dns::table::RecordTable::compile(&snapshot.zones, snapshot.records());
+    let cgroup = Cgroup::new("mem-knotd", None);
+    let addr = "127.0.0.1:1053".parse().expect("an address");
+    let server = Knot::start_in_cgroup(&ns, addr, &table, &cgroup);
+    let last = list.last().expect("names").clone();
+    eventually("knotd answers the last name", 120, || {
+        dig(&ns, "127.0.0.1", 1053, &[&last]).answer.len() == 3
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let held = Held {
+        cgroup: cgroup.usage(),
+        kernel: cgroup.kernel(),
+        rss: system::rss_mib(server.pid()),
+    };
+    drop(server);
+    held
+}
+
+pub fn run() {
+    let capacity = hostport_dns_common::generation::Capacity::DEFAULT;
+    let mut rows = Vec::new();
+    for names in [10_000, 100_000] {
+        let ours = agent(names);
+        let peer = knotd(names);
+        rows.push(vec![
+            names.to_string(),
+            format!("{:.1}", mib(ours.cgroup)),
+            format!("{:.1}", mib(ours.kernel)),
+            format!("{:.1}", ours.rss),
+            format!("{:.1}", mib(peer.cgroup)),
+            format!("{:.1}", peer.rss),
+            format!("{:.2}", ours.cgroup as f64 / peer.cgroup as f64),
+        ]);
+    }
+    print_table(
+        &format!(
+            "Memory serving a record file (3 A records a name), XDP on lo; the kernel table sized \
+             for {} names a generation: {:.1} MiB of maps for both generations (targets: maps <= 64 \
+             MiB, the whole agent <= 128 MiB at 100k names)",
+            capacity.names,
+            mib(capacity.map_bytes())
+        ),
+        &[
+            "names",
+            "agent cgroup MiB",
+            "of which kernel MiB",
+            "agent RSS MiB",
+            "knotd cgroup MiB",
+            "knotd RSS MiB",
+            "agent / knotd",
+        ],
+        &rows,
+    );
+    println!(
+        "(cgroup: everything charged to the responder's memory cgroup: its pages and the kernel \
+         memory it caused, BPF maps included. Agent RSS counts the mapped maps too.)"
+    );
+}
