@@ -83,10 +83,10 @@ fn confirm(
         let entry = table
             .big_entry(found & !BIG_REF)
             .ok_or(Counter::PassNoTable)?;
-        take_if_same(entry, scratch, len)
+        take_if_same(entry, scratch, len)?
     } else {
         let entry = table.name_entry(found).ok_or(Counter::PassNoTable)?;
-        take_if_same(entry, scratch, len)
+        take_if_same(entry, scratch, len)?
     };
     if same {
         Ok(())
@@ -97,11 +97,16 @@ fn confirm(
 }
 
 /// If the entry holds the question's suffix of `len` bytes: copies its head and addresses into
-/// the scratch space, and says so.
+/// the scratch space, and says so. An entry claiming more addresses than an answer can hold is
+/// one the agent never wrote: passed.
 #[inline(always)]
-fn take_if_same<const P: usize>(entry: &Entry<P>, scratch: &mut Scratch, len: usize) -> bool {
+fn take_if_same<const P: usize>(
+    entry: &Entry<P>,
+    scratch: &mut Scratch,
+    len: usize,
+) -> Result<bool, Counter> {
     if !same_name(entry, scratch, len) {
-        return false;
+        return Ok(false);
     }
     // The head as two words: a plain struct copy between two map values becomes a call to
     // memmove.
@@ -111,7 +116,9 @@ fn take_if_same<const P: usize>(entry: &Entry<P>, scratch: &mut Scratch, len: us
     unsafe { to.write(from.read()) };
     let used =
         entry.head.aaaa_count as usize * AAAA_ADDR_LEN + entry.head.a_count as usize * A_ADDR_LEN;
-    let words = scratch.forget_word_count(used.div_ceil(8));
+    let words = scratch
+        .forget_address_words(used.div_ceil(8))
+        .map_err(|_| Counter::PassNoTable)?;
     let from = entry.payload.as_ptr() as *const u64;
     let mut w = 0;
     while w < P / 8 && w < ADDRESS_WORDS {
@@ -122,7 +129,7 @@ fn take_if_same<const P: usize>(entry: &Entry<P>, scratch: &mut Scratch, len: us
         *masked_address(&mut scratch.addresses, w) = unsafe { from.add(w).read() };
         w += 1;
     }
-    true
+    Ok(true)
 }
 
 /// `addresses[w]` for `w` below ADDRESS_WORDS (checked by the caller's loop).

@@ -100,6 +100,12 @@ impl Scratch {
         self.forget(words, NAME_WORDS - 1).unwrap_or(0)
     }
 
+    /// A count of address words, at most ADDRESS_WORDS, forgotten (see [`Scratch::forget`]).
+    #[inline(always)]
+    pub fn forget_address_words(&self, words: usize) -> Result<usize, Counter> {
+        self.forget(words, ADDRESS_WORDS)
+    }
+
     /// Whether a label starts `offset` bytes into the name.
     #[inline(always)]
     pub fn label_starts_at(&self, offset: usize) -> bool {

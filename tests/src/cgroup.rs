@@ -29,7 +29,11 @@ impl Cgroup {
         std::fs::create_dir(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let cgroup = Self { path, v2 };
         if let Some(limit) = limit {
-            let file = if v2 { "memory.max" } else { "memory.limit_in_bytes" };
+            let file = if v2 {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            };
             cgroup.write(file, &limit.to_string());
         }
         cgroup

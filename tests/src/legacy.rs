@@ -131,8 +131,7 @@ impl Legacy {
             names.insert(key, entry, 0).expect("write a name");
         }
         let mut zones: Array<&mut MapData, hostport_dns_common::entry::ZoneEntry> =
-            Array::try_from(self.ebpf.map_mut("HPD_ZONES").expect("HPD_ZONES"))
-                .expect("an array");
+            Array::try_from(self.ebpf.map_mut("HPD_ZONES").expect("HPD_ZONES")).expect("an array");
         for zone in table.zones() {
             // Layout 5's zone entry has the same bytes as layout 6's (a reserved word where the
             // counter slot now is).
@@ -158,8 +157,7 @@ impl Legacy {
             }
         }
         let mut local_map: Array<&mut MapData, LocalAddrs> =
-            Array::try_from(self.ebpf.map_mut("HPD_LOCAL").expect("HPD_LOCAL"))
-                .expect("an array");
+            Array::try_from(self.ebpf.map_mut("HPD_LOCAL").expect("HPD_LOCAL")).expect("an array");
         local_map.set(0, addrs, 0).expect("write the addresses");
         let mut state: Array<&mut MapData, Generation> =
             Array::try_from(self.ebpf.map_mut("HPD_GEN").expect("HPD_GEN")).expect("an array");
@@ -215,7 +213,11 @@ fn name_entry(
         rr.extend_from_slice(address);
         rr
     };
-    let a: Vec<u8> = node.a.iter().flat_map(|a| rr(TYPE_A, &a.octets())).collect();
+    let a: Vec<u8> = node
+        .a
+        .iter()
+        .flat_map(|a| rr(TYPE_A, &a.octets()))
+        .collect();
     let aaaa: Vec<u8> = node
         .aaaa
         .iter()

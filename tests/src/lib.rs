@@ -4,9 +4,9 @@
 //! Everything a test creates is removed when its guard drops, also when the test panics.
 
 pub mod agent;
-pub mod cgroup;
 pub mod api_tls;
 pub mod bench;
+pub mod cgroup;
 pub mod clients;
 pub mod fake_api;
 pub mod fuzz;

@@ -404,7 +404,11 @@ fn a_second_agent_on_one_pin_directory_waits_for_the_first() {
     );
     // It writes nothing while the first runs: the table maps are the first's alone.
     thread::sleep(Duration::from_secs(1));
-    assert!(!second.logs().contains("XDP program attached"), "{}", second.logs());
+    assert!(
+        !second.logs().contains("XDP program attached"),
+        "{}",
+        second.logs()
+    );
     assert_eq!(
         pinned_map_id(pin_dir, hostport_dns_common::maps::GENERATION),
         first_set
@@ -475,8 +479,7 @@ fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
     let dir = TempDir::new("layout5");
     let records = dir.write("records.yaml", RECORDS);
     let snapshot = hostport_dns::sources::file::parse(RECORDS, "records".as_ref()).expect("valid");
-    let (table, _) =
-        hostport_dns::table::RecordTable::compile(&snapshot.zones, snapshot.records());
+    let (table, _) = hostport_dns::table::RecordTable::compile(&snapshot.zones, snapshot.records());
     // The previous release on the node: its program attached through a pinned link, answering
     // from its own maps (layout 5), no agent running.
     let (ifname, server, legacy_pins) = (
@@ -513,7 +516,12 @@ fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
     let (answered, lost, wrong) = asking.join().expect("the asking thread");
     println!("{answered} answered, {lost} lost, {wrong} wrong across the upgrade");
     assert!(answered > 100, "queries ran ({answered})");
-    assert_eq!((lost, wrong), (0, 0), "across the upgrade; the agent's log:\n{}", agent.logs());
+    assert_eq!(
+        (lost, wrong),
+        (0, 0),
+        "across the upgrade; the agent's log:\n{}",
+        agent.logs()
+    );
     assert!(
         agent.metric("hostport_dns_responses", &[("path", "xdp")]) > 0.0,
         "the new program answers"

@@ -27,9 +27,16 @@ fn calls(program: &Program) -> BTreeMap<String, usize> {
         .args(["prog", "dump", "xlated", "id", &id.to_string()])
         .output()
         .expect("run bpftool (cargo xtask setup installs it)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.lines().count() > 100, "the program's instructions:\n{text}");
+    assert!(
+        text.lines().count() > 100,
+        "the program's instructions:\n{text}"
+    );
     let mut calls = BTreeMap::new();
     for line in text.lines() {
         let Some((_, callee)) = line.split_once(") call ") else {

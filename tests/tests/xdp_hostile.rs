@@ -5,12 +5,12 @@
 
 use std::net::IpAddr;
 
+use aya::programs::TestRun;
 use hickory_proto::op::Message;
 use hostport_dns::{
     clients::{ClientsConfig, Outside, RateLimit},
     server::answer::{Asker, Shape, Transport, respond, respond_for},
 };
-use aya::programs::TestRun;
 use hostport_dns_common::counters::Counter;
 use hostport_dns_tests::{
     netns::NetNs,

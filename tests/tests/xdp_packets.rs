@@ -46,6 +46,7 @@ fn zone_file() -> String {
       many: [{}]
       aaaa16-with-a-name-long-enough-to-pass-512: [{}]
       x.deep.ent: 198.18.0.40
+      full: [{}, {}]
       {}: 198.18.0.50
   - name: other.example
     records:
@@ -57,6 +58,8 @@ fn zone_file() -> String {
 ",
         eight.join(", "),
         many.join(", "),
+        aaaa16.join(", "),
+        many[..16].join(", "),
         aaaa16.join(", "),
         longest_name()
     )
@@ -395,6 +398,20 @@ fn an_answer_larger_than_the_client_takes_is_left_to_userspace() {
     fx.passed(&Frame::v4(SERVER_V4).build(&plain), Counter::PassTooLarge);
     let edns = QueryBuilder::new(name, TYPE_AAAA).edns(1232, false).bytes();
     fx.answered(&Frame::v4(SERVER_V4), &edns, Counter::AnswerAaaa);
+}
+
+/// The most addresses one entry holds: every one of both families reaches the answer (the A
+/// addresses sit after all sixteen AAAA ones in the entry).
+#[test]
+fn a_name_with_the_most_addresses_of_both_families_is_answered_whole() {
+    let fx = fixture();
+    let name = "full.prod.coreha.example";
+    let a = QueryBuilder::new(name, TYPE_A).bytes();
+    let answer = fx.answered(&Frame::v4(SERVER_V4), &a, Counter::AnswerA);
+    assert_eq!(u16::from_be_bytes([answer[6], answer[7]]), 16);
+    let aaaa = QueryBuilder::new(name, TYPE_AAAA).edns(1232, false).bytes();
+    let answer = fx.answered(&Frame::v6(SERVER_V6), &aaaa, Counter::AnswerAaaa);
+    assert_eq!(u16::from_be_bytes([answer[6], answer[7]]), 16);
 }
 
 #[test]

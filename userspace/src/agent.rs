@@ -235,7 +235,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut attach_failed = None;
     if xdp_wanted {
         tokio::select! {
-            () = stop.wait() => return Ok(stopping(&dataplane)),
+            () = stop.wait() => {
+                stopping(&dataplane);
+                return Ok(());
+            }
             up = &mut xdp_up => match up {
                 Ok(Ok(failed)) => attach_failed = Some(failed),
                 Ok(Err(err)) => return Err(err.into()),

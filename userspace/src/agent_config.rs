@@ -601,10 +601,9 @@ mod tests {
                 "{err}"
             );
         }
-        let config = parse_str(
-            "clients:\n  rateLimit: {responsesPerSecond: 5, negativePerSecond: 1}\n",
-        )
-        .expect("1 is a budget");
+        let config =
+            parse_str("clients:\n  rateLimit: {responsesPerSecond: 5, negativePerSecond: 1}\n")
+                .expect("1 is a budget");
         assert_eq!(config.clients.rate_limit.negative_per_second, 1);
     }
 

@@ -61,7 +61,10 @@ impl Running {
     /// How often the agent's program grew an answer at the tail (the fallback), if it is an
     /// agent with XDP.
     pub fn xdp_fallbacks(&self) -> Option<f64> {
-        let agent = self._agent.as_ref().filter(|_| self.kind == Kind::HostportXdp)?;
+        let agent = self
+            ._agent
+            .as_ref()
+            .filter(|_| self.kind == Kind::HostportXdp)?;
         Some(agent.metric("hostport_dns_xdp_events", &[("event", "grown_at_tail")]))
     }
 }

@@ -60,24 +60,14 @@ pub fn build(wire: &[u8], node: &Node, zone: &Zone, counter_slot: u16) -> Built 
         return Built::Pass;
     }
     let ttl = node.ttl_in(zone);
-    let a_rrs: Vec<u8> = node
-        .a
-        .iter()
-        .flat_map(|address| answer_rr(TYPE_A, ttl, &address.octets()))
-        .collect();
-    let aaaa_rrs: Vec<u8> = node
-        .aaaa
-        .iter()
-        .flat_map(|address| answer_rr(TYPE_AAAA, ttl, &address.octets()))
-        .collect();
     let head = EntryHead {
         name_len: wire.len() as u8,
         a_count: a as u8,
         aaaa_count: aaaa as u8,
         flags: if node.apex { NAME_FLAG_APEX } else { 0 },
         zone: zone.id as u16,
-        a_csum: sum16(&a_rrs),
-        aaaa_csum: sum16(&aaaa_rrs),
+        a_csum: records_sum(TYPE_A, ttl, node.a.iter().map(|a| a.octets())),
+        aaaa_csum: records_sum(TYPE_AAAA, ttl, node.aaaa.iter().map(|a| a.octets())),
         counter_slot,
         ttl: ttl.to_be_bytes(),
     };
@@ -108,29 +98,47 @@ fn fill<const P: usize>(head: EntryHead, wire: &[u8], node: &Node) -> Entry<P> {
     entry
 }
 
-/// One answer record whose owner points to the question, as the kernel writes it.
-fn answer_rr(rtype: u16, ttl: u32, address: &[u8]) -> Vec<u8> {
-    let mut rr = Vec::with_capacity(RR_FIXED_LEN + 2 + address.len());
-    rr.extend_from_slice(&POINTER_TO_QUESTION.to_be_bytes());
-    rr.extend_from_slice(&rtype.to_be_bytes());
-    rr.extend_from_slice(&CLASS_IN.to_be_bytes());
-    rr.extend_from_slice(&ttl.to_be_bytes());
-    rr.extend_from_slice(&(address.len() as u16).to_be_bytes());
-    rr.extend_from_slice(address);
-    rr
+/// `csum::sum16` of the answer records of `addresses`, each owner a pointer to the question, as
+/// the kernel writes them one after the other (every record an even number of bytes: each
+/// starts at the same parity).
+fn records_sum<const N: usize>(
+    rtype: u16,
+    ttl: u32,
+    addresses: impl Iterator<Item = [u8; N]>,
+) -> u16 {
+    let mut fixed = [0u8; RR_FIXED_LEN + 2];
+    fixed[..2].copy_from_slice(&POINTER_TO_QUESTION.to_be_bytes());
+    fixed[2..4].copy_from_slice(&rtype.to_be_bytes());
+    fixed[4..6].copy_from_slice(&CLASS_IN.to_be_bytes());
+    fixed[6..10].copy_from_slice(&ttl.to_be_bytes());
+    fixed[10..12].copy_from_slice(&(N as u16).to_be_bytes());
+    let fixed = u64::from(sum16(&fixed));
+    let sum = addresses.fold(0u64, |sum, address| {
+        sum + fixed + u64::from(sum16(&address))
+    });
+    hostport_dns_common::csum::fold(sum)
 }
 
 /// The zone's entry: its SOA record as a template, encoded by hickory for a question that is the
 /// apex itself, its compression pointers turned into patches relative to the question's length.
 pub fn zone_entry(zone: &Zone, seed: u64, counter_slot: u32) -> ZoneEntry {
+    zone_template(zone, seed, counter_slot).0
+}
+
+/// [`zone_entry`], and where the SOA serial sits in its template (when the kernel writes the
+/// zone's negative answers): a change of serial alone is a patch there ([`with_serial`]), not a
+/// new encoding.
+pub fn zone_template(zone: &Zone, seed: u64, counter_slot: u32) -> (ZoneEntry, Option<usize>) {
     let mut entry = ZoneEntry::EMPTY;
+    let mut serial_at = None;
     let apex = &zone.spec.apex;
     let apex_wire = wire_name(&LowerName::new(apex));
     entry.apex_hash = name_hash(seed, &apex_wire);
     entry.apex_len = apex_wire.len() as u16;
     entry.counter_slot = counter_slot;
     match soa_template(zone, apex_wire.len()) {
-        Some((template, patches)) => {
+        Some((template, patches, serial)) => {
+            serial_at = Some(serial);
             entry.soa_rr[..template.len()].copy_from_slice(&template);
             entry.soa_len = template.len() as u16;
             entry.soa_csum = sum16(&template);
@@ -152,11 +160,24 @@ pub fn zone_entry(zone: &Zone, seed: u64, counter_slot: u32) -> ZoneEntry {
     if shares_suffix_outside(zone) {
         entry.flags |= ZONE_FLAG_NEGATIVE_IN_USERSPACE;
     }
+    (entry, serial_at)
+}
+
+/// `entry` with the SOA serial at `serial_at` of its template set to `serial`, its checksum sum
+/// made anew.
+pub fn with_serial(entry: &ZoneEntry, serial_at: usize, serial: u32) -> ZoneEntry {
+    let mut entry = *entry;
+    let len = usize::from(entry.soa_len).min(entry.soa_rr.len());
+    if serial_at + 4 <= len {
+        entry.soa_rr[serial_at..serial_at + 4].copy_from_slice(&serial.to_be_bytes());
+        entry.soa_csum = sum16(&entry.soa_rr[..len]);
+    }
     entry
 }
 
-/// Encodes `<apex> A` with the SOA in the authority section and cuts the SOA record out.
-fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>)> {
+/// Encodes `<apex> A` with the SOA in the authority section and cuts the SOA record out; also
+/// says where its serial is.
+fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>, usize)> {
     let apex = &zone.spec.apex;
     let mut message = Message::new(0, MessageType::Response, OpCode::Query);
     message.add_query(Query::query(apex.clone(), RecordType::A));
@@ -172,7 +193,7 @@ fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>)
     let mut offset = skip_name(&template, 0, &mut patches)?;
     offset += RR_FIXED_LEN;
     offset = skip_name(&template, offset, &mut patches)?;
-    skip_name(&template, offset, &mut patches)?;
+    let serial_at = skip_name(&template, offset, &mut patches)?;
     if patches.len() > MAX_SOA_PATCHES {
         return None;
     }
@@ -195,7 +216,7 @@ fn soa_template(zone: &Zone, apex_len: usize) -> Option<(Vec<u8>, Vec<SoaPatch>)
             base: i16::try_from(base).ok()?,
         });
     }
-    Some((template, out))
+    Some((template, out, serial_at))
 }
 
 /// Skips the name at `offset`, recording a pointer (its offset and target) if it ends in one.
@@ -307,6 +328,16 @@ mod tests {
         // The sum covers the records as the kernel writes them.
         let rr = [0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4, 198, 18, 0, 1];
         assert_eq!(entry.head.a_csum, sum16(&rr));
+        let aaaa: Vec<u8> = [0xc0, 0x0c, 0, 28, 0, 1, 0, 0, 0, 5, 0, 16]
+            .into_iter()
+            .chain(
+                "2001:db8::1"
+                    .parse::<std::net::Ipv6Addr>()
+                    .unwrap()
+                    .octets(),
+            )
+            .collect();
+        assert_eq!(entry.head.aaaa_csum, sum16(&aaaa));
         assert!(
             entry.payload[20..NAME_PAYLOAD_LEN - wire.len()]
                 .iter()
@@ -354,6 +385,24 @@ mod tests {
         // ns.<apex> and hostmaster.<apex> guard questions ending in them.
         assert_eq!(zone.guard_count, 2);
         assert_eq!(zone.counter_slot, 1);
+    }
+
+    #[test]
+    fn a_new_serial_is_a_patch_of_the_template() {
+        let (table, _) = RecordTable::compile(
+            &[ZoneSpec::with_defaults(name("prod.coreha.example."))],
+            &[],
+        );
+        let zone = table.zones()[0].clone();
+        let (entry, serial_at) = zone_template(&zone, 7, 1);
+        let mut changed = zone.clone();
+        changed.serial = zone.serial.wrapping_add(12345);
+        let patched = with_serial(
+            &entry,
+            serial_at.expect("the kernel writes it"),
+            changed.serial,
+        );
+        assert_eq!(patched, zone_entry(&changed, 7, 1));
     }
 
     #[test]

@@ -112,10 +112,22 @@ pub struct MapWriter {
     admitted: Vec<bool>,
     host: HostAddresses,
     host_left_out: usize,
+    /// Per zone id, the entry last written and what it was made from: a zone whose serial alone
+    /// changed gets its template patched, not encoded again.
+    zone_cache: Vec<Option<CachedZone>>,
     active: Option<u32>,
     /// Whether the inactive generation holds what the active one does.
     in_step: bool,
     hooks: TestHooks,
+}
+
+/// A zone entry and what it was made from.
+struct CachedZone {
+    spec: crate::zone::ZoneSpec,
+    serial: u32,
+    counter: u32,
+    entry: ZoneEntry,
+    serial_at: Option<usize>,
 }
 
 /// Ways to make the writer misbehave, for the tests that must catch it (`tests/tests/
@@ -197,6 +209,7 @@ impl MapWriter {
             admitted: Vec::new(),
             host: HostAddresses::default(),
             host_left_out: 0,
+            zone_cache: Vec::new(),
             active,
             in_step: false,
             hooks: TestHooks::default(),
@@ -310,12 +323,15 @@ impl MapWriter {
             self.write_host_set(next);
         }
         self.write_apex_labels(next, &table);
-        self.table = Some(table);
+        // The table left is dropped after the switch: freeing what it no longer shares takes
+        // time the new table need not wait for.
+        let previous = self.table.replace(table);
         let left = self.active;
         self.switch(next);
         stats.switch_micros = started.elapsed().as_micros() as u64;
         stats.generation = next;
         stats.waited = self.catch_up(left, next, dirty.as_ref())?;
+        drop(previous);
         Ok(Some(self.stats(stats)))
     }
 
@@ -423,13 +439,17 @@ impl MapWriter {
     fn write_zones(&mut self, generation: u32, table: &RecordTable, whole: bool) -> usize {
         let c = self.capacity;
         let mut written = 0;
+        self.zone_cache.resize_with(c.zones as usize, || None);
         for id in 0..c.zones {
             let entry = match admitted_zone(table, &self.admitted, id) {
                 Some(zone) => {
                     let counter = u32::from(self.zone_counters.slot_of(&zone.spec.apex));
-                    entries::zone_entry(zone, self.seed, counter)
+                    self.zone_entry(id, zone, counter)
                 }
-                None => ZoneEntry::EMPTY,
+                None => {
+                    self.zone_cache[id as usize] = None;
+                    ZoneEntry::EMPTY
+                }
             };
             let at = slot(generation, c.zones, id);
             if whole || bytes_of(self.maps.zones.get_ref(at)) != bytes_of(&entry) {
@@ -438,6 +458,34 @@ impl MapWriter {
             }
         }
         written
+    }
+
+    /// Zone `id`'s entry: the cached one, patched for a new serial, or a new encoding.
+    fn zone_entry(&mut self, id: u32, zone: &crate::table::Zone, counter: u32) -> ZoneEntry {
+        let slot = &mut self.zone_cache[id as usize];
+        if let Some(cached) = slot.as_mut()
+            && cached.spec == zone.spec
+            && cached.counter == counter
+        {
+            if cached.serial != zone.serial
+                && let Some(at) = cached.serial_at
+            {
+                cached.entry = entries::with_serial(&cached.entry, at, zone.serial);
+                cached.serial = zone.serial;
+            }
+            if cached.serial == zone.serial {
+                return cached.entry;
+            }
+        }
+        let (entry, serial_at) = entries::zone_template(zone, self.seed, counter);
+        *slot = Some(CachedZone {
+            spec: zone.spec.clone(),
+            serial: zone.serial,
+            counter,
+            entry,
+            serial_at,
+        });
+        entry
     }
 
     fn write_host_set(&mut self, generation: u32) {
