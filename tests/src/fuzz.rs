@@ -4,8 +4,8 @@
 //! - every PASS leaves the packet byte for byte untouched;
 //! - every TX is a well-formed answer (IPv4 header and UDP checksums verified, addresses and
 //!   ports turned around) whose DNS bytes equal the userspace server's answer to the same query;
-//! - every DROP is a martian decision the oracle reaches on its own (group MAC, port 0, a source
-//!   no one sends from, on that interface).
+//! - every DROP is a martian decision the oracle reaches on its own (a group MAC, destination or
+//!   source; port 0; a source no one sends from, on that interface).
 //!
 //! The first packet that breaks a rule stops the campaign with its bytes in hex.
 
@@ -239,7 +239,9 @@ fn headers(frame: &[u8]) -> Option<Headers> {
 
 /// Whether the oracle would drop this frame arriving on `ifindex`.
 fn is_martian(h: &Headers, ifindex: u32, local: &[IpAddr]) -> bool {
-    if h.dst_mac[0] & 1 != 0 || h.src_port == 0 {
+    // A group bit in either MAC: a broadcast or multicast frame, or a forged source (no station
+    // sends from a group address).
+    if h.dst_mac[0] & 1 != 0 || h.src_mac[0] & 1 != 0 || h.src_port == 0 {
         return true;
     }
     let on_lo = ifindex == LOOPBACK_IFINDEX;

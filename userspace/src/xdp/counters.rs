@@ -18,7 +18,7 @@ use hostport_dns_common::{
 };
 use rustc_hash::FxHashMap;
 
-use crate::xdp::writer::WriteError;
+use crate::xdp::map_error::WriteError;
 
 /// Which zone (its apex, as text) each per-zone counter slot counts now.
 pub type ZoneSlotNames = Arc<Mutex<BTreeMap<u16, String>>>;

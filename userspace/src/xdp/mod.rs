@@ -10,6 +10,7 @@ pub mod hostset;
 pub mod layout;
 pub mod loader;
 pub mod local_addrs;
+mod map_error;
 pub mod pinned_table;
 pub mod pins;
 mod readers;

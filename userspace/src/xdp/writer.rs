@@ -12,7 +12,7 @@ use std::{os::fd::AsFd, time::Instant};
 
 use aya::{
     Ebpf, Pod,
-    maps::{Map, MapData, MapError, PerCpuArray},
+    maps::{Map, MapData, PerCpuArray},
 };
 use hickory_proto::rr::LowerName;
 use hostport_dns_common::{
@@ -25,7 +25,7 @@ use hostport_dns_common::{
 };
 use tracing::warn;
 
-pub use crate::xdp::readers::Waited;
+pub use crate::xdp::{map_error::WriteError, readers::Waited};
 
 use crate::{
     table::RecordTable,
@@ -34,27 +34,11 @@ use crate::{
         entries,
         hostset::HostAddresses,
         layout::{Dirty, Layout, View},
+        map_error::{map_err, take},
         readers::Readers,
         shared::{SharedArray, bytes_of},
     },
 };
-
-#[derive(Debug, thiserror::Error)]
-pub enum WriteError {
-    #[error("the XDP object has no map {0}")]
-    MissingMap(&'static str),
-    #[error("map {map}: {source}")]
-    Map { map: &'static str, source: MapError },
-    #[error("map {map}: cannot map it into memory: {source}")]
-    Mmap {
-        map: &'static str,
-        source: std::io::Error,
-    },
-    #[error("waiting for the XDP program's running invocations failed: {0}")]
-    Wait(std::io::Error),
-    #[error("no random hash seed: {0}")]
-    Seed(std::io::Error),
-}
 
 /// What one publication changed, counted in the generation it switched to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -749,14 +733,6 @@ fn owner_of(wire: &[u8]) -> Option<LowerName> {
     hickory_proto::rr::Name::from_labels(labels)
         .ok()
         .map(|name| LowerName::new(&name))
-}
-
-fn map_err(map: &'static str) -> impl Fn(MapError) -> WriteError {
-    move |source| WriteError::Map { map, source }
-}
-
-fn take(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, WriteError> {
-    ebpf.take_map(name).ok_or(WriteError::MissingMap(name))
 }
 
 /// The array map `name`, mapped, checked to hold `len` elements.
