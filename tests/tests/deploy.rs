@@ -10,14 +10,18 @@ use hostport_dns::{
     config::{Cli, Command as AgentCommand},
     xdp::XdpMode,
 };
+use hostport_dns_common::generation::Capacity;
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
     api_tls::ApiCredentials,
+    cgroup::Cgroup,
+    clients::{dig, udp_exchange},
     eventually,
     fake_api::{Access, FakeApi, Kind},
     k8s::{PodSpec, endpoint_slice, node},
     netns::{NetNs, sh},
+    packet::QueryBuilder,
     require_root, workspace_root,
 };
 use k8s_openapi::api::{
@@ -25,6 +29,7 @@ use k8s_openapi::api::{
     core::v1::{ConfigMap, Secret, Service, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject},
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_yaml_ng::Value;
 
 fn helm() -> PathBuf {
@@ -294,6 +299,7 @@ dns:
   xdpMode: native
   pinDir: /sys/fs/bpf/hpd-custom
   answerOn: [198.18.0.10, eth1]
+  kernelNames: 20000
   tcp: { maxConnections: 64, maxPerClient: 4 }
 clients:
   allow: [198.18.0.0/24, \"2001:db8::/64\"]
@@ -460,6 +466,7 @@ fn chart_values_reach_the_agent_configuration_exactly() {
     assert_eq!(run.max_staleness, 60);
     assert_eq!(run.answer_on, ["198.18.0.10", "eth1"]);
     assert_eq!((run.tcp_max_connections, run.tcp_max_per_client), (64, 4));
+    assert_eq!(run.kernel_names, 20000);
     assert!(run.nsid && run.chaos);
     assert_eq!(
         run.serials.as_deref(),
@@ -852,4 +859,156 @@ fn the_chart_installs_the_alert_rules_and_the_service_monitor_when_asked() {
     let defaults = render("");
     assert!(of_kind(&defaults, "PrometheusRule").is_empty());
     assert!(of_kind(&defaults, "ServiceMonitor").is_empty());
+}
+
+/// The DaemonSet's container of a rendered chart.
+fn container(docs: &[Value]) -> k8s_openapi::api::core::v1::Container {
+    let ds: DaemonSet = typed(of_kind(docs, "DaemonSet")[0]);
+    ds.spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod")
+        .containers[0]
+        .clone()
+}
+
+/// Bytes of a memory quantity as the chart writes them ("482Mi", "1Gi").
+fn quantity_bytes(quantity: &Quantity) -> u64 {
+    let text = quantity.0.as_str();
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let number: u64 = number
+        .parse()
+        .unwrap_or_else(|_| panic!("a quantity: {text}"));
+    let scale = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => panic!("a unit the test knows: {text}"),
+    };
+    number * scale
+}
+
+/// The container's memory request and limit, in bytes.
+fn memory(container: &k8s_openapi::api::core::v1::Container) -> (u64, u64) {
+    let resources = container.resources.as_ref().expect("resources");
+    let of = |map: &Option<std::collections::BTreeMap<String, Quantity>>| {
+        quantity_bytes(map.as_ref().and_then(|m| m.get("memory")).expect("memory"))
+    };
+    (of(&resources.requests), of(&resources.limits))
+}
+
+/// The agent's arguments in a rendered chart, parsed as the agent parses them.
+fn run_args(container: &k8s_openapi::api::core::v1::Container) -> hostport_dns::config::RunArgs {
+    let args = container.args.clone().expect("args");
+    let cli = Cli::try_parse_from(std::iter::once("hostport-dns".to_owned()).chain(args))
+        .expect("the agent accepts the chart's arguments");
+    let AgentCommand::Run(run) = cli.command else {
+        panic!("the chart runs `hostport-dns run`")
+    };
+    *run
+}
+
+#[test]
+fn the_charts_memory_follows_the_kernel_tables_capacity() {
+    for names in [64u32, 1000, 65_536, 100_000, 131_072, 1_000_000] {
+        let docs = render(&format!("dns: {{ kernelNames: {names} }}\n"));
+        let container = container(&docs);
+        assert_eq!(run_args(&container).kernel_names, names);
+        let (request, limit) = memory(&container);
+        // The maps are arrays made at load: the request covers them whatever is served.
+        let maps = Capacity::for_names(names).map_bytes();
+        assert!(
+            request >= maps,
+            "{names} names: a request of {request} bytes is less than the maps' {maps}"
+        );
+        assert!(
+            limit > request,
+            "{names} names: the limit is above the request"
+        );
+    }
+    // Given values win.
+    let docs = render("resources: { requests: { memory: 100Mi }, limits: { memory: 1Gi } }\n");
+    assert_eq!(memory(&container(&docs)), (100 << 20, 1 << 30));
+}
+
+/// The chart's default memory limit holds the agent serving 100,000 names (a record file, three
+/// A records each) with the kernel table of the chart's default capacity, XDP answering: the
+/// agent is not OOM-killed while it loads, compiles and writes them, and every sampled name is
+/// answered from XDP.
+#[test]
+fn the_charts_default_memory_limit_holds_100k_names_served_from_xdp() {
+    require_root();
+    const NAMES: usize = 100_000;
+    let container = container(&render(""));
+    let (_, limit) = memory(&container);
+    let kernel_names = run_args(&container).kernel_names.to_string();
+    let ns = NetNs::new("memlimit");
+    let dir = TempDir::new("memlimit");
+    let (records, list) = hostport_dns_tests::bench::zone(NAMES);
+    let file = dir.write("records.yaml", &records);
+    let cgroup = Cgroup::new("memlimit", Some(limit));
+    let agent = Agent::start_in_cgroup(
+        &ns,
+        &cgroup,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+            "--kernel-names",
+            &kernel_names,
+        ],
+    );
+    let last = list.last().expect("names").clone();
+    eventually("the last name is answered", 180, || {
+        dig(&ns, "127.0.0.1", 1053, &[&last]).answer.len() == 3
+    });
+    let sample: Vec<String> = list.iter().step_by(97).cloned().collect();
+    let server = "127.0.0.1:1053".parse().expect("an address");
+    let unanswered: Vec<String> = sample
+        .iter()
+        .filter(|name| {
+            let query = QueryBuilder::new(name, TYPE_A).bytes();
+            let answer = udp_exchange(&ns, server, query);
+            answer.is_none_or(|a| answer_count(&a) != 3)
+        })
+        .cloned()
+        .collect();
+    assert!(
+        unanswered.is_empty(),
+        "not answered with 3 records: {unanswered:?}"
+    );
+    let from_xdp = agent.metric(
+        "hostport_dns_responses",
+        &[("path", "xdp"), ("type", "A"), ("rcode", "NOERROR")],
+    );
+    assert!(
+        from_xdp >= sample.len() as f64,
+        "{from_xdp} answers from XDP for {} queries",
+        sample.len()
+    );
+    assert_eq!(cgroup.oom_kills(), 0, "the agent was OOM-killed");
+    println!(
+        "limit {} MiB; the cgroup holds {} MiB, of which kernel {} MiB",
+        limit >> 20,
+        cgroup.usage() >> 20,
+        cgroup.kernel() >> 20
+    );
+    assert!(agent.stop().is_some(), "the agent ran until stopped");
+}
+
+const TYPE_A: u16 = 1;
+
+/// ANCOUNT of a DNS message.
+fn answer_count(message: &[u8]) -> u16 {
+    message
+        .get(6..8)
+        .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
 }
