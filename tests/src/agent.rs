@@ -271,6 +271,18 @@ fn on_lo(config: &Path) -> Vec<&str> {
     ]
 }
 
+/// The arguments that serve the record file `records` with XDP in generic mode on lo.
+pub fn records_on_lo(records: &Path) -> Vec<&str> {
+    vec![
+        "--records",
+        records.to_str().expect("a UTF-8 path"),
+        "--interface",
+        "lo",
+        "--xdp-mode",
+        "generic",
+    ]
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -13,7 +13,7 @@ use hostport_dns::{
 use hostport_dns_common::generation::Capacity;
 use hostport_dns_tests::{
     TempDir,
-    agent::Agent,
+    agent::{Agent, records_on_lo},
     api_tls::ApiCredentials,
     cgroup::Cgroup,
     clients::{dig, udp_exchange},
@@ -955,16 +955,7 @@ fn the_charts_default_memory_limit_holds_100k_names_served_from_xdp() {
     let agent = Agent::start_in_cgroup(
         &ns,
         &cgroup,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-            "--kernel-names",
-            &kernel_names,
-        ],
+        &[records_on_lo(&file), vec!["--kernel-names", &kernel_names]].concat(),
     );
     let last = list.last().expect("names").clone();
     eventually("the last name is answered", 180, || {

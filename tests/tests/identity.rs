@@ -3,7 +3,11 @@
 //! unless configured.
 
 use hostport_dns_tests::{
-    TempDir, agent::Agent, agent::metric_sum, clients::dig, netns::NetNs, require_root,
+    TempDir,
+    agent::{Agent, metric_sum, records_on_lo},
+    clients::dig,
+    netns::NetNs,
+    require_root,
 };
 
 const RECORDS: &str =
@@ -22,14 +26,7 @@ fn server(tag: &str, extra: &[&str]) -> Server {
     let ns = NetNs::new(tag);
     let dir = TempDir::new(tag);
     let file = dir.write("records.yaml", RECORDS);
-    let mut args = vec![
-        "--records",
-        file.to_str().expect("UTF-8"),
-        "--interface",
-        "lo",
-        "--xdp-mode",
-        "generic",
-    ];
+    let mut args = records_on_lo(&file);
     args.extend_from_slice(extra);
     let agent = Agent::start(&ns, &args);
     Server {

@@ -4,7 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use hostport_dns_tests::{TempDir, agent::Agent, clients::dig, netns::NetNs, require_root};
+use hostport_dns_tests::{
+    TempDir,
+    agent::{Agent, records_on_lo},
+    clients::dig,
+    netns::NetNs,
+    require_root,
+};
 
 const ZONE: &str = "zones:\n  - name: reload.example\n    records:\n      web: 198.18.5.1\n";
 
@@ -38,17 +44,7 @@ fn an_edited_file_is_served_from_both_paths() {
     let ns = NetNs::new("reload");
     let dir = TempDir::new("reload");
     let file = dir.write("records.yaml", ZONE);
-    let agent = Agent::start(
-        &ns,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
+    let agent = Agent::start(&ns, &records_on_lo(&file));
     assert_eq!(web(&ns), ["198.18.5.1"]);
     dir.write(
         "records.yaml",

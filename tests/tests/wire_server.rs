@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use hostport_dns_tests::{
     TempDir,
-    agent::Agent,
+    agent::{Agent, records_on_lo},
     clients::{
         Reply, dig, extended_errors, kdig, tcp_exchange, udp_exchange, udp_exchange_connected,
     },
@@ -577,17 +577,7 @@ fn negative_answers_carry_the_soa_with_the_lower_of_its_ttl_and_minimum() {
         "records.yaml",
         "zones:\n  - name: low.example\n    ttl: 300\n    soa: { minimum: 20 }\n    records:\n      www: 198.18.3.1\n  - name: high.example\n    ttl: 15\n    soa: { minimum: 600 }\n    records:\n      www: 198.18.3.2\n",
     );
-    let _agent = Agent::start(
-        &ns,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
+    let _agent = Agent::start(&ns, &records_on_lo(&file));
     for (zone, negative_ttl, soa_ttl) in [("low.example", 20, 300), ("high.example", 15, 15)] {
         // NXDOMAIN from XDP, NODATA from userspace (MX): both carry the negative TTL.
         for (name, qtype, status) in [

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::{
     TempDir,
-    agent::Agent,
+    agent::{Agent, records_on_lo},
     bench::{print_table, system, zone},
     cgroup::Cgroup,
     clients::dig,
@@ -34,18 +34,7 @@ fn agent(names: usize) -> Held {
     let (records, list) = zone(names);
     let file = dir.write("records.yaml", &records);
     let cgroup = Cgroup::new("mem-agent", None);
-    let agent = Agent::start_in_cgroup(
-        &ns,
-        &cgroup,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-            "--xdp-mode",
-            "generic",
-        ],
-    );
+    let agent = Agent::start_in_cgroup(&ns, &cgroup, &records_on_lo(&file));
     let last = list.last().expect("names").clone();
     eventually("the last name is answered", 120, || {
         dig(&ns, "127.0.0.1", 1053, &[&last]).answer.len() == 3
