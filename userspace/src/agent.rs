@@ -4,8 +4,9 @@
 //! anything is attached, so a bad file or a port in use leaves nothing behind. The XDP program
 //! is detached when the agent stops (dropping the dataplane closes its links).
 //!
-//! Sources send complete snapshots to the publisher (see `publisher`), the only task that
-//! compiles the table; one thread (`xdp::writer_thread`) writes the kernel maps.
+//! Sources send what changed to the publisher (see `publisher`), the only task that compiles
+//! the table; one thread (`xdp::writer_thread`) writes the kernel maps, another
+//! (`persist`) what must outlive the process.
 
 use std::{
     net::SocketAddr,
@@ -28,10 +29,12 @@ use crate::{
     health::Health,
     http, kernel_path,
     metrics::Metrics,
-    publisher::{CONFIG_SOURCE, FILE_SOURCE, KernelSink, Publisher, Update},
+    persist::{self, Persister},
+    publisher::{CONFIG_SOURCE, FILE_SOURCE, KernelSink, Publisher},
+    serials::Serials,
     server::{Shared, gate::Gate, identity::Identity, tcp, udp},
     sources::{
-        Snapshot,
+        Snapshot, Update,
         file::{self, FileError},
         file_watch::FileWatch,
         kube as kube_source,
@@ -43,6 +46,8 @@ use hostport_dns_common::generation::Capacity;
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a stop waits for the records and serials to reach the disk.
+const STOP_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 /// How the embedded example is named in logs.
 const EMBEDDED_SOURCE: &str = "<embedded example>";
 
@@ -142,33 +147,34 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(config) = &sources.config {
         publisher.serve_reverse(config.reverse.clone());
     }
-    if sources.config.as_ref().is_some_and(|c| c.uses_kubernetes()) {
+    let uses_kubernetes = sources
+        .config
+        .as_ref()
+        .is_some_and(|c| c.uses_kubernetes());
+    let persister = Persister::start(persist::Paths {
+        records: args.saved_records.clone().filter(|_| uses_kubernetes),
+        serials: args.serials.clone(),
+    });
+    let serials = args
+        .serials
+        .as_deref()
+        .map(Serials::load)
+        .unwrap_or_default();
+    publisher.persist_with(persister.clone(), serials);
+    if uses_kubernetes {
         publisher.follow_revisions();
-    }
-    if let Some(file) = &args.serials {
-        publisher.keep_serials_in(file.clone());
     }
     if let Some(transfers) = transfers {
         tokio::spawn(transfers.notify());
     }
+    let mut first = Vec::new();
     if let Some(config) = &sources.config {
-        publisher.publish(Update {
-            source: CONFIG_SOURCE,
-            snapshot: config.zones.clone(),
-            observed: Instant::now(),
-            complete: true,
-            revision: None,
-        });
+        first.push(Update::whole(CONFIG_SOURCE, config.zones.clone()));
     }
     if let Some((snapshot, _)) = &sources.records {
-        publisher.publish(Update {
-            source: FILE_SOURCE,
-            snapshot: snapshot.clone(),
-            observed: Instant::now(),
-            complete: true,
-            revision: None,
-        });
+        first.push(Update::whole(FILE_SOURCE, snapshot.clone()));
     }
+    publisher.publish(first);
     // The XDP path comes up beside the server (it may wait for a previous agent to stop).
     let dataplane = kernel_path::Held::default();
     let (xdp_up_tx, mut xdp_up) = oneshot::channel();
@@ -236,7 +242,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if xdp_wanted {
         tokio::select! {
             () = stop.wait() => {
-                stopping(&dataplane);
+                stopping(&dataplane, &persister);
                 return Ok(());
             }
             up = &mut xdp_up => match up {
@@ -264,12 +270,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         None => stop.wait().await,
     }
-    stopping(&dataplane);
+    stopping(&dataplane, &persister);
     Ok(())
 }
 
 /// Lets go of the XDP program: detached, unless its links are pinned.
-fn stopping(dataplane: &kernel_path::Held) {
+fn stopping(dataplane: &kernel_path::Held, persister: &Persister) {
+    // What the last publications left to keep is written before the process ends.
+    persister.flush(STOP_FLUSH_LIMIT);
     let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
     match dataplane.as_ref().and_then(|d| d.pin_dir()) {
         Some(dir) => info!(
@@ -389,11 +397,8 @@ async fn follow_record_file(
                 info!(path = %path.display(), "record file reloaded");
                 if updates
                     .send(Update {
-                        source: FILE_SOURCE,
-                        snapshot,
                         observed,
-                        complete: true,
-                        revision: None,
+                        ..Update::whole(FILE_SOURCE, snapshot)
                     })
                     .await
                     .is_err()

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod agent_config;
+pub mod atomic_file;
 pub mod clients;
 pub mod config;
 pub mod exposition;
@@ -13,6 +14,7 @@ pub mod kernel_path;
 pub mod metrics;
 pub mod names;
 pub mod ops;
+pub mod persist;
 pub mod publisher;
 pub mod records;
 pub mod serials;

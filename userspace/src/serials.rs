@@ -16,10 +16,7 @@
 //! - Without Kubernetes (configuration and record file only), a zone starts at a serial made
 //!   from its content (equal on nodes given the same file) and counts up by one per change.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeMap, path::Path};
 
 use anyhow::Context;
 use hickory_proto::rr::Name;
@@ -46,8 +43,10 @@ struct Kept {
     content: u64,
 }
 
-#[derive(Serialize, Deserialize)]
-struct StateFile {
+/// What the state file holds: a copy of the serials' state, written by the persister
+/// (`crate::persist`) off the publication path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StateFile {
     format: u32,
     /// The highest Kubernetes revision seen.
     #[serde(default)]
@@ -58,9 +57,9 @@ struct StateFile {
     zones: BTreeMap<String, Kept>,
 }
 
-/// Assigns serials, remembers them and (with a state file) keeps them across restarts.
+/// Assigns serials and remembers them; [`Serials::take_changes`] hands what changed to be kept
+/// across restarts.
 pub struct Serials {
-    file: Option<PathBuf>,
     zones: BTreeMap<Name, Kept>,
     /// The highest Kubernetes revision behind the data; None without Kubernetes.
     revision: Option<u64>,
@@ -75,32 +74,34 @@ pub struct Serials {
 }
 
 impl Serials {
-    /// Serials kept in `file` (read now if it exists; a file that cannot be read is reported
-    /// and ignored).
-    pub fn new(file: Option<PathBuf>) -> Self {
-        let mut serials = Self {
-            file,
+    /// Serials from nothing.
+    pub fn new() -> Self {
+        Self {
             zones: BTreeMap::new(),
             revision: None,
             follows_revisions: false,
             reverse: None,
             changed: false,
-        };
-        if let Some(path) = serials.file.clone() {
-            match load(&path) {
-                Ok(Some(state)) => {
-                    serials.revision = state.revision;
-                    serials.reverse = state.reverse;
-                    serials.zones = state
-                        .zones
-                        .into_iter()
-                        .filter_map(|(apex, kept)| Some((Name::from_ascii(&apex).ok()?, kept)))
-                        .collect();
-                }
-                Ok(None) => {}
-                Err(err) => {
-                    warn!(file = %path.display(), err = format!("{err:#}"), "cannot read the zone serials; they start again from the data")
-                }
+        }
+    }
+
+    /// Serials as kept in `file` (a file that is missing or cannot be read is reported and
+    /// ignored: the serials start again from the data).
+    pub fn load(file: &Path) -> Self {
+        let mut serials = Self::new();
+        match load(file) {
+            Ok(Some(state)) => {
+                serials.revision = state.revision;
+                serials.reverse = state.reverse;
+                serials.zones = state
+                    .zones
+                    .into_iter()
+                    .filter_map(|(apex, kept)| Some((Name::from_ascii(&apex).ok()?, kept)))
+                    .collect();
+            }
+            Ok(None) => {}
+            Err(err) => {
+                warn!(file = %file.display(), err = format!("{err:#}"), "cannot read the zone serials; they start again from the data")
             }
         }
         serials
@@ -148,13 +149,12 @@ impl Serials {
         serial
     }
 
-    /// Writes the state file if anything changed since the last write.
-    pub fn save(&mut self) {
-        let Some(path) = &self.file else { return };
-        if !self.changed {
-            return;
+    /// The state to keep, if anything changed since the last call.
+    pub fn take_changes(&mut self) -> Option<StateFile> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
         }
-        let state = StateFile {
+        Some(StateFile {
             format: FORMAT,
             revision: self.revision,
             reverse: self.reverse,
@@ -163,13 +163,13 @@ impl Serials {
                 .iter()
                 .map(|(apex, kept)| (apex.to_ascii(), *kept))
                 .collect(),
-        };
-        match store(path, &state) {
-            Ok(()) => self.changed = false,
-            Err(err) => {
-                warn!(file = %path.display(), err = format!("{err:#}"), "cannot save the zone serials")
-            }
-        }
+        })
+    }
+}
+
+impl Default for Serials {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -186,15 +186,11 @@ fn load(path: &Path) -> anyhow::Result<Option<StateFile>> {
     Ok(Some(state))
 }
 
-/// Written to a temporary file and renamed over the old one: a crash mid-write leaves the
-/// previous version.
-fn store(path: &Path, state: &StateFile) -> anyhow::Result<()> {
-    let mut temporary = path.as_os_str().to_owned();
-    temporary.push(".tmp");
-    let temporary = PathBuf::from(temporary);
-    std::fs::write(&temporary, serde_json::to_vec(state)?).context("cannot write")?;
-    std::fs::rename(&temporary, path).context("cannot rename into place")?;
-    Ok(())
+/// Replaces the state file at `path` with `state`.
+pub fn store(path: &Path, state: &StateFile) -> anyhow::Result<()> {
+    crate::atomic_file::replace(path, |out| {
+        serde_json::to_writer(out, state).map_err(std::io::Error::other)
+    })
 }
 
 #[cfg(test)]
@@ -216,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_serial_changes_only_with_the_content_and_follows_the_revision() {
-        let mut s = Serials::new(None);
+        let mut s = Serials::new();
         s.note_revision(100);
         assert_eq!(s.serial_for(&apex(), 1), 100);
         s.note_revision(120);
@@ -231,7 +227,7 @@ mod tests {
 
     #[test]
     fn with_kubernetes_a_zone_numbered_before_any_revision_starts_at_1() {
-        let mut s = Serials::new(None);
+        let mut s = Serials::new();
         s.follow_revisions();
         assert_eq!(s.serial_for(&apex(), 0xffff_ffff_0000_0000), 1);
         s.note_revision(40);
@@ -241,7 +237,7 @@ mod tests {
     #[test]
     fn the_reverse_serial_moves_up_with_every_zone_and_never_back() {
         let other = Name::from_ascii("other.").unwrap();
-        let mut s = Serials::new(None);
+        let mut s = Serials::new();
         s.note_revision(100);
         s.serial_for(&apex(), 1);
         assert_eq!(s.reverse_serial(), 100);
@@ -257,8 +253,8 @@ mod tests {
 
     #[test]
     fn without_kubernetes_zones_start_from_their_content_and_count_up() {
-        let mut a = Serials::new(None);
-        let mut b = Serials::new(None);
+        let mut a = Serials::new();
+        let mut b = Serials::new();
         let first = a.serial_for(&apex(), 0xdead_beef_0000_0001);
         assert_eq!(first, b.serial_for(&apex(), 0xdead_beef_0000_0001));
         assert_eq!(a.serial_for(&apex(), 7), first.wrapping_add(1));
@@ -269,16 +265,17 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("hpd-serials-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("serials.json");
-        let mut s = Serials::new(Some(file.clone()));
+        let mut s = Serials::load(&file);
         s.note_revision(500);
         assert_eq!(s.serial_for(&apex(), 1), 500);
-        s.save();
-        let mut again = Serials::new(Some(file.clone()));
+        store(&file, &s.take_changes().unwrap()).unwrap();
+        assert!(s.take_changes().is_none(), "nothing changed since");
+        let mut again = Serials::load(&file);
         assert_eq!(again.serial_for(&apex(), 1), 500);
         // Changed while down, and no newer revision known yet: one more.
         assert_eq!(again.serial_for(&apex(), 2), 501);
         std::fs::write(&file, b"not json").unwrap();
-        let mut broken = Serials::new(Some(file));
+        let mut broken = Serials::load(&file);
         assert_eq!(broken.serial_for(&apex(), 2), 2);
         std::fs::remove_dir_all(dir).unwrap();
     }

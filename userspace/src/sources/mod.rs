@@ -1,14 +1,26 @@
-//! Where records come from. Each source publishes complete snapshots of its records; the agent
-//! merges the latest snapshot of every source and compiles the table from them.
+//! Where records come from, and what sources tell the publisher: [`Update`]s carrying a
+//! [`Delta`], what changed since the source's last update. A source that knows what changed
+//! (the Kubernetes watches) sends the groups it added, replaced or removed; one that rereads
+//! everything (the record file, the configuration, records saved by the last run) sends its
+//! whole state, and the publisher finds the difference. Either way, what reaches the table
+//! compiler is only what changed.
 
 pub mod file;
 pub mod file_watch;
 pub mod kube;
 
+use std::{sync::Arc, time::Instant};
+
+use hickory_proto::rr::Name;
+
 use crate::{
     records::{RecordGroup, SourceRecord},
     zone::ZoneSpec,
 };
+
+/// A group's identity within its source: one pod's records, one EndpointSlice output's, one
+/// name of the record file. A group with the same key replaces the one before.
+pub type GroupKey = Arc<str>;
 
 /// Everything one source says at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -16,33 +28,81 @@ pub struct Snapshot {
     /// Zones the source defines (the record file defines its own).
     pub zones: Vec<ZoneSpec>,
     /// The records, in the groups they change in.
-    pub groups: Vec<RecordGroup>,
+    pub groups: Vec<(GroupKey, RecordGroup)>,
     /// Zones (defined by any source) whose data this source does not have yet: they answer
     /// SERVFAIL (Not Ready), never a negative answer made from a partial view.
-    pub pending_zones: Vec<hickory_proto::rr::Name>,
+    pub pending_zones: Vec<Name>,
 }
 
 impl Snapshot {
-    /// A snapshot whose records form one group.
+    /// A snapshot whose records form one group per owner name (a record file, the
+    /// configuration's static records): a change to one name is a change to one group.
     pub fn new(zones: Vec<ZoneSpec>, records: Vec<SourceRecord>) -> Self {
-        let groups = if records.is_empty() {
-            Vec::new()
-        } else {
-            vec![records.into()]
-        };
+        let mut by_name: std::collections::BTreeMap<Name, Vec<SourceRecord>> = Default::default();
+        for record in records {
+            by_name
+                .entry(record.name.to_lowercase())
+                .or_default()
+                .push(record);
+        }
         Self {
             zones,
-            groups,
+            groups: by_name
+                .into_iter()
+                .map(|(name, records)| (GroupKey::from(name.to_ascii()), records.into()))
+                .collect(),
             pending_zones: Vec::new(),
         }
     }
 
     /// Every record, group after group.
     pub fn records(&self) -> impl Iterator<Item = &SourceRecord> {
-        self.groups.iter().flat_map(|group| group.iter())
+        self.groups.iter().flat_map(|(_, group)| group.iter())
     }
 
     pub fn record_count(&self) -> usize {
-        self.groups.iter().map(|group| group.len()).sum()
+        self.groups.iter().map(|(_, group)| group.len()).sum()
+    }
+}
+
+/// What changed in one source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delta {
+    /// The source's whole state: its zones, its groups (every group it held before and does not
+    /// name is gone), its pending zones.
+    Whole(Snapshot),
+    /// Groups added or replaced (`Some`) or gone (`None`), in order, and the zones pending when
+    /// that changed.
+    Groups {
+        changes: Vec<(GroupKey, Option<RecordGroup>)>,
+        pending_zones: Option<Vec<Name>>,
+    },
+}
+
+/// One source's news.
+pub struct Update {
+    pub source: &'static str,
+    pub delta: Delta,
+    /// When the change that led to it was observed.
+    pub observed: Instant,
+    /// The source's whole, current state is known: false while it serves saved records or
+    /// some of its zones are pending (it has not synced).
+    pub complete: bool,
+    /// The Kubernetes revision (resourceVersion) the source is at, when it knows it: what the
+    /// zones' serials follow (see `crate::serials`).
+    pub revision: Option<u64>,
+}
+
+impl Update {
+    /// A whole state, complete, observed now, with no revision (the configuration, the record
+    /// file).
+    pub fn whole(source: &'static str, snapshot: Snapshot) -> Self {
+        Self {
+            source,
+            delta: Delta::Whole(snapshot),
+            observed: Instant::now(),
+            complete: true,
+            revision: None,
+        }
     }
 }

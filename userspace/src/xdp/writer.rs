@@ -227,7 +227,7 @@ impl MapWriter {
 
     /// Makes the kernel answer from the whole of `table`.
     pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
-        self.publish(Some((table, Change::Whole)), None)
+        self.publish(Some((table, Change::Whole)), None, &mut || {})
             .map(Option::unwrap_or_default)
     }
 
@@ -238,7 +238,7 @@ impl MapWriter {
         table: &RecordTable,
         names: &[LowerName],
     ) -> Result<WriteStats, WriteError> {
-        self.publish(Some((table, Change::Names(names))), None)
+        self.publish(Some((table, Change::Names(names))), None, &mut || {})
             .map(Option::unwrap_or_default)
     }
 
@@ -246,15 +246,17 @@ impl MapWriter {
     /// before the first table is written, the first one will). What the switch did, if there
     /// was one.
     pub fn write_host(&mut self, host: HostAddresses) -> Result<Option<WriteStats>, WriteError> {
-        self.publish(None, Some(host))
+        self.publish(None, Some(host), &mut || {})
     }
 
     /// One publication: a new table, new addresses, or both, in one switch. None when there was
-    /// nothing to switch to (no table yet, or addresses that did not change).
+    /// nothing to switch to (no table yet, or addresses that did not change). `switched` runs
+    /// right after the switch, before the wait for the runs still reading the generation left.
     pub fn publish(
         &mut self,
         table: Option<(&RecordTable, Change)>,
         host: Option<HostAddresses>,
+        switched: &mut dyn FnMut(),
     ) -> Result<Option<WriteStats>, WriteError> {
         let started = Instant::now();
         let host_changed = host.as_ref().is_some_and(|h| *h != self.host);
@@ -313,6 +315,7 @@ impl MapWriter {
         let left = self.active;
         self.switch(next);
         stats.switch_micros = started.elapsed().as_micros() as u64;
+        switched();
         stats.generation = next;
         stats.waited = self.catch_up(left, next, dirty.as_ref())?;
         drop(previous);

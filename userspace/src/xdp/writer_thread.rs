@@ -1,8 +1,9 @@
 //! The thread that owns the kernel table's maps (blixt's single writer): the publisher and the
 //! address follower post to its mailbox and go on; it takes whatever arrived (the latest table,
 //! the union of the names changed since the last one it wrote, the latest addresses), writes it
-//! in one switch, and reports. Nothing waits on a timer: when the mailbox is empty it sleeps,
-//! and what arrives while it writes is merged into the next switch.
+//! in one switch, and reports: right after the switch (the table the kernel answers from now),
+//! and once it is done with the write. Nothing waits on a timer: when the mailbox is empty it
+//! sleeps, and what arrives while it writes is merged into the next switch.
 
 use std::{
     sync::{Arc, Condvar, Mutex},
@@ -32,12 +33,21 @@ pub enum TableChange {
 /// What one switch of the writer did, for whoever posted.
 pub struct Outcome {
     pub result: Result<WriteStats, WriteError>,
-    /// The table the kernel answers from now (None: only the addresses changed).
-    pub table: Option<RecordTable>,
     /// When the earliest change this switch carries was observed.
     pub observed: Option<Instant>,
     /// Tables merged into this switch.
     pub tables: usize,
+}
+
+/// Whoever posts hears from the thread twice a switch.
+pub trait Report: Send + 'static {
+    /// The kernel answers from `table` now (or, after a failed write, keeps its last complete
+    /// one while `table` is the newest): called right after the switch, before the writer waits
+    /// out the runs still reading the generation it left. `observed`: when the earliest change
+    /// it carries was seen.
+    fn switched(&mut self, table: RecordTable, observed: Option<Instant>);
+    /// The writer is done with the switch.
+    fn written(&mut self, outcome: Outcome);
 }
 
 #[derive(Default)]
@@ -70,9 +80,9 @@ pub struct WriterThread {
 }
 
 impl WriterThread {
-    /// Starts the thread, which owns `writer` and hands every [`Outcome`] to `report` (on the
-    /// thread, right after the switch).
-    pub fn spawn(writer: MapWriter, report: impl FnMut(Outcome) + Send + 'static) -> Self {
+    /// Starts the thread, which owns `writer` and tells `report` of every switch (on the
+    /// thread).
+    pub fn spawn(writer: MapWriter, report: impl Report) -> Self {
         let mailbox = Arc::new(Mailbox::default());
         let inbox = mailbox.clone();
         let thread = std::thread::Builder::new()
@@ -126,7 +136,7 @@ impl Drop for WriterThread {
     }
 }
 
-fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl FnMut(Outcome)) {
+fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl Report) {
     loop {
         let taken = {
             let mut pending = mailbox.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -149,15 +159,27 @@ fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl FnMut(Outcome)
             };
             (table, change)
         });
-        let result = match writer.publish(table, taken.host) {
+        let mut for_server = taken.table.clone();
+        let published = {
+            let mut switched = || {
+                if let Some(table) = for_server.take() {
+                    report.switched(table, taken.observed);
+                }
+            };
+            writer.publish(table, taken.host, &mut switched)
+        };
+        // A write that failed before its switch: the server still takes the newest table.
+        if let Some(table) = for_server.take() {
+            report.switched(table, taken.observed);
+        }
+        let result = match published {
             Ok(Some(stats)) => Ok(stats),
             // Addresses before any table, or the same ones again: nothing switched.
             Ok(None) => continue,
             Err(err) => Err(err),
         };
-        report(Outcome {
+        report.written(Outcome {
             result,
-            table: taken.table,
             observed: taken.observed,
             tables: taken.tables,
         });

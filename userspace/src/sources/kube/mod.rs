@@ -1,7 +1,9 @@
 //! The Kubernetes source: watchers on Pods, EndpointSlices and (when an EndpointSlice output needs
 //! them) Nodes ([`watchers`]), each kept in a [`store::Store`] as the few fields the compiler
-//! reads ([`model`]); records are compiled from them by pure functions ([`compile`]). A complete
-//! snapshot is published once every watcher has listed everything, and again after every change.
+//! reads ([`model`]); records are compiled from them by pure functions ([`compile`]) into groups
+//! ([`groups`]). The whole state is published once every watcher has listed everything; after
+//! that, each burst of events publishes the groups it changed, and a relist the difference from
+//! what was held.
 //!
 //! A watcher that fails before its first list does not hold the others back: the snapshot is
 //! published with that watcher's zones pending (SERVFAIL, Not Ready), and every other zone is
@@ -13,6 +15,7 @@ pub mod client;
 pub mod compile;
 pub mod contact;
 pub mod failover;
+pub mod groups;
 pub mod model;
 pub mod saved;
 pub mod store;
@@ -21,8 +24,7 @@ pub mod watch_state;
 pub mod watchers;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::IpAddr,
+    collections::BTreeSet,
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
@@ -32,98 +34,35 @@ use futures::{FutureExt, StreamExt};
 use hickory_proto::rr::Name;
 use kube::Client;
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::{
-    agent_config::{AgentConfig, PodSource},
+    agent_config::AgentConfig,
     health::Health,
-    metrics::{Metrics, OutputLabel, ReasonLabel, ServerLabel, SourceErrorLabel, SourceLabel},
-    publisher::Update,
-    records::RecordGroup,
+    metrics::{Metrics, ServerLabel, SourceErrorLabel, SourceLabel},
     sources::{
-        Snapshot,
+        Delta, Snapshot, Update,
         kube::{
-            compile::{Skipped, endpoint_addresses, endpoint_records, pod_records},
             failover::{Failover, another_server_may_help},
-            model::{NodeInfo, PodInfo, SliceInfo},
-            store::Store,
+            groups::State,
             watch_state::{Transition, WatchState, failure_reason},
-            watchers::{Change, Outcome, Watchers},
+            watchers::{Outcome, Watchers},
         },
     },
 };
 
 /// Name of this source in metrics, logs and readiness.
 pub const SOURCE: &str = "kubernetes";
-/// How often the watchers' state reaches readiness and metrics, and a due save is written.
+/// How often the watchers' state reaches readiness and metrics.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The records a pod gives, compiled once when the pod changes (a change costs one pod's work,
-/// not every pod's), and nothing else of it: with 100k pods, every byte kept per pod counts.
-/// A pod that gives no record (not Ready, say) is not kept at all.
-#[derive(PartialEq)]
-struct PodRecords {
-    records: RecordGroup,
-    /// The names it should have had but cannot (a label value that is no DNS label).
-    invalid: Vec<String>,
-}
-
-impl PodRecords {
-    /// The pod's records, or None when it gives none and has nothing to report.
-    fn of(source: &PodSource, info: &PodInfo) -> Option<Self> {
-        let mut records = Vec::new();
-        let mut skipped = Skipped::default();
-        pod_records(source, [info], &mut records, &mut skipped);
-        if records.is_empty() && skipped.invalid_names.is_empty() {
-            return None;
-        }
-        Some(Self {
-            records: records.into(),
-            invalid: skipped.invalid_names,
-        })
-    }
-}
-
-/// Everything the watchers hold, and what the EndpointSlice outputs last resolved to.
-struct State {
-    /// One store per pod watcher.
-    pods: Vec<Store<PodRecords>>,
-    slices: Vec<Store<SliceInfo>>,
-    nodes: Option<Store<NodeInfo>>,
-    last_non_empty: Vec<Vec<IpAddr>>,
-    /// Each EndpointSlice output's records as last published.
-    endpoint_groups: Vec<RecordGroup>,
-    /// Each output's "keeping the last answer" as last logged.
-    kept: Vec<bool>,
-    /// Pods whose invalid label value was logged (once per pod, until it is valid or gone).
-    invalid_reported: BTreeSet<String>,
-}
-
-impl State {
-    /// Whether the watcher at `index` (in [`Watchers::ids`] order) has listed.
-    fn synced(&self, index: usize) -> bool {
-        let pods = self.pods.len();
-        let slices = self.slices.len();
-        if index < pods {
-            self.pods[index].synced()
-        } else if index < pods + slices {
-            self.slices[index - pods].synced()
-        } else {
-            self.nodes.as_ref().is_none_or(Store::synced)
-        }
-    }
-}
 
 /// Where the source stands between events.
 struct Progress {
     watch: Vec<WatchState>,
     /// Serving records saved by an earlier run until every watcher has listed.
     restored: bool,
-    /// A snapshot has been sent since the watchers started.
+    /// The whole state has been sent since the watchers started (after that, what changed).
     published: bool,
-    /// Records of a complete snapshot not yet saved.
-    save_due: Option<Vec<RecordGroup>>,
-    saving: Option<tokio::task::JoinHandle<()>>,
     /// Freed memory was handed back after the first complete snapshot.
     trimmed: bool,
     /// The zones last published as pending (logged when they change).
@@ -161,8 +100,8 @@ fn release_freed_memory() {
     }
 }
 
-/// Runs the watchers until the agent stops. With `save_to`, the records are saved there after
-/// every complete snapshot (at most once per [`REPORT_INTERVAL`]) and served from there at start.
+/// Runs the watchers until the agent stops. With `saved`, the records the last run saved there
+/// (`crate::persist` keeps them) are served until every watcher has listed.
 pub async fn run(
     config: Arc<AgentConfig>,
     client: Client,
@@ -170,7 +109,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
     contact: contact::ContactLog,
-    save_to: Option<PathBuf>,
+    saved: Option<PathBuf>,
 ) {
     let access = &config.kubernetes;
     let configured: Vec<String> = access
@@ -187,35 +126,17 @@ pub async fn run(
     let mut failover = Failover::new(configured, Instant::now());
     show_active_server(&failover, &metrics);
     let mut watchers = Watchers::start(&config, &client);
-    let mut state = State {
-        pods: watchers
-            .pod_sources
-            .iter()
-            .map(|_| Store::default())
-            .collect(),
-        slices: config
-            .endpoint_slices
-            .iter()
-            .map(|_| Store::default())
-            .collect(),
-        nodes: config.needs_nodes().then(Store::default),
-        last_non_empty: vec![Vec::new(); config.endpoint_slices.len()],
-        endpoint_groups: vec![RecordGroup::from([]); config.endpoint_slices.len()],
-        kept: vec![false; config.endpoint_slices.len()],
-        invalid_reported: BTreeSet::new(),
-    };
+    let mut state = State::new(&config, &watchers);
     let mut progress = Progress {
         watch: watchers.ids.iter().cloned().map(WatchState::new).collect(),
         restored: false,
         published: false,
-        save_due: None,
-        saving: None,
         trimmed: false,
         pending: Vec::new(),
         revision: None,
         listed: None,
     };
-    if let Some(path) = &save_to
+    if let Some(path) = &saved
         && let Some(update) = restore(path, &health, &metrics)
     {
         if updates.send(update).await.is_err() {
@@ -256,7 +177,6 @@ pub async fn run(
                     show_active_server(&failover, &metrics);
                 }
                 report_progress(&state, &progress, &health, &metrics, &label);
-                save_if_due(&mut progress, save_to.as_ref());
                 continue;
             }
         };
@@ -310,8 +230,17 @@ pub async fn run(
             {
                 progress.raise_revision(revision);
             }
-            let mut snapshot = compile_snapshot(&config, &mut state, &metrics);
-            snapshot.pending_zones = pending;
+            // The whole state the first time, and in place of saved records; else what changed.
+            let delta = if !progress.published || (progress.restored && all_synced) {
+                let mut snapshot = state.snapshot(&config, &metrics);
+                snapshot.pending_zones = pending;
+                Delta::Whole(snapshot)
+            } else {
+                Delta::Groups {
+                    changes: state.take_changes(&config, &metrics),
+                    pending_zones: Some(pending),
+                }
+            };
             if all_synced {
                 if !progress.trimmed {
                     // The first lists parsed every object in full and freed it: give that memory
@@ -319,7 +248,6 @@ pub async fn run(
                     release_freed_memory();
                     progress.trimmed = true;
                 }
-                progress.save_due = Some(snapshot.groups.clone());
                 if progress.restored {
                     info!("every watch has listed: the saved records are replaced");
                     progress.restored = false;
@@ -330,7 +258,7 @@ pub async fn run(
             progress.published = true;
             let update = Update {
                 source: SOURCE,
-                snapshot,
+                delta,
                 observed,
                 complete: all_synced,
                 revision: progress.revision,
@@ -364,10 +292,10 @@ fn restore(path: &std::path::Path, health: &Health, metrics: &Metrics) -> Option
                 .set(1);
             Some(Update {
                 source: SOURCE,
-                snapshot: Snapshot {
+                delta: Delta::Whole(Snapshot {
                     groups: restored.groups,
                     ..Snapshot::default()
-                },
+                }),
                 observed: Instant::now(),
                 complete: false,
                 revision: None,
@@ -415,20 +343,7 @@ fn apply(
         let transition = watch.succeeded(seen);
         log_recovery(watch, transition);
     }
-    match change {
-        Change::Pod(i, event) => {
-            let source = &config.pods[watchers.pod_sources[i]];
-            state.pods[i].apply(*event, |pod| {
-                PodInfo::from_pod(pod, &source.label_key)
-                    .and_then(|info| PodRecords::of(source, &info))
-            })
-        }
-        Change::Slice(i, event) => state.slices[i].apply(*event, SliceInfo::from_slice),
-        Change::Node(event) => match state.nodes.as_mut() {
-            Some(nodes) => nodes.apply(*event, |node| Some(NodeInfo::from_node(node))),
-            None => false,
-        },
-    }
+    state.apply(config, watchers, change)
 }
 
 /// The API servers `default/kubernetes` names now, as URLs with `scheme`.
@@ -441,7 +356,7 @@ fn learned_api_servers(config: &AgentConfig, state: &State, scheme: &str) -> Vec
         return Vec::new();
     };
     let mut servers = Vec::new();
-    for slice in state.slices[i].objects().values() {
+    for slice in state.slices(i).values() {
         let Some(port) = slice.port else { continue };
         for endpoint in &slice.endpoints {
             if endpoint.ready == Some(false) {
@@ -521,95 +436,4 @@ fn report_progress(
         .source_connected
         .get_or_create(label)
         .set(i64::from(!failing));
-}
-
-/// Writes the last complete snapshot's records, off the event loop, one write at a time.
-fn save_if_due(progress: &mut Progress, save_to: Option<&PathBuf>) {
-    let Some(path) = save_to else {
-        progress.save_due = None;
-        return;
-    };
-    if progress.saving.as_ref().is_some_and(|s| !s.is_finished()) {
-        return;
-    }
-    let Some(groups) = progress.save_due.take() else {
-        return;
-    };
-    let path = path.clone();
-    progress.saving = Some(tokio::task::spawn_blocking(move || {
-        if let Err(err) = saved::save(&path, &groups, SystemTime::now()) {
-            warn!(%err, "cannot save the records for the next start");
-        }
-    }));
-}
-
-fn compile_snapshot(config: &AgentConfig, state: &mut State, metrics: &Metrics) -> Snapshot {
-    let started = Instant::now();
-    // Each pod's group as compiled when the pod last changed.
-    let mut groups: Vec<RecordGroup> = Vec::new();
-    let mut invalid_now = BTreeSet::new();
-    for (key, pod) in state.pods.iter().flat_map(|store| store.objects()) {
-        if !pod.records.is_empty() {
-            groups.push(pod.records.clone());
-        }
-        if !pod.invalid.is_empty() {
-            if !state.invalid_reported.contains(key) {
-                warn!(pod = %key, names = ?pod.invalid, "a label value that is not a DNS label: the pod is left out");
-            }
-            invalid_now.insert(key.clone());
-        }
-    }
-    metrics
-        .dropped_records
-        .get_or_create(&ReasonLabel {
-            reason: "invalid_dns_label".into(),
-        })
-        .set(invalid_now.len() as i64);
-    state.invalid_reported = invalid_now;
-    let no_nodes = BTreeMap::new();
-    let nodes = state.nodes.as_ref().map_or(&no_nodes, |n| n.objects());
-    for (i, (source, store)) in config.endpoint_slices.iter().zip(&state.slices).enumerate() {
-        let mut addresses = endpoint_addresses(source, store.objects().values(), nodes);
-        let kept = addresses.is_empty()
-            && source.keep_last_non_empty
-            && !state.last_non_empty[i].is_empty();
-        let service = format!("{}/{}", source.namespace, source.service);
-        if kept != state.kept[i] {
-            if kept {
-                warn!(%service, output = %source.name, "no usable endpoint: keeping the last non-empty answer");
-            } else {
-                info!(%service, output = %source.name, "usable endpoints again");
-            }
-            state.kept[i] = kept;
-        }
-        if kept {
-            addresses = state.last_non_empty[i].clone();
-        } else if !addresses.is_empty() {
-            state.last_non_empty[i] = addresses.clone();
-        }
-        let output = OutputLabel {
-            source: service,
-            output: source.name.clone(),
-        };
-        metrics
-            .kept_last_answer
-            .get_or_create(&output)
-            .set(i64::from(kept));
-        let mut records = Vec::new();
-        endpoint_records(source, &addresses, &mut records);
-        // The same records keep the same group: nothing to recompile.
-        if *state.endpoint_groups[i] != *records {
-            state.endpoint_groups[i] = records.into();
-        }
-        groups.push(state.endpoint_groups[i].clone());
-    }
-    debug!(
-        groups = groups.len(),
-        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-        "Kubernetes snapshot taken"
-    );
-    Snapshot {
-        groups,
-        ..Snapshot::default()
-    }
 }

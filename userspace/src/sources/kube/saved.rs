@@ -2,30 +2,49 @@
 //! the API server is down (it restarts during every control-plane upgrade) serves them from both
 //! paths at once, marked stale, instead of SERVFAIL, until its watchers have listed.
 //!
-//! The file is JSON, written to a temporary file and renamed over the old one, so that a crash
-//! mid-write leaves the previous version; one that does not parse is reported and ignored.
+//! The file is JSON, each group with its key (the pod or output it came from), so that the first
+//! list after a restart publishes only what changed while the agent was down. It is written by
+//! the persister (`crate::persist`), streamed from the publisher's groups without a second copy
+//! of them, and replaced whole (`crate::atomic_file`); one that does not parse is reported and
+//! ignored. Files of format 1 (groups without keys) are still read.
 
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::Context;
 use hickory_proto::rr::Name;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer, ser::SerializeStruct};
 
-use crate::records::{RecordData, RecordGroup, SourceRecord, Srv};
+use crate::{
+    records::{RecordData, RecordGroup, SourceRecord, Srv},
+    sources::GroupKey,
+};
 
 /// The format's version: a file of another version is not read.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
+/// The format before groups had keys.
+const FORMAT_WITHOUT_KEYS: u32 = 1;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct SavedFile {
     format: u32,
     /// Seconds since the epoch when the records were published.
     saved_at: f64,
-    groups: Vec<Vec<SavedRecord>>,
+    groups: Vec<SavedGroup>,
+}
+
+/// A group as read back: with its key (format 2) or without (format 1).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SavedGroup {
+    Keyed {
+        key: String,
+        records: Vec<SavedRecord>,
+    },
+    Bare(Vec<SavedRecord>),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -58,34 +77,78 @@ enum SavedData {
 
 /// Records read back, and when they were saved.
 pub struct Restored {
-    pub groups: Vec<RecordGroup>,
+    pub groups: Vec<(GroupKey, RecordGroup)>,
     pub saved_at: SystemTime,
 }
 
-/// Writes `groups` to `path`, atomically.
-pub fn save(path: &Path, groups: &[RecordGroup], now: SystemTime) -> anyhow::Result<()> {
-    let file = SavedFile {
-        format: FORMAT,
+/// Writes `groups` to `path`, replacing it whole; each record is converted as it is written.
+pub fn save<'a>(
+    path: &Path,
+    groups: impl Iterator<Item = (&'a GroupKey, &'a RecordGroup)> + Clone,
+    now: SystemTime,
+) -> anyhow::Result<()> {
+    let view = FileView {
         saved_at: now
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64(),
-        groups: groups
-            .iter()
-            .map(|group| group.iter().map(saved_record).collect())
-            .collect(),
+        groups,
     };
-    let text = serde_json::to_vec(&file)?;
-    let temporary = temporary_path(path);
-    std::fs::write(&temporary, text)
-        .with_context(|| format!("cannot write {}", temporary.display()))?;
-    std::fs::rename(&temporary, path).with_context(|| {
-        format!(
-            "cannot rename {} to {}",
-            temporary.display(),
-            path.display()
-        )
+    crate::atomic_file::replace(path, |out| {
+        serde_json::to_writer(out, &view).map_err(std::io::Error::other)
     })
+}
+
+/// The file as written: the groups serialized one by one from where they are held.
+struct FileView<I> {
+    saved_at: f64,
+    groups: I,
+}
+
+impl<'a, I> Serialize for FileView<I>
+where
+    I: Iterator<Item = (&'a GroupKey, &'a RecordGroup)> + Clone,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut file = serializer.serialize_struct("SavedFile", 3)?;
+        file.serialize_field("format", &FORMAT)?;
+        file.serialize_field("saved_at", &self.saved_at)?;
+        file.serialize_field("groups", &GroupsView(self.groups.clone()))?;
+        file.end()
+    }
+}
+
+struct GroupsView<I>(I);
+
+impl<'a, I> Serialize for GroupsView<I>
+where
+    I: Iterator<Item = (&'a GroupKey, &'a RecordGroup)> + Clone,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone().map(|(key, records)| GroupView { key, records }))
+    }
+}
+
+struct GroupView<'a> {
+    key: &'a str,
+    records: &'a RecordGroup,
+}
+
+impl Serialize for GroupView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut group = serializer.serialize_struct("SavedGroup", 2)?;
+        group.serialize_field("key", self.key)?;
+        group.serialize_field("records", &RecordsView(self.records))?;
+        group.end()
+    }
+}
+
+struct RecordsView<'a>(&'a RecordGroup);
+
+impl Serialize for RecordsView<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(saved_record))
+    }
 }
 
 /// Reads the records saved at `path`; Ok(None) when there is no file.
@@ -97,7 +160,7 @@ pub fn load(path: &Path) -> anyhow::Result<Option<Restored>> {
     };
     let file: SavedFile = serde_json::from_slice(&text)
         .with_context(|| format!("{} is not a saved table", path.display()))?;
-    if file.format != FORMAT {
+    if file.format != FORMAT && file.format != FORMAT_WITHOUT_KEYS {
         anyhow::bail!(
             "{} has format {}, this agent reads {FORMAT}",
             path.display(),
@@ -105,24 +168,22 @@ pub fn load(path: &Path) -> anyhow::Result<Option<Restored>> {
         );
     }
     let mut groups = Vec::with_capacity(file.groups.len());
-    for group in file.groups {
-        let records: Vec<SourceRecord> = group
+    for (i, group) in file.groups.into_iter().enumerate() {
+        let (key, records) = match group {
+            SavedGroup::Keyed { key, records } => (key, records),
+            SavedGroup::Bare(records) => (format!("saved/{i}"), records),
+        };
+        let records: Vec<SourceRecord> = records
             .into_iter()
             .map(source_record)
             .collect::<anyhow::Result<_>>()
             .with_context(|| format!("{} holds a bad record", path.display()))?;
-        groups.push(records.into());
+        groups.push((GroupKey::from(key), records.into()));
     }
     let saved_at = UNIX_EPOCH
         + Duration::try_from_secs_f64(file.saved_at)
             .with_context(|| format!("{}: bad saved_at", path.display()))?;
     Ok(Some(Restored { groups, saved_at }))
-}
-
-fn temporary_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
 }
 
 fn saved_record(record: &SourceRecord) -> SavedRecord {
@@ -189,8 +250,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("kubernetes.json");
         assert!(load(&path).unwrap().is_none(), "no file yet");
-        let groups: Vec<RecordGroup> = vec![
-            vec![
+        let groups: Vec<(GroupKey, RecordGroup)> = vec![
+            (GroupKey::from("pod/0/edge/web-1"), vec![
                 record(
                     "web.edge.prod.example.",
                     RecordData::A("198.18.0.1".parse().unwrap()),
@@ -203,8 +264,8 @@ mod tests {
                     )
                 },
             ]
-            .into(),
-            vec![record(
+            .into()),
+            (GroupKey::from("pod/0/edge/web-2"), vec![record(
                 "_https._tcp.web.edge.prod.example.",
                 RecordData::Srv(Srv {
                     priority: 0,
@@ -213,15 +274,31 @@ mod tests {
                     target: Name::from_ascii("cp-1.nodes.prod.example.").unwrap(),
                 }),
             )]
-            .into(),
+            .into()),
         ];
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        save(&path, &groups, now).unwrap();
+        save(&path, groups.iter().map(|(k, g)| (k, g)), now).unwrap();
         let restored = load(&path).unwrap().unwrap();
         assert_eq!(restored.saved_at, now);
-        let back: Vec<Vec<SourceRecord>> = restored.groups.iter().map(|g| g.to_vec()).collect();
-        let expected: Vec<Vec<SourceRecord>> = groups.iter().map(|g| g.to_vec()).collect();
+        let back: Vec<(String, Vec<SourceRecord>)> = restored
+            .groups
+            .iter()
+            .map(|(k, g)| (k.to_string(), g.to_vec()))
+            .collect();
+        let expected: Vec<(String, Vec<SourceRecord>)> = groups
+            .iter()
+            .map(|(k, g)| (k.to_string(), g.to_vec()))
+            .collect();
         assert_eq!(back, expected);
+        // A file of the format before keys: its groups get keys of their own.
+        std::fs::write(
+            &path,
+            br#"{"format": 1, "saved_at": 5, "groups": [[{"name": "a.example.", "type": "A", "address": "198.18.0.1"}]]}"#,
+        )
+        .unwrap();
+        let old = load(&path).unwrap().unwrap();
+        assert_eq!(&*old.groups[0].0, "saved/0");
+        assert_eq!(old.groups[0].1.len(), 1);
         std::fs::write(&path, b"{\"format\": 1, \"saved_at\": 1").unwrap();
         assert!(load(&path).is_err(), "a torn file is an error, not records");
         std::fs::write(&path, b"{\"format\": 9, \"saved_at\": 1, \"groups\": []}").unwrap();

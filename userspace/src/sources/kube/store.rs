@@ -34,51 +34,65 @@ impl<T: PartialEq> Store<T> {
         &self.objects
     }
 
-    /// Applies one watcher event; returns whether the objects changed. `extract` keeps what the
-    /// records need of an object, or None for an object that gives none (it is then removed).
+    /// Applies one watcher event; returns the keys whose object changed (added, replaced or
+    /// removed): after a relist, only those that differ from what was held. `extract` keeps
+    /// what the records need of an object, or None for an object that gives none (it is then
+    /// removed).
     pub fn apply<K: ResourceExt>(
         &mut self,
         event: watcher::Event<K>,
         extract: impl Fn(&K) -> Option<T>,
-    ) -> bool {
+    ) -> Vec<String> {
         match event {
             watcher::Event::Init => {
                 self.relist = Some(BTreeMap::new());
-                false
+                Vec::new()
             }
             watcher::Event::InitApply(object) => {
                 if let (Some(relist), Some(info)) = (self.relist.as_mut(), extract(&object)) {
                     relist.insert(key(&object), info);
                 }
-                false
+                Vec::new()
             }
             watcher::Event::InitDone => {
                 let fresh = self.relist.take().unwrap_or_default();
-                let changed = fresh != self.objects || !self.synced;
+                let mut changed = Vec::new();
                 // Objects that did not change keep their value (and its record group).
                 let mut previous = std::mem::take(&mut self.objects);
                 self.objects = fresh
                     .into_iter()
                     .map(|(key, info)| match previous.remove(&key) {
                         Some(old) if old == info => (key, old),
-                        _ => (key, info),
+                        _ => {
+                            changed.push(key.clone());
+                            (key, info)
+                        }
                     })
                     .collect();
+                changed.extend(previous.into_keys());
                 self.synced = true;
                 changed
             }
-            watcher::Event::Apply(object) => match extract(&object) {
-                Some(info) => {
-                    let key = key(&object);
-                    if self.objects.get(&key) == Some(&info) {
-                        return false;
+            watcher::Event::Apply(object) => {
+                let key = key(&object);
+                match extract(&object) {
+                    Some(info) if self.objects.get(&key) == Some(&info) => Vec::new(),
+                    Some(info) => {
+                        self.objects.insert(key.clone(), info);
+                        vec![key]
                     }
-                    self.objects.insert(key, info);
-                    true
+                    None if self.objects.remove(&key).is_some() => vec![key],
+                    None => Vec::new(),
                 }
-                None => self.objects.remove(&key(&object)).is_some(),
-            },
-            watcher::Event::Delete(object) => self.objects.remove(&key(&object)).is_some(),
+            }
+            watcher::Event::Delete(object) => {
+                let key = key(&object);
+                if self.objects.remove(&key).is_some() {
+                    vec![key]
+                } else {
+                    Vec::new()
+                }
+            }
         }
     }
 }
@@ -121,11 +135,12 @@ mod tests {
     #[test]
     fn a_list_counts_only_once_it_is_complete() {
         let mut store = Store::default();
-        assert!(!store.apply(Event::Init, value));
-        assert!(!store.apply(Event::InitApply(pod("a", "x")), value));
+        assert!(store.apply(Event::Init, value).is_empty());
+        assert!(store.apply(Event::InitApply(pod("a", "x")), value).is_empty());
         assert!(!store.synced() && store.objects().is_empty());
-        assert!(
+        assert_eq!(
             store.apply(Event::InitDone, value),
+            ["edge/a"],
             "the first list is a change"
         );
         assert!(store.synced());
@@ -145,17 +160,21 @@ mod tests {
         }
         store.apply(Event::Init, value);
         store.apply(Event::InitApply(pod("b", "y")), value);
+        store.apply(Event::InitApply(pod("c", "z")), value);
         assert_eq!(
             names(&store).len(),
             2,
             "nothing changes while the relist runs"
         );
-        assert!(store.apply(Event::InitDone, value));
-        assert_eq!(names(&store), [("edge/b", "y")]);
+        let mut changed = store.apply(Event::InitDone, value);
+        changed.sort();
+        assert_eq!(changed, ["edge/a", "edge/c"], "only the difference");
+        assert_eq!(names(&store), [("edge/b", "y"), ("edge/c", "z")]);
         // The same list again is no change.
         store.apply(Event::Init, value);
         store.apply(Event::InitApply(pod("b", "y")), value);
-        assert!(!store.apply(Event::InitDone, value));
+        store.apply(Event::InitApply(pod("c", "z")), value);
+        assert!(store.apply(Event::InitDone, value).is_empty());
     }
 
     #[test]
@@ -163,23 +182,24 @@ mod tests {
         let mut store = Store::default();
         store.apply(Event::Init, value);
         store.apply(Event::InitDone, value);
-        assert!(store.apply(Event::Apply(pod("a", "x")), value));
+        assert_eq!(store.apply(Event::Apply(pod("a", "x")), value), ["edge/a"]);
         assert!(
-            !store.apply(Event::Apply(pod("a", "x")), value),
+            store.apply(Event::Apply(pod("a", "x")), value).is_empty(),
             "no change"
         );
-        assert!(store.apply(Event::Apply(pod("a", "z")), value));
+        assert_eq!(store.apply(Event::Apply(pod("a", "z")), value), ["edge/a"]);
         let unlabelled: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "a", "namespace": "edge"}
         }))
         .expect("a pod");
-        assert!(
+        assert_eq!(
             store.apply(Event::Apply(unlabelled), value),
+            ["edge/a"],
             "lost its label"
         );
         assert!(store.objects().is_empty());
         assert!(
-            !store.apply(Event::Delete(pod("a", "z")), value),
+            store.apply(Event::Delete(pod("a", "z")), value).is_empty(),
             "already gone"
         );
     }

@@ -1,0 +1,329 @@
+//! The publisher: the one task that turns the sources' deltas into the table both answer paths
+//! read.
+//!
+//! Whatever is queued when it wakes is one batch: the updates are applied in order to what it
+//! holds of each source ([`held`]), the last change of a group wins, and only the groups whose
+//! records differ from the compiler's are compiled again: one compile and one kernel write for
+//! the batch, however many changes it carries, and nothing waits when the queue is empty. A
+//! batch that changes no name publishes nothing (answer caches kept, no switch, no transfer
+//! version, no NOTIFY). The new table goes to both paths together ([`both_paths`]); what must
+//! outlive the process goes to the persister (`crate::persist`), off this path.
+
+pub mod both_paths;
+mod held;
+
+use std::{
+    sync::Arc,
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use hickory_proto::rr::LowerName;
+use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+pub use both_paths::{AfterFirstWrite, KernelSink, kernel_report};
+pub use held::Groups;
+
+use crate::{
+    health::Health,
+    metrics::{Metrics, ReasonLabel, SourceLabel},
+    persist::Persister,
+    serials::Serials,
+    server::Shared,
+    sources::{GroupKey, Update},
+    table::{CompileWarning, ReverseConfig, TableBuilder},
+    xdp::writer_thread::TableChange,
+};
+use held::{Changes, Held};
+
+/// Name of the configuration file's zones and static records as a source.
+pub const CONFIG_SOURCE: &str = "config";
+/// Name of the record-file source in metrics and logs.
+pub const FILE_SOURCE: &str = "file";
+/// Name of the Kubernetes source (its records are the ones saved for the next start).
+pub const KUBERNETES_SOURCE: &str = crate::sources::kube::SOURCE;
+
+/// Compiles what the sources say into the table both paths answer from.
+pub struct Publisher {
+    shared: Arc<Shared>,
+    /// The kernel table's writer, once XDP is up.
+    kernel: Arc<KernelSink>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    persister: Arc<Persister>,
+    /// Sources that must all deliver once before anything is served.
+    expected: Vec<&'static str>,
+    held: Held,
+    /// Whether each source's last update was its complete state.
+    complete: FxHashMap<&'static str, bool>,
+    /// The compiler holding the current table, once every source has delivered.
+    builder: Option<TableBuilder>,
+    /// What the table lacks now, by the group that brought it (None: the zones themselves).
+    dropped: FxHashMap<Option<(&'static str, GroupKey)>, Vec<CompileWarning>>,
+    /// The reverse zones the table serves.
+    reverse: Arc<ReverseConfig>,
+    /// The zones' serials.
+    serials: Serials,
+}
+
+/// What one batch compiled.
+enum Compiled {
+    /// Everything (the first table, or the zones changed).
+    Whole,
+    /// These names only (none: nothing changed).
+    Names(Vec<LowerName>),
+}
+
+impl Publisher {
+    pub fn new(
+        shared: Arc<Shared>,
+        kernel: Arc<KernelSink>,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        expected: Vec<&'static str>,
+    ) -> Self {
+        for source in &expected {
+            health.expect_source(source);
+        }
+        Self {
+            shared,
+            kernel,
+            metrics,
+            health,
+            persister: Persister::start(Default::default()),
+            expected,
+            held: Held::default(),
+            complete: FxHashMap::default(),
+            builder: None,
+            dropped: FxHashMap::default(),
+            reverse: Arc::default(),
+            serials: Serials::new(),
+        }
+    }
+
+    /// Keeps the serials and the Kubernetes records through `persister`, starting from
+    /// `serials` (as the last run left them).
+    pub fn persist_with(&mut self, persister: Arc<Persister>, serials: Serials) {
+        self.persister = persister;
+        self.serials = serials;
+    }
+
+    /// The serials follow Kubernetes revisions (a Kubernetes source is configured).
+    pub fn follow_revisions(&mut self) {
+        self.serials.follow_revisions();
+    }
+
+    /// The reverse zones to serve (default: derived from the served addresses).
+    pub fn serve_reverse(&mut self, reverse: ReverseConfig) {
+        self.reverse = Arc::new(reverse);
+    }
+
+    /// Publishes every batch of updates until all senders are gone: a batch is what is queued
+    /// when the publisher wakes.
+    pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
+        while let Some(first) = updates.recv().await {
+            let mut batch = vec![first];
+            while let Ok(next) = updates.try_recv() {
+                batch.push(next);
+            }
+            self.publish(batch);
+        }
+    }
+
+    /// Applies a batch of updates and publishes the result, if it changed anything.
+    pub fn publish(&mut self, batch: Vec<Update>) {
+        let mut changes = Changes::default();
+        let mut observed: Option<Instant> = None;
+        let mut revision: Option<u64> = None;
+        let mut sources = Vec::with_capacity(batch.len());
+        for update in batch {
+            self.note_source(&update);
+            observed = Some(observed.map_or(update.observed, |o| o.min(update.observed)));
+            revision = revision.max(update.revision);
+            if !sources.contains(&update.source) {
+                sources.push(update.source);
+            }
+            self.held.apply(update.source, update.delta, &mut changes);
+        }
+        for source in &sources {
+            let records = self.held.source(source).map_or(0, |s| s.records);
+            self.metrics
+                .source_records
+                .get_or_create(&SourceLabel {
+                    source: (*source).to_owned(),
+                })
+                .set(records as i64);
+        }
+        if let Some(missing) = self.expected.iter().find(|s| !self.held.has(s)) {
+            // Until every source has listed everything: SERVFAIL, never a partial table that
+            // would make a load balancer drop backends.
+            info!(
+                sources = ?sources,
+                waiting_for = missing,
+                "source synced; waiting for the others"
+            );
+            return;
+        }
+        let started = Instant::now();
+        if let Some(revision) = revision {
+            self.serials.note_revision(revision);
+        }
+        let (compiled, warnings) = self.compile(changes);
+        self.count_warnings(&warnings);
+        let Some(builder) = self.builder.as_mut() else {
+            return;
+        };
+        if matches!(&compiled, Compiled::Names(names) if names.is_empty()) {
+            debug!(sources = ?sources, "nothing changed: nothing published");
+            return;
+        }
+        let serials = &mut self.serials;
+        builder.assign_serials(|zone| serials.serial_for(&zone.spec.apex, zone.digest));
+        builder.set_reverse_serial(serials.reverse_serial());
+        let table = builder.table().clone();
+        let change = match compiled {
+            Compiled::Whole => TableChange::Whole,
+            Compiled::Names(names) => TableChange::Names(names),
+        };
+        info!(
+            names = table.nodes().len(),
+            records = table.record_count(),
+            sources = ?sources,
+            compile_ms = started.elapsed().as_secs_f64() * 1e3,
+            "table compiled"
+        );
+        self.kernel.post(
+            table,
+            change,
+            observed.unwrap_or(started),
+            &both_paths::Paths {
+                shared: &self.shared,
+                metrics: &self.metrics,
+                health: &self.health,
+            },
+        );
+        self.persist();
+    }
+
+    /// Source-level metrics and readiness for one update.
+    fn note_source(&mut self, update: &Update) {
+        let label = SourceLabel {
+            source: update.source.to_owned(),
+        };
+        self.complete.insert(update.source, update.complete);
+        if update.complete {
+            self.metrics.source_synced.get_or_create(&label).set(1);
+            self.metrics
+                .source_last_sync
+                .get_or_create(&label)
+                .set(unix_now());
+            let live = update.source != CONFIG_SOURCE && update.source != FILE_SOURCE;
+            self.health.source_synced(update.source, live);
+        }
+    }
+
+    /// Brings the compiler in line with what the sources hold now, `changes` being what this
+    /// batch touched.
+    fn compile(&mut self, changes: Changes) -> (Compiled, Vec<CompileWarning>) {
+        let builder = match self.builder.as_mut() {
+            Some(builder) if !changes.zones => builder,
+            _ => return self.compile_whole(),
+        };
+        let mut warnings = Vec::new();
+        for ((source, key), before) in changes.touched {
+            let now = self
+                .held
+                .source(source)
+                .and_then(|state| state.groups.get(&key))
+                .cloned();
+            if let Some(before) = &before {
+                builder.remove(before.iter());
+            }
+            let at = Some((source, key));
+            self.dropped.remove(&at);
+            if let Some(now) = &now {
+                let dropped = builder.add(now.iter());
+                if !dropped.is_empty() {
+                    warnings.extend(dropped.iter().cloned());
+                    self.dropped.insert(at, dropped);
+                }
+            }
+        }
+        (Compiled::Names(builder.finish()), warnings)
+    }
+
+    /// A new compiler, fed every group of every source.
+    fn compile_whole(&mut self) -> (Compiled, Vec<CompileWarning>) {
+        let zones = self.held.zones();
+        let (mut builder, mut warnings) = TableBuilder::new(&zones);
+        builder.set_reverse_config(self.reverse.clone());
+        self.dropped.clear();
+        if !warnings.is_empty() {
+            self.dropped.insert(None, warnings.clone());
+        }
+        for (source, state) in self.held.sources() {
+            for (key, group) in &state.groups {
+                let dropped = builder.add(group.iter());
+                if !dropped.is_empty() {
+                    warnings.extend(dropped.iter().cloned());
+                    self.dropped.insert(Some((source, key.clone())), dropped);
+                }
+            }
+        }
+        builder.finish();
+        self.builder = Some(builder);
+        (Compiled::Whole, warnings)
+    }
+
+    /// Hands the persister what must outlive the process: the Kubernetes records of a complete
+    /// state, and the serials when they changed. With Kubernetes records kept, serials go only
+    /// with them (never ahead of the records they describe).
+    fn persist(&mut self) {
+        let kube = self.held.source(KUBERNETES_SOURCE);
+        let records = kube
+            .filter(|_| self.persister.keeps_records())
+            .filter(|_| self.complete.get(KUBERNETES_SOURCE) == Some(&true))
+            .map(|state| state.groups.clone());
+        if kube.is_some() && self.persister.keeps_records() && records.is_none() {
+            return;
+        }
+        let serials = self.serials.take_changes();
+        self.persister.offer(records, serials);
+    }
+
+    /// Logs the records this batch dropped (once: a group that does not change is not compiled
+    /// again), and sets the gauge of what the table lacks now.
+    fn count_warnings(&self, warnings: &[CompileWarning]) {
+        for warning in warnings {
+            warn!(%warning, "record dropped");
+        }
+        for reason in ["out_of_zone", "out_of_zone_glue"] {
+            let now = self
+                .dropped
+                .values()
+                .flatten()
+                .filter(|w| warning_reason(w) == reason)
+                .count();
+            self.metrics
+                .dropped_records
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .set(now as i64);
+        }
+    }
+}
+
+fn warning_reason(warning: &CompileWarning) -> &'static str {
+    match warning {
+        CompileWarning::OutOfZone { .. } => "out_of_zone",
+        CompileWarning::OutOfZoneGlue { .. } => "out_of_zone_glue",
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -1,0 +1,288 @@
+//! What the watchers hold, and the record groups it gives: one group per pod (compiled once,
+//! when the pod changes) and one per EndpointSlice output (compiled again when one of its
+//! slices, or a node it takes addresses from, changes). Each event marks what it touched; a
+//! publication takes the groups of what was marked ([`State::take_changes`]), or all of them
+//! ([`State::snapshot`]) for a first or restored state. Nothing here walks every pod for one
+//! change.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use tracing::{info, warn};
+
+use crate::{
+    agent_config::{AddressSource, AgentConfig, PodSource},
+    metrics::{Metrics, OutputLabel, ReasonLabel},
+    records::RecordGroup,
+    sources::{
+        GroupKey, Snapshot,
+        kube::{
+            compile::{Skipped, endpoint_addresses, endpoint_records, pod_records},
+            model::{NodeInfo, PodInfo, SliceInfo},
+            store::Store,
+            watchers::{Change, Watchers},
+        },
+    },
+};
+
+/// The records a pod gives, compiled once when the pod changes (a change costs one pod's work,
+/// not every pod's), and nothing else of it: with 100k pods, every byte kept per pod counts.
+/// A pod that gives no record (not Ready, say) is not kept at all.
+#[derive(PartialEq)]
+struct PodRecords {
+    records: RecordGroup,
+    /// The names it should have had but cannot (a label value that is no DNS label).
+    invalid: Vec<String>,
+}
+
+impl PodRecords {
+    /// The pod's records, or None when it gives none and has nothing to report.
+    fn of(source: &PodSource, info: &PodInfo) -> Option<Self> {
+        let mut records = Vec::new();
+        let mut skipped = Skipped::default();
+        pod_records(source, [info], &mut records, &mut skipped);
+        if records.is_empty() && skipped.invalid_names.is_empty() {
+            return None;
+        }
+        Some(Self {
+            records: records.into(),
+            invalid: skipped.invalid_names,
+        })
+    }
+}
+
+/// What changed since the last publication.
+#[derive(Default)]
+struct Marked {
+    /// (pod watcher, pod key)
+    pods: BTreeSet<(usize, String)>,
+    outputs: BTreeSet<usize>,
+}
+
+/// Everything the watchers hold, and what the EndpointSlice outputs last resolved to.
+pub struct State {
+    /// One store per pod watcher.
+    pods: Vec<Store<PodRecords>>,
+    slices: Vec<Store<SliceInfo>>,
+    nodes: Option<Store<NodeInfo>>,
+    last_non_empty: Vec<Vec<IpAddr>>,
+    /// Each EndpointSlice output's records as last published.
+    endpoint_groups: Vec<RecordGroup>,
+    /// Each output's "keeping the last answer" as last logged.
+    kept: Vec<bool>,
+    /// Pods whose label value is no DNS label, with what it would have named (logged once per
+    /// pod, until it is valid or gone).
+    invalid: BTreeMap<(usize, String), Vec<String>>,
+    marked: Marked,
+}
+
+impl State {
+    pub fn new(config: &AgentConfig, watchers: &Watchers) -> Self {
+        let outputs = config.endpoint_slices.len();
+        Self {
+            pods: watchers.pod_sources.iter().map(|_| Store::default()).collect(),
+            slices: (0..outputs).map(|_| Store::default()).collect(),
+            nodes: config.needs_nodes().then(Store::default),
+            last_non_empty: vec![Vec::new(); outputs],
+            endpoint_groups: vec![RecordGroup::from([]); outputs],
+            kept: vec![false; outputs],
+            invalid: BTreeMap::new(),
+            marked: Marked::default(),
+        }
+    }
+
+    /// Whether the watcher at `index` (in [`Watchers::ids`] order) has listed.
+    pub fn synced(&self, index: usize) -> bool {
+        let pods = self.pods.len();
+        let slices = self.slices.len();
+        if index < pods {
+            self.pods[index].synced()
+        } else if index < pods + slices {
+            self.slices[index - pods].synced()
+        } else {
+            self.nodes.as_ref().is_none_or(Store::synced)
+        }
+    }
+
+    /// Applies one watcher event, marking what it changed; returns whether anything did.
+    pub fn apply(&mut self, config: &AgentConfig, watchers: &Watchers, change: Change) -> bool {
+        match change {
+            Change::Pod(i, event) => {
+                let source = &config.pods[watchers.pod_sources[i]];
+                let changed = self.pods[i].apply(*event, |pod| {
+                    PodInfo::from_pod(pod, &source.label_key)
+                        .and_then(|info| PodRecords::of(source, &info))
+                });
+                let any = !changed.is_empty();
+                self.marked
+                    .pods
+                    .extend(changed.into_iter().map(|key| (i, key)));
+                any
+            }
+            Change::Slice(i, event) => {
+                let changed = !self.slices[i].apply(*event, SliceInfo::from_slice).is_empty();
+                if changed {
+                    self.marked.outputs.insert(i);
+                }
+                changed
+            }
+            Change::Node(event) => {
+                let Some(nodes) = self.nodes.as_mut() else {
+                    return false;
+                };
+                let changed = !nodes
+                    .apply(*event, |node| Some(NodeInfo::from_node(node)))
+                    .is_empty();
+                if changed {
+                    // Every output that takes node addresses may resolve differently.
+                    for (i, source) in config.endpoint_slices.iter().enumerate() {
+                        if source.address_source != AddressSource::EndpointSlice {
+                            self.marked.outputs.insert(i);
+                        }
+                    }
+                }
+                changed
+            }
+        }
+    }
+
+    /// The groups of what changed since the last publication: (key, records), None for a group
+    /// gone.
+    pub fn take_changes(
+        &mut self,
+        config: &AgentConfig,
+        metrics: &Metrics,
+    ) -> Vec<(GroupKey, Option<RecordGroup>)> {
+        let marked = std::mem::take(&mut self.marked);
+        let mut changes = Vec::with_capacity(marked.pods.len() + marked.outputs.len());
+        for (i, key) in marked.pods {
+            let records = self.pods[i].objects().get(&key).map(|p| p.records.clone());
+            self.note_invalid(i, &key);
+            changes.push((pod_key(i, &key), records.filter(|r| !r.is_empty())));
+        }
+        self.count_invalid(metrics);
+        for i in marked.outputs {
+            if let Some(group) = self.resolve_output(config, metrics, i) {
+                changes.push((output_key(i), Some(group)));
+            }
+        }
+        changes
+    }
+
+    /// Every group: the source's whole state.
+    pub fn snapshot(&mut self, config: &AgentConfig, metrics: &Metrics) -> Snapshot {
+        self.marked = Marked::default();
+        let mut groups = Vec::new();
+        let mut keys = Vec::new();
+        for (i, store) in self.pods.iter().enumerate() {
+            for (key, pod) in store.objects() {
+                keys.push((i, key.clone()));
+                if !pod.records.is_empty() {
+                    groups.push((pod_key(i, key), pod.records.clone()));
+                }
+            }
+        }
+        self.invalid.clear();
+        for (i, key) in keys {
+            self.note_invalid(i, &key);
+        }
+        self.count_invalid(metrics);
+        for i in 0..self.slices.len() {
+            self.resolve_output(config, metrics, i);
+            if !self.endpoint_groups[i].is_empty() {
+                groups.push((output_key(i), self.endpoint_groups[i].clone()));
+            }
+        }
+        Snapshot {
+            groups,
+            ..Snapshot::default()
+        }
+    }
+
+    /// The objects of the EndpointSlice output `i`'s watcher.
+    pub fn slices(&self, i: usize) -> &BTreeMap<String, SliceInfo> {
+        self.slices[i].objects()
+    }
+
+    /// Logs a pod whose label value became invalid (once), and forgets one that is valid or
+    /// gone.
+    fn note_invalid(&mut self, i: usize, key: &str) {
+        let invalid = self.pods[i]
+            .objects()
+            .get(key)
+            .map(|pod| pod.invalid.clone())
+            .unwrap_or_default();
+        let at = (i, key.to_owned());
+        if invalid.is_empty() {
+            self.invalid.remove(&at);
+        } else if self.invalid.get(&at) != Some(&invalid) {
+            warn!(pod = %key, names = ?invalid, "a label value that is not a DNS label: the pod is left out");
+            self.invalid.insert(at, invalid);
+        }
+    }
+
+    fn count_invalid(&self, metrics: &Metrics) {
+        metrics
+            .dropped_records
+            .get_or_create(&ReasonLabel {
+                reason: "invalid_dns_label".into(),
+            })
+            .set(self.invalid.len() as i64);
+    }
+
+    /// Resolves output `i` again; returns its group if it changed.
+    fn resolve_output(
+        &mut self,
+        config: &AgentConfig,
+        metrics: &Metrics,
+        i: usize,
+    ) -> Option<RecordGroup> {
+        let source = &config.endpoint_slices[i];
+        let no_nodes = BTreeMap::new();
+        let nodes = self.nodes.as_ref().map_or(&no_nodes, |n| n.objects());
+        let mut addresses = endpoint_addresses(source, self.slices[i].objects().values(), nodes);
+        let kept = addresses.is_empty()
+            && source.keep_last_non_empty
+            && !self.last_non_empty[i].is_empty();
+        let service = format!("{}/{}", source.namespace, source.service);
+        if kept != self.kept[i] {
+            if kept {
+                warn!(%service, output = %source.name, "no usable endpoint: keeping the last non-empty answer");
+            } else {
+                info!(%service, output = %source.name, "usable endpoints again");
+            }
+            self.kept[i] = kept;
+        }
+        if kept {
+            addresses = self.last_non_empty[i].clone();
+        } else if !addresses.is_empty() {
+            self.last_non_empty[i] = addresses.clone();
+        }
+        metrics
+            .kept_last_answer
+            .get_or_create(&OutputLabel {
+                source: service,
+                output: source.name.clone(),
+            })
+            .set(i64::from(kept));
+        let mut records = Vec::new();
+        endpoint_records(source, &addresses, &mut records);
+        if *self.endpoint_groups[i] == *records {
+            return None;
+        }
+        self.endpoint_groups[i] = records.into();
+        Some(self.endpoint_groups[i].clone())
+    }
+}
+
+/// The group key of pod `key` of pod watcher `i` (two pod sources may both watch a pod).
+fn pod_key(i: usize, key: &str) -> GroupKey {
+    GroupKey::from(format!("pod/{i}/{key}"))
+}
+
+/// The group key of EndpointSlice output `i`.
+fn output_key(i: usize) -> GroupKey {
+    GroupKey::from(format!("endpoints/{i}"))
+}
