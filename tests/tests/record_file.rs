@@ -108,7 +108,9 @@ fn sighup_reloads_at_once() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(web(&ns), ["198.18.5.1"], "the poller did not reload");
     agent.signal(libc::SIGHUP);
-    eventually("the edit served after SIGHUP", || web(&ns) == ["198.18.5.9"]);
+    eventually("the edit served after SIGHUP", || {
+        web(&ns) == ["198.18.5.9"]
+    });
 }
 
 #[test]

@@ -147,10 +147,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(config) = &sources.config {
         publisher.serve_reverse(config.reverse.clone());
     }
-    let uses_kubernetes = sources
-        .config
-        .as_ref()
-        .is_some_and(|c| c.uses_kubernetes());
+    let uses_kubernetes = sources.config.as_ref().is_some_and(|c| c.uses_kubernetes());
     let persister = Persister::start(persist::Paths {
         records: args.saved_records.clone().filter(|_| uses_kubernetes),
         serials: args.serials.clone(),

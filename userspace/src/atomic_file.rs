@@ -67,7 +67,11 @@ mod tests {
             Err(std::io::Error::other("disk full"))
         });
         assert!(failed.is_err());
-        assert_eq!(std::fs::read(&path).unwrap(), b"two", "the old version stays");
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            b"two",
+            "the old version stays"
+        );
         assert!(!temporary_path(&path).exists());
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -132,11 +132,7 @@ impl Drop for Persister {
     fn drop(&mut self) {
         self.lock().closed = true;
         self.shared.changed.notify_all();
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(thread) = thread {
             let _ = thread.join();
         }
@@ -185,7 +181,10 @@ fn write(paths: &Paths, records: Option<Groups>, serials: Option<StateFile>) {
     if let (Some(path), Some(groups)) = (&paths.records, records)
         && let Err(err) = saved::save(path, groups.iter(), SystemTime::now())
     {
-        warn!(err = format!("{err:#}"), "cannot save the records for the next start");
+        warn!(
+            err = format!("{err:#}"),
+            "cannot save the records for the next start"
+        );
     }
     if let (Some(path), Some(state)) = (&paths.serials, serials)
         && let Err(err) = crate::serials::store(path, &state)

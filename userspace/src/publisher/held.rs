@@ -185,7 +185,10 @@ mod tests {
         };
         held.apply(
             "file",
-            snapshot(vec![(key("a"), group("198.18.0.1")), (key("b"), group("198.18.0.2"))]),
+            snapshot(vec![
+                (key("a"), group("198.18.0.1")),
+                (key("b"), group("198.18.0.2")),
+            ]),
             &mut changes,
         );
         assert_eq!(changes.touched.len(), 2);
@@ -193,7 +196,10 @@ mod tests {
         // Same records in new allocations, one changed, one gone, one new.
         held.apply(
             "file",
-            snapshot(vec![(key("a"), group("198.18.0.1")), (key("c"), group("198.18.0.3"))]),
+            snapshot(vec![
+                (key("a"), group("198.18.0.1")),
+                (key("c"), group("198.18.0.3")),
+            ]),
             &mut changes,
         );
         let mut touched: Vec<&str> = changes.touched.keys().map(|(_, k)| &**k).collect();

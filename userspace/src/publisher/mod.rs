@@ -327,3 +327,237 @@ fn unix_now() -> f64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use hickory_proto::rr::Name;
+
+    use super::*;
+    use crate::{
+        records::{RecordData, RecordGroup, SourceRecord},
+        sources::{Delta, Snapshot},
+        table::RecordTable,
+        zone::ZoneSpec,
+    };
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    fn zones() -> Vec<ZoneSpec> {
+        ["a.example.", "b.example."]
+            .iter()
+            .map(|apex| ZoneSpec::with_defaults(Name::from_ascii(apex).unwrap()))
+            .collect()
+    }
+
+    /// A pod's records: a few addresses at one of a few names, sometimes out of every zone.
+    fn random_group(rng: &mut Rng) -> RecordGroup {
+        let zone = ["a.example.", "b.example.", "c.other."][rng.below(3) as usize];
+        let owner = format!("n{}.x{}.{zone}", rng.below(6), rng.below(2));
+        let records: Vec<SourceRecord> = (0..1 + rng.below(3))
+            .map(|_| SourceRecord {
+                name: Name::from_ascii(&owner).unwrap(),
+                ttl: (rng.below(4) == 0).then(|| 30 + rng.below(3) as u32),
+                data: if rng.below(4) == 0 {
+                    RecordData::Aaaa(format!("2001:db8::{}", rng.below(5)).parse().unwrap())
+                } else {
+                    RecordData::A(format!("198.18.0.{}", rng.below(5)).parse().unwrap())
+                },
+            })
+            .collect();
+        records.into()
+    }
+
+    /// What matters of a table for the comparison: its names and nodes, its zones' digests, and
+    /// address to names (serials are the publisher's to number).
+    fn content(table: &RecordTable) -> String {
+        let nodes: BTreeMap<String, String> = table
+            .nodes()
+            .map(|(name, node)| (name.to_string(), format!("{node:?}")))
+            .collect();
+        let zones: Vec<(String, u64)> = table
+            .zones()
+            .iter()
+            .map(|z| (z.spec.apex.to_string(), z.digest))
+            .collect();
+        let mut reverse = Vec::new();
+        for (_, node) in table.nodes() {
+            for address in node.addresses() {
+                reverse.push(format!(
+                    "{address}: {:?}",
+                    table.names_with_address(&address)
+                ));
+            }
+        }
+        reverse.sort();
+        reverse.dedup();
+        format!("{nodes:?}\n{zones:?}\n{reverse:?}")
+    }
+
+    fn publisher() -> (Publisher, Arc<Shared>) {
+        let shared = Shared::new();
+        let health = Arc::new(Health::new(None));
+        let (metrics, _) = Metrics::register(shared.clone(), health.clone());
+        let publisher = Publisher::new(
+            shared.clone(),
+            Arc::default(),
+            metrics,
+            health,
+            vec![CONFIG_SOURCE, KUBERNETES_SOURCE],
+        );
+        (publisher, shared)
+    }
+
+    /// Random adds, changes, removals and relists (whole states that keep, change, drop and
+    /// add groups), published in random batches: after every batch the table served is the one
+    /// a full compile of the same records gives.
+    #[test]
+    fn deltas_in_batches_give_the_table_of_a_full_compile() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for round in 0..40 {
+            let (mut publisher, shared) = publisher();
+            let mut model: BTreeMap<String, RecordGroup> = BTreeMap::new();
+            publisher.publish(vec![Update::whole(
+                CONFIG_SOURCE,
+                Snapshot {
+                    zones: zones(),
+                    ..Snapshot::default()
+                },
+            )]);
+            for _ in 0..30 {
+                let mut batch = Vec::new();
+                for _ in 0..1 + rng.below(4) {
+                    let delta = match rng.below(10) {
+                        // A relist: most groups kept (some in new allocations), some changed,
+                        // some gone, some new.
+                        0 => {
+                            let mut groups: Vec<(GroupKey, RecordGroup)> = Vec::new();
+                            for (key, group) in &model {
+                                match rng.below(5) {
+                                    0 => {}
+                                    1 => groups.push((key.as_str().into(), random_group(&mut rng))),
+                                    2 => groups.push((key.as_str().into(), group.to_vec().into())),
+                                    _ => groups.push((key.as_str().into(), group.clone())),
+                                }
+                            }
+                            groups.push((
+                                format!("p{}", rng.below(40)).into(),
+                                random_group(&mut rng),
+                            ));
+                            groups.sort_by(|a, b| a.0.cmp(&b.0));
+                            groups.dedup_by(|a, b| a.0 == b.0);
+                            model = groups
+                                .iter()
+                                .map(|(k, g)| (k.to_string(), g.clone()))
+                                .collect();
+                            Delta::Whole(Snapshot {
+                                groups,
+                                ..Snapshot::default()
+                            })
+                        }
+                        _ => {
+                            let changes: Vec<(GroupKey, Option<RecordGroup>)> = (0..1 + rng
+                                .below(3))
+                                .map(|_| {
+                                    let key = format!("p{}", rng.below(40));
+                                    let group = (rng.below(3) != 0).then(|| random_group(&mut rng));
+                                    match &group {
+                                        Some(g) => model.insert(key.clone(), g.clone()),
+                                        None => model.remove(&key),
+                                    };
+                                    (GroupKey::from(key), group)
+                                })
+                                .collect();
+                            Delta::Groups {
+                                changes,
+                                pending_zones: None,
+                            }
+                        }
+                    };
+                    batch.push(Update {
+                        source: KUBERNETES_SOURCE,
+                        delta,
+                        observed: Instant::now(),
+                        complete: true,
+                        revision: None,
+                    });
+                }
+                publisher.publish(batch);
+                let served = shared.table().expect("a table once every source delivered");
+                let records: Vec<SourceRecord> =
+                    model.values().flat_map(|g| g.iter().cloned()).collect();
+                let (compiled, _) = RecordTable::compile(&zones(), &records);
+                assert_eq!(content(&served), content(&compiled), "round {round}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_that_changes_nothing_publishes_nothing() {
+        let (mut publisher, shared) = publisher();
+        let group = || -> RecordGroup {
+            vec![SourceRecord {
+                name: Name::from_ascii("web.a.example.").unwrap(),
+                ttl: None,
+                data: RecordData::A("198.18.0.1".parse().unwrap()),
+            }]
+            .into()
+        };
+        publisher.publish(vec![
+            Update::whole(
+                CONFIG_SOURCE,
+                Snapshot {
+                    zones: zones(),
+                    ..Snapshot::default()
+                },
+            ),
+            Update::whole(
+                KUBERNETES_SOURCE,
+                Snapshot {
+                    groups: vec![("p".into(), group())],
+                    ..Snapshot::default()
+                },
+            ),
+        ]);
+        let first = shared.table().expect("published");
+        // The same records again (a relist), and a pod that comes and goes within one batch.
+        publisher.publish(vec![
+            Update::whole(
+                KUBERNETES_SOURCE,
+                Snapshot {
+                    groups: vec![("p".into(), group())],
+                    ..Snapshot::default()
+                },
+            ),
+            Update {
+                source: KUBERNETES_SOURCE,
+                delta: Delta::Groups {
+                    changes: vec![("q".into(), Some(group())), ("q".into(), None)],
+                    pending_zones: None,
+                },
+                observed: Instant::now(),
+                complete: true,
+                revision: None,
+            },
+        ]);
+        let after = shared.table().expect("published");
+        assert!(
+            Arc::ptr_eq(&first, &after),
+            "the same table: nothing published"
+        );
+    }
+}

@@ -82,7 +82,11 @@ impl State {
     pub fn new(config: &AgentConfig, watchers: &Watchers) -> Self {
         let outputs = config.endpoint_slices.len();
         Self {
-            pods: watchers.pod_sources.iter().map(|_| Store::default()).collect(),
+            pods: watchers
+                .pod_sources
+                .iter()
+                .map(|_| Store::default())
+                .collect(),
             slices: (0..outputs).map(|_| Store::default()).collect(),
             nodes: config.needs_nodes().then(Store::default),
             last_non_empty: vec![Vec::new(); outputs],
@@ -122,7 +126,9 @@ impl State {
                 any
             }
             Change::Slice(i, event) => {
-                let changed = !self.slices[i].apply(*event, SliceInfo::from_slice).is_empty();
+                let changed = !self.slices[i]
+                    .apply(*event, SliceInfo::from_slice)
+                    .is_empty();
                 if changed {
                     self.marked.outputs.insert(i);
                 }

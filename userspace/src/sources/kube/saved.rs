@@ -125,7 +125,11 @@ where
     I: Iterator<Item = (&'a GroupKey, &'a RecordGroup)> + Clone,
 {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.clone().map(|(key, records)| GroupView { key, records }))
+        serializer.collect_seq(
+            self.0
+                .clone()
+                .map(|(key, records)| GroupView { key, records }),
+        )
     }
 }
 
@@ -251,30 +255,36 @@ mod tests {
         let path = dir.join("kubernetes.json");
         assert!(load(&path).unwrap().is_none(), "no file yet");
         let groups: Vec<(GroupKey, RecordGroup)> = vec![
-            (GroupKey::from("pod/0/edge/web-1"), vec![
-                record(
-                    "web.edge.prod.example.",
-                    RecordData::A("198.18.0.1".parse().unwrap()),
-                ),
-                SourceRecord {
-                    ttl: Some(60),
-                    ..record(
+            (
+                GroupKey::from("pod/0/edge/web-1"),
+                vec![
+                    record(
                         "web.edge.prod.example.",
-                        RecordData::Aaaa("2001:db8::1".parse().unwrap()),
-                    )
-                },
-            ]
-            .into()),
-            (GroupKey::from("pod/0/edge/web-2"), vec![record(
-                "_https._tcp.web.edge.prod.example.",
-                RecordData::Srv(Srv {
-                    priority: 0,
-                    weight: 1,
-                    port: 443,
-                    target: Name::from_ascii("cp-1.nodes.prod.example.").unwrap(),
-                }),
-            )]
-            .into()),
+                        RecordData::A("198.18.0.1".parse().unwrap()),
+                    ),
+                    SourceRecord {
+                        ttl: Some(60),
+                        ..record(
+                            "web.edge.prod.example.",
+                            RecordData::Aaaa("2001:db8::1".parse().unwrap()),
+                        )
+                    },
+                ]
+                .into(),
+            ),
+            (
+                GroupKey::from("pod/0/edge/web-2"),
+                vec![record(
+                    "_https._tcp.web.edge.prod.example.",
+                    RecordData::Srv(Srv {
+                        priority: 0,
+                        weight: 1,
+                        port: 443,
+                        target: Name::from_ascii("cp-1.nodes.prod.example.").unwrap(),
+                    }),
+                )]
+                .into(),
+            ),
         ];
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         save(&path, groups.iter().map(|(k, g)| (k, g)), now).unwrap();

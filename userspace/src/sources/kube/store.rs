@@ -136,7 +136,11 @@ mod tests {
     fn a_list_counts_only_once_it_is_complete() {
         let mut store = Store::default();
         assert!(store.apply(Event::Init, value).is_empty());
-        assert!(store.apply(Event::InitApply(pod("a", "x")), value).is_empty());
+        assert!(
+            store
+                .apply(Event::InitApply(pod("a", "x")), value)
+                .is_empty()
+        );
         assert!(!store.synced() && store.objects().is_empty());
         assert_eq!(
             store.apply(Event::InitDone, value),
