@@ -983,3 +983,75 @@ endpointSlices:
         );
     }
 }
+
+/// A host address of its own for pod `n` (unique below 131072), in 198.18.0.0/15.
+fn spread_address(n: usize) -> String {
+    format!(
+        "198.{}.{}.{}",
+        18 + (n >> 16) % 2,
+        (n >> 8) & 0xff,
+        n & 0xff
+    )
+}
+
+/// With 100,000 pods, a relist after 410 Gone (the watch resumed from a compacted revision)
+/// publishes the names that changed while the agent was cut off, and nothing else: it is
+/// compared with what the agent held, not published whole.
+#[test]
+fn a_relist_after_410_with_100k_pods_publishes_only_the_difference() {
+    const PODS: usize = 100_000;
+    let pod = |i: usize, address: usize| {
+        PodSpec::ingress(
+            &format!("pod-{i}"),
+            "ingress",
+            &format!("svc-{i}"),
+            &format!("node-{i}"),
+            &spread_address(address),
+        )
+    };
+    // One name a pod (no SRV records): all of them fit the kernel table.
+    let c = cluster_with_config(
+        "k410big",
+        |api| {
+            for i in 0..PODS {
+                api.apply(Kind::Pod, pod(i, i).to_json());
+            }
+        },
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {{api}}\npods:\n  - zone: {ZONE}\n    srv: false\n"
+        ),
+    );
+    let last = format!("svc-{}.ingress", PODS - 1);
+    eventually("the last pod", 300, || {
+        c.addresses(&last) == [spread_address(PODS - 1)]
+    });
+    let changed = || c.agent.metric("hostport_dns_table_names_changed", &[]);
+    let written = || c.agent.metric("hostport_dns_xdp_names_written", &[]);
+    let (changed_before, written_before) = (changed(), written());
+    c.api.set_outage(true);
+    eventually("the agent to notice", 15, || {
+        c.agent
+            .metric("hostport_dns_source_connected", &[("source", "kubernetes")])
+            == 0.0
+    });
+    // Three pods move while the agent is cut off, and the history is compacted.
+    let moved = [7, 50_000, PODS - 1];
+    for i in moved {
+        c.api.apply(Kind::Pod, pod(i, i + 1).to_json());
+    }
+    c.api.compact();
+    c.api.set_outage(false);
+    for i in moved {
+        let name = format!("svc-{i}.ingress");
+        eventually("the moved pod after the relist", 120, || {
+            c.addresses(&name) == [spread_address(i + 1)]
+        });
+    }
+    assert_eq!(changed() - changed_before, 3.0, "names compiled again");
+    assert_eq!(written() - written_before, 3.0, "kernel entries written");
+    assert_eq!(
+        c.addresses("svc-8.ingress"),
+        [spread_address(8)],
+        "the others stay"
+    );
+}

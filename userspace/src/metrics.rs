@@ -35,6 +35,10 @@ pub struct Metrics {
     pub table_names: Gauge,
     pub table_records: Gauge,
     pub table_updates: Counter,
+    /// Names whose records a publication changed (created, changed or gone).
+    pub table_names_changed: Counter,
+    /// Name entries written into the kernel table generation switched to.
+    pub xdp_names_written: Counter,
     /// Names in the active generation of the kernel table.
     pub xdp_table_names: Gauge,
     /// Names one generation of the kernel table may hold.
@@ -112,6 +116,8 @@ impl Metrics {
             table_names: Gauge::default(),
             table_records: Gauge::default(),
             table_updates: Counter::default(),
+            table_names_changed: Counter::default(),
+            xdp_names_written: Counter::default(),
             xdp_table_names: Gauge::default(),
             xdp_table_capacity: Gauge::default(),
             xdp_names_in_userspace: Gauge::default(),
@@ -146,6 +152,16 @@ impl Metrics {
             "table_updates",
             "Record table publications",
             metrics.table_updates.clone(),
+        );
+        registry.register(
+            "table_names_changed",
+            "Names whose records a publication changed: created, changed or gone (a whole compile counts every name)",
+            metrics.table_names_changed.clone(),
+        );
+        registry.register(
+            "xdp_names_written",
+            "Name entries written into the kernel table generation switched to (the generation left is brought up to date with the same change)",
+            metrics.xdp_names_written.clone(),
         );
         registry.register(
             "xdp_table_names",

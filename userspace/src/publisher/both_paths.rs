@@ -110,6 +110,7 @@ impl Report for KernelReport {
                     then();
                 }
                 metrics.xdp_generations.inc();
+                metrics.xdp_names_written.inc_by(stats.names_written as u64);
                 metrics.xdp_switch.observe(stats.switch_micros as f64 / 1e6);
                 if stats.waited == Some(crate::xdp::writer::Waited::GracePeriod) {
                     metrics.xdp_grace_waits.inc();

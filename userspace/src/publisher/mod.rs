@@ -182,6 +182,11 @@ impl Publisher {
         builder.assign_serials(|zone| serials.serial_for(&zone.spec.apex, zone.digest));
         builder.set_reverse_serial(serials.reverse_serial());
         let table = builder.table().clone();
+        let changed = match &compiled {
+            Compiled::Whole => table.nodes().len(),
+            Compiled::Names(names) => names.len(),
+        };
+        self.metrics.table_names_changed.inc_by(changed as u64);
         let change = match compiled {
             Compiled::Whole => TableChange::Whole,
             Compiled::Names(names) => TableChange::Names(names),
