@@ -13,10 +13,7 @@ use hickory_proto::{
     op::Message,
     rr::{RData, Record, RecordType},
 };
-use hostport_dns::{
-    table::{RecordTable, Zone},
-    xdp::entries::wire_name,
-};
+use hostport_dns::table::{RecordTable, Zone};
 
 use crate::{TempDir, clients::udp_exchange, netns::NetNs, packet::QueryBuilder};
 
@@ -42,7 +39,7 @@ pub fn zone_file(table: &RecordTable, zone: &Zone) -> String {
         let _ = writeln!(out, "{} NS {}", spec.apex, ns.name);
     }
     let mut nodes: Vec<_> = table.nodes().filter(|(_, n)| n.zone == zone.id).collect();
-    nodes.sort_by_key(|(name, _)| wire_name(name));
+    nodes.sort_by_key(|(name, _)| name.as_bytes().to_vec());
     for (name, node) in nodes {
         for a in &node.a {
             let _ = writeln!(out, "{name} A {a}");

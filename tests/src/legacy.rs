@@ -19,8 +19,7 @@ use aya::{
         links::{FdLink, PinnedLink},
     },
 };
-use hickory_proto::rr::LowerName;
-use hostport_dns::{table::RecordTable, xdp::entries::wire_name};
+use hostport_dns::table::RecordTable;
 use hostport_dns_common::{
     csum::sum16,
     dns::{CLASS_IN, POINTER_TO_QUESTION, TYPE_A, TYPE_AAAA},
@@ -125,8 +124,8 @@ impl Legacy {
             if node.apex {
                 apex_labels |= 1 << (zone.spec.apex.num_labels() - 1);
             }
-            let wire = wire_name(name);
-            let entry = name_entry(name, &wire, node, zone);
+            let wire = name.as_bytes().to_vec();
+            let entry = name_entry(&wire, node, zone);
             let key = name_hash(seed, &wire) & !1;
             names.insert(key, entry, 0).expect("write a name");
         }
@@ -196,12 +195,10 @@ impl Legacy {
 }
 
 fn name_entry(
-    name: &LowerName,
     wire: &[u8],
     node: &hostport_dns::table::Node,
     zone: &hostport_dns::table::Zone,
 ) -> NameEntry {
-    let _ = name;
     let ttl = node.ttl_in(zone);
     let rr = |rtype: u16, address: &[u8]| {
         let mut rr = Vec::new();

@@ -21,12 +21,13 @@ use std::{
 };
 
 use aya::maps::{Map, MapData};
-use hickory_proto::rr::{LowerName, Name};
+use hickory_proto::rr::Name;
 use hostport_dns::{
+    dns::WireName,
     records::{RecordData, SourceRecord},
     server::answer::{Transport, respond},
     table::RecordTable,
-    xdp::{entries::wire_name, hostset::HostAddresses, shared::SharedArray, writer::TestHooks},
+    xdp::{hostset::HostAddresses, shared::SharedArray, writer::TestHooks},
     zone::ZoneSpec,
 };
 use hostport_dns_common::{
@@ -89,7 +90,7 @@ fn random_state(rng: &mut Rng) -> State {
             if rng.below(3) == 0 {
                 continue;
             }
-            let owner = name(&owner(&apex, i));
+            let owner = WireName::from_name(&name(&owner(&apex, i)));
             // A, AAAA or both, 1 to 4 of each: positive answers, NODATA and NXDOMAIN all change.
             let kinds = rng.below(3);
             for k in 0..=rng.below(4) {
@@ -124,14 +125,14 @@ fn random_state(rng: &mut Rng) -> State {
 }
 
 /// Every name a state can have (the writer refreshes them all: a superset of what changed).
-fn every_name() -> Vec<LowerName> {
+fn every_name() -> Vec<WireName> {
     let mut names = Vec::new();
     for zone in ZONES {
-        names.push(LowerName::new(&name(zone)));
+        names.push(WireName::from_name(&name(zone)));
         for i in 0..NAMES_PER_ZONE {
             let full = name(&owner(zone, i));
-            names.push(LowerName::new(&full));
-            names.push(LowerName::new(&full.base_name()));
+            names.push(WireName::from_name(&full));
+            names.push(WireName::from_name(&full.base_name()));
         }
     }
     names.sort();
@@ -517,10 +518,12 @@ fn a_writer_that_does_not_wait_for_readers_is_caught() {
 fn big_table(names: usize) -> RecordTable {
     let zone = ZoneSpec::with_defaults(name("big.example."));
     let records: Vec<SourceRecord> = (0..names)
-        .map(|i| SourceRecord {
-            name: name(&format!("h{i}.big.example.")),
-            ttl: None,
-            data: RecordData::A([198, 18, (i >> 8) as u8 % 250 + 1, i as u8].into()),
+        .map(|i| {
+            SourceRecord::new(
+                &name(&format!("h{i}.big.example.")),
+                None,
+                RecordData::A([198, 18, (i >> 8) as u8 % 250 + 1, i as u8].into()),
+            )
         })
         .collect();
     RecordTable::compile(&[zone], &records).0
@@ -576,11 +579,7 @@ fn no_name_of_the_first_table_is_nxdomain_while_it_is_written() {
 }
 
 fn a_record(owner: &str, address: [u8; 4]) -> SourceRecord {
-    SourceRecord {
-        name: name(owner),
-        ttl: None,
-        data: RecordData::A(address.into()),
-    }
+    SourceRecord::new(&name(owner), None, RecordData::A(address.into()))
 }
 
 #[test]
@@ -655,7 +654,7 @@ fn an_index_way_leading_to_another_name_is_passed_not_answered() {
             .expect("the index, mapped");
     // The way of one points to two's entry: what a tag shared by two names looks like.
     let way_of = |index: &SharedArray<Bucket>, owner: &str| {
-        let hash = name_hash(seed, &wire_name(&LowerName::new(&name(owner))));
+        let hash = name_hash(seed, WireName::from_name(&name(owner)).as_bytes());
         let (first, second, tag) = candidates(hash, capacity.buckets);
         [first, second]
             .into_iter()

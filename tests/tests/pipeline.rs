@@ -211,7 +211,7 @@ fn a_stop_during_a_burst_leaves_records_and_serials_that_agree() {
     let expected: Vec<String> = {
         let mut addresses: Vec<String> = all
             .iter()
-            .filter(|r| r.name.to_ascii() == format!("{name}."))
+            .filter(|r| r.name.to_string() == format!("{name}."))
             .filter_map(|r| match &r.data {
                 RecordData::A(a) => Some(a.to_string()),
                 _ => None,

@@ -30,7 +30,7 @@ use ipnet::IpNet;
 
 use crate::{
     clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
-    names::{RelativeName, parse_name},
+    dns::grammar::{RelativeName, parse_name},
     sources::{Snapshot, file::FileError, kube::syntax},
     table::{Network, ReverseConfig},
     transfer::config::{TransferConfig, TransferEntry},

@@ -7,10 +7,12 @@ use std::{
 
 use hickory_proto::rr::Name;
 
-/// One record from a source. Names are lower-case and fully qualified.
+use crate::dns::WireName;
+
+/// One record from a source (56 bytes; the name is shared, not copied).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourceRecord {
-    pub name: Name,
+    pub name: WireName,
     /// The record's own TTL; the zone's when None.
     pub ttl: Option<u32>,
     pub data: RecordData,
@@ -38,7 +40,18 @@ pub struct Srv {
     pub priority: u16,
     pub weight: u16,
     pub port: u16,
-    pub target: Name,
+    pub target: WireName,
+}
+
+impl SourceRecord {
+    /// A record at `name`.
+    pub fn new(name: &Name, ttl: Option<u32>, data: RecordData) -> Self {
+        Self {
+            name: WireName::from_name(name),
+            ttl,
+            data,
+        }
+    }
 }
 
 /// Records that come and go together: one pod's, one Service output's, one file's. A group that

@@ -8,7 +8,10 @@ use hostport_dns_common::limits::DEFAULT_TTL;
 use serde::{Deserialize, Deserializer, de};
 
 use crate::{
-    names::{DnsName, RelativeName},
+    dns::{
+        WireName,
+        grammar::{DnsName, RelativeName},
+    },
     records::{RecordData, SourceRecord, Srv},
 };
 
@@ -221,7 +224,7 @@ impl ZoneEntry {
         }
         let mut records = Vec::new();
         for (name, addresses) in self.records {
-            let name = name.resolve(&apex)?;
+            let name = WireName::from_name(&name.resolve(&apex)?);
             for address in addresses.0 {
                 records.push(SourceRecord {
                     name: name.clone(),
@@ -231,13 +234,13 @@ impl ZoneEntry {
             }
         }
         for (name, targets) in self.srv {
-            let name = name.resolve(&apex)?;
+            let name = WireName::from_name(&name.resolve(&apex)?);
             for t in targets {
                 let srv = Srv {
                     priority: t.priority,
                     weight: t.weight,
                     port: t.port,
-                    target: t.target.resolve_anywhere(&apex)?,
+                    target: WireName::from_name(&t.target.resolve_anywhere(&apex)?),
                 };
                 records.push(SourceRecord {
                     name: name.clone(),

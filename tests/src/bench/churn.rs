@@ -65,7 +65,7 @@ fn p50_p99(mut samples: Vec<u64>) -> (f64, f64) {
 
 fn record(owner: &str, address: [u8; 4]) -> SourceRecord {
     SourceRecord {
-        name: Name::from_ascii(owner).expect("a name"),
+        name: hostport_dns::dns::WireName::from_name(&Name::from_ascii(owner).expect("a name")),
         ttl: None,
         data: RecordData::A(address.into()),
     }

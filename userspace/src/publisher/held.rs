@@ -162,7 +162,7 @@ mod tests {
 
     fn group(ip: &str) -> RecordGroup {
         vec![SourceRecord {
-            name: Name::from_ascii("x.example.").unwrap(),
+            name: crate::dns::WireName::from_name(&Name::from_ascii("x.example.").unwrap()),
             ttl: None,
             data: RecordData::A(ip.parse().unwrap()),
         }]

@@ -17,7 +17,6 @@ use std::{
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
-use hickory_proto::rr::LowerName;
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -26,6 +25,7 @@ pub use both_paths::{AfterFirstWrite, KernelSink, kernel_report};
 pub use held::Groups;
 
 use crate::{
+    dns::WireName,
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
     persist::Persister,
@@ -72,7 +72,7 @@ enum Compiled {
     /// Everything (the first table, or the zones changed).
     Whole,
     /// These names only (none: nothing changed).
-    Names(Vec<LowerName>),
+    Names(Vec<WireName>),
 }
 
 impl Publisher {
@@ -375,7 +375,7 @@ mod tests {
         let owner = format!("n{}.x{}.{zone}", rng.below(6), rng.below(2));
         let records: Vec<SourceRecord> = (0..1 + rng.below(3))
             .map(|_| SourceRecord {
-                name: Name::from_ascii(&owner).unwrap(),
+                name: WireName::from_name(&Name::from_ascii(&owner).unwrap()),
                 ttl: (rng.below(4) == 0).then(|| 30 + rng.below(3) as u32),
                 data: if rng.below(4) == 0 {
                     RecordData::Aaaa(format!("2001:db8::{}", rng.below(5)).parse().unwrap())
@@ -516,7 +516,7 @@ mod tests {
         let (mut publisher, shared) = publisher();
         let group = || -> RecordGroup {
             vec![SourceRecord {
-                name: Name::from_ascii("web.a.example.").unwrap(),
+                name: WireName::from_name(&Name::from_ascii("web.a.example.").unwrap()),
                 ttl: None,
                 data: RecordData::A("198.18.0.1".parse().unwrap()),
             }]

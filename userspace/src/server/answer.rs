@@ -28,6 +28,7 @@ use hostport_dns_common::policy::RateClass;
 
 use crate::{
     clients::cookies::{CookieState, Cookies},
+    dns::WireName,
     server::identity::Identity,
     table::{Network, Node, RecordTable, Zone},
 };
@@ -571,9 +572,11 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
     }
     if matches!(qtype, RecordType::PTR | RecordType::ANY) {
         let ttl = ptr_ttl(table, &names, &zone);
-        response.add_answers(names.iter().map(|n| {
-            Record::from_rdata(question.name.clone(), ttl, RData::PTR(PTR((*n).clone())))
-        }));
+        response.add_answers(
+            names.iter().map(|n| {
+                Record::from_rdata(question.name.clone(), ttl, RData::PTR(PTR(n.clone())))
+            }),
+        );
     } else {
         response.add_authority(negative_soa_record(&zone, &apex));
     }
@@ -581,7 +584,7 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
 }
 
 /// The TTL of the PTR records naming `names`: one RRset, one TTL, the lowest of the names'.
-pub fn ptr_ttl(table: &RecordTable, names: &[&Name], zone: &Zone) -> u32 {
+pub fn ptr_ttl(table: &RecordTable, names: &[Name], zone: &Zone) -> u32 {
     names
         .iter()
         .filter_map(|n| Some(table.node(n)?.ttl_in(table.zone_for(n)?)))
@@ -627,7 +630,7 @@ pub fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
     node.srv
         .iter()
         .map(|s| {
-            let srv = SRV::new(s.priority, s.weight, s.port, s.target.clone());
+            let srv = SRV::new(s.priority, s.weight, s.port, s.target.to_name());
             Record::from_rdata(owner.clone(), ttl, RData::SRV(srv))
         })
         .collect()
@@ -637,15 +640,19 @@ pub fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
 /// One set per distinct target, however many SRV records name it.
 fn srv_target_addresses(node: &Node, table: &RecordTable) -> Vec<Record> {
     let mut out = Vec::new();
-    let mut targets: Vec<&Name> = Vec::new();
+    let mut targets: Vec<&WireName> = Vec::new();
     for srv in &node.srv {
         if targets.contains(&&srv.target) {
             continue;
         }
         targets.push(&srv.target);
-        if let (Some(target), Some(zone)) = (table.node(&srv.target), table.zone_for(&srv.target)) {
-            out.extend(addresses_a(&srv.target, target, target.ttl_in(zone)));
-            out.extend(addresses_aaaa(&srv.target, target, target.ttl_in(zone)));
+        let name = srv.target.to_name();
+        if let (Some(target), Some(zone)) = (
+            table.node_wire(srv.target.as_bytes()),
+            table.zone_for(&name),
+        ) {
+            out.extend(addresses_a(&name, target, target.ttl_in(zone)));
+            out.extend(addresses_aaaa(&name, target, target.ttl_in(zone)));
         }
     }
     out

@@ -14,6 +14,7 @@ use std::{sync::Arc, time::Instant};
 use hickory_proto::rr::Name;
 
 use crate::{
+    dns::WireName,
     records::{RecordGroup, SourceRecord},
     zone::ZoneSpec,
 };
@@ -38,18 +39,16 @@ impl Snapshot {
     /// A snapshot whose records form one group per owner name (a record file, the
     /// configuration's static records): a change to one name is a change to one group.
     pub fn new(zones: Vec<ZoneSpec>, records: Vec<SourceRecord>) -> Self {
-        let mut by_name: std::collections::BTreeMap<Name, Vec<SourceRecord>> = Default::default();
+        let mut by_name: std::collections::BTreeMap<WireName, Vec<SourceRecord>> =
+            Default::default();
         for record in records {
-            by_name
-                .entry(record.name.to_lowercase())
-                .or_default()
-                .push(record);
+            by_name.entry(record.name.clone()).or_default().push(record);
         }
         Self {
             zones,
             groups: by_name
                 .into_iter()
-                .map(|(name, records)| (GroupKey::from(name.to_ascii()), records.into()))
+                .map(|(name, records)| (GroupKey::from(name.to_string()), records.into()))
                 .collect(),
             pending_zones: Vec::new(),
         }

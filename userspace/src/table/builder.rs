@@ -5,27 +5,34 @@
 //!
 //! Compiling the same records from scratch gives the same table, whatever order the groups
 //! came and went in (tested below).
+//!
+//! Memory: a name is held as one [`WireName`] shared with the table, its reverse index and the
+//! kernel table's writer; its records as one sorted vector of (record, TTL, holders), 40 bytes
+//! a record.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
-use hickory_proto::rr::{LowerName, Name};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{CompileWarning, Node, RecordTable, Zone, serial};
 use crate::{
+    dns::WireName,
     records::{RecordData, SourceRecord},
     zone::ZoneSpec,
 };
 
-/// A record as a name holds it: its data and its own TTL.
-type HeldRecord = (RecordData, Option<u32>);
+/// A record as a name holds it: its data, its own TTL, and how many groups hold it. Sorted by
+/// (data, TTL): the same data with several TTLs comes in a row.
+type HeldRecord = (RecordData, Option<u32>, u32);
 
 pub struct TableBuilder {
     /// Sorted by apex; the index is the zone id.
     specs: Vec<ZoneSpec>,
-    names: FxHashMap<LowerName, NameState>,
+    /// The zones' apexes, in wire form, by zone id.
+    apexes: Vec<WireName>,
+    names: FxHashMap<WireName, NameState>,
     /// Names whose node may differ from the table's since the last [`TableBuilder::finish`].
-    dirty: FxHashSet<LowerName>,
+    dirty: FxHashSet<WireName>,
     /// Per zone: the wrapping sum of its names' serial parts.
     content: Vec<u64>,
     table: RecordTable,
@@ -35,11 +42,11 @@ pub struct TableBuilder {
 struct NameState {
     zone: u32,
     apex: bool,
-    /// Every record at the name, with the number of groups that hold it.
-    records: BTreeMap<HeldRecord, u32>,
     /// Names below it (up to its zone's apex) that hold records: while there are any, the name
     /// exists, as an empty non-terminal at least.
     holders_below: u32,
+    /// Every record at the name.
+    records: Vec<HeldRecord>,
 }
 
 impl NameState {
@@ -47,12 +54,12 @@ impl NameState {
         Self {
             zone,
             apex,
-            records: BTreeMap::new(),
             holders_below: 0,
+            records: Vec::new(),
         }
     }
 
-    /// The node: record sets sorted and without duplicates (the map's order), the lowest TTL
+    /// The node: record sets sorted and without duplicates (the vector's order), the lowest TTL
     /// its records have (a record without its own TTL has the zone's, `zone_ttl`): one name's
     /// records are served with one TTL.
     fn node(&self, zone_ttl: u32) -> Node {
@@ -63,7 +70,7 @@ impl NameState {
         };
         let mut own_ttls = false;
         let mut zone_ttls = false;
-        for (data, ttl) in self.records.keys() {
+        for (data, ttl, _) in &self.records {
             match ttl {
                 Some(ttl) => {
                     own_ttls = true;
@@ -71,7 +78,6 @@ impl NameState {
                 }
                 None => zone_ttls = true,
             }
-            // The same data with several TTLs comes in a row.
             match data {
                 RecordData::A(a) if node.a.last() != Some(a) => node.a.push(*a),
                 RecordData::Aaaa(a) if node.aaaa.last() != Some(a) => node.aaaa.push(*a),
@@ -82,11 +88,43 @@ impl NameState {
         if own_ttls && zone_ttls {
             node.ttl = node.ttl.map(|t| t.min(zone_ttl));
         }
+        node.a.shrink_to_fit();
+        node.aaaa.shrink_to_fit();
+        node.srv.shrink_to_fit();
         node
     }
 
     fn can_go(&self) -> bool {
         self.records.is_empty() && self.holders_below == 0 && !self.apex
+    }
+
+    /// One more holder of `record`; whether the name had no record before.
+    fn hold(&mut self, data: &RecordData, ttl: Option<u32>) -> bool {
+        let first = self.records.is_empty();
+        match self.find(data, ttl) {
+            Ok(at) => self.records[at].2 += 1,
+            Err(at) => self.records.insert(at, (data.clone(), ttl, 1)),
+        }
+        first
+    }
+
+    /// One holder less of `record`; whether the name has no record left. A record not held
+    /// (removed twice) changes nothing.
+    fn release(&mut self, data: &RecordData, ttl: Option<u32>) -> Option<bool> {
+        let at = self.find(data, ttl).ok()?;
+        self.records[at].2 -= 1;
+        if self.records[at].2 == 0 {
+            self.records.remove(at);
+            if self.records.capacity() > 2 * self.records.len() + 4 {
+                self.records.shrink_to_fit();
+            }
+        }
+        Some(self.records.is_empty())
+    }
+
+    fn find(&self, data: &RecordData, ttl: Option<u32>) -> Result<usize, usize> {
+        self.records
+            .binary_search_by(|(d, t, _)| (d, t).cmp(&(data, &ttl)))
     }
 }
 
@@ -106,6 +144,7 @@ impl TableBuilder {
                 serial: serial::serial_of_digest(serial::zone_digest(0, spec)),
             })
             .collect();
+        let apexes: Vec<WireName> = specs.iter().map(|s| WireName::from_name(&s.apex)).collect();
         let mut builder = Self {
             content: vec![0; specs.len()],
             names: FxHashMap::default(),
@@ -114,12 +153,14 @@ impl TableBuilder {
                 zones: compiled,
                 ..RecordTable::default()
             },
+            apexes,
             specs,
         };
-        for (id, spec) in builder.specs.iter().enumerate() {
-            let key = LowerName::new(&spec.apex);
-            builder.dirty.insert(key.clone());
-            builder.names.insert(key, NameState::new(id as u32, true));
+        for (id, apex) in builder.apexes.iter().enumerate() {
+            builder.dirty.insert(apex.clone());
+            builder
+                .names
+                .insert(apex.clone(), NameState::new(id as u32, true));
         }
         let mut warnings = Vec::new();
         let mut glue = Vec::new();
@@ -136,8 +177,9 @@ impl TableBuilder {
                     });
                     continue;
                 }
+                let name = WireName::from_name(&ns.name);
                 glue.extend(ns.addresses.iter().map(|address| SourceRecord {
-                    name: ns.name.clone(),
+                    name: name.clone(),
                     ttl: None,
                     data: RecordData::from(*address),
                 }));
@@ -176,88 +218,91 @@ impl TableBuilder {
     }
 
     fn add_record(&mut self, record: &SourceRecord) -> bool {
-        let key = LowerName::new(&record.name);
-        if !self.names.contains_key(&key) {
-            let Some(zone) = self.zone_index(&record.name) else {
-                return false;
-            };
-            let state = NameState::new(zone, false);
-            self.names.insert(key.clone(), state);
-        }
-        let Some(state) = self.names.get_mut(&key) else {
-            return false;
+        let state = match self.names.get_mut(&record.name) {
+            Some(state) => state,
+            None => {
+                let Some(zone) = self.zone_index(&record.name) else {
+                    return false;
+                };
+                self.names
+                    .entry(record.name.clone())
+                    .or_insert(NameState::new(zone, false))
+            }
         };
-        let first = state.records.is_empty();
-        *state
-            .records
-            .entry((record.data.clone(), record.ttl))
-            .or_insert(0) += 1;
+        let first = state.hold(&record.data, record.ttl);
         let zone = state.zone;
         if first {
             self.count_holder(&record.name, zone, true);
         }
-        self.dirty.insert(key);
+        self.mark(&record.name);
         true
     }
 
     fn remove_record(&mut self, record: &SourceRecord) {
-        let key = LowerName::new(&record.name);
         // A name the builder does not know was outside every zone when it was added.
-        let Some(state) = self.names.get_mut(&key) else {
+        let Some(state) = self.names.get_mut(&record.name) else {
             return;
         };
-        let held = (record.data.clone(), record.ttl);
-        let Some(count) = state.records.get_mut(&held) else {
+        let Some(now_empty) = state.release(&record.data, record.ttl) else {
             return;
         };
-        *count -= 1;
-        if *count == 0 {
-            state.records.remove(&held);
-            if state.records.is_empty() {
-                let zone = state.zone;
-                if state.can_go() {
-                    self.names.remove(&key);
-                }
-                self.count_holder(&record.name, zone, false);
+        if now_empty {
+            let zone = state.zone;
+            if state.can_go() {
+                self.names.remove(&record.name);
             }
+            self.count_holder(&record.name, zone, false);
         }
-        self.dirty.insert(key);
+        self.mark(&record.name);
+    }
+
+    /// Notes that `name`'s node may have changed, sharing the name the builder holds.
+    fn mark(&mut self, name: &WireName) {
+        if !self.dirty.contains(name) {
+            let held = self
+                .names
+                .get_key_value(name)
+                .map_or_else(|| name.clone(), |(held, _)| held.clone());
+            self.dirty.insert(held);
+        }
     }
 
     /// A name gained its first record (`gained`) or lost its last: its ancestors below the
     /// apex exist while some name below them holds records.
-    fn count_holder(&mut self, name: &Name, zone: u32, gained: bool) {
-        let apex = &self.specs[zone as usize].apex;
-        let mut ancestor = name.base_name();
-        while apex.zone_of(&ancestor) && ancestor != *apex {
-            let key = LowerName::new(&ancestor);
+    fn count_holder(&mut self, name: &WireName, zone: u32, gained: bool) {
+        let apex = self.apexes[zone as usize].clone();
+        let mut ancestor = name.parent();
+        while let Some(at) = ancestor {
+            if at == apex || !at.is_in(&apex) {
+                break;
+            }
             let state = self
                 .names
-                .entry(key.clone())
+                .entry(at.clone())
                 .or_insert_with(|| NameState::new(zone, false));
             if gained {
                 state.holders_below += 1;
             } else {
                 state.holders_below = state.holders_below.saturating_sub(1);
                 if state.can_go() {
-                    self.names.remove(&key);
+                    self.names.remove(&at);
                 }
             }
-            self.dirty.insert(key);
-            ancestor = ancestor.base_name();
+            ancestor = at.parent();
+            self.mark(&at);
         }
     }
 
-    fn zone_index(&self, name: &Name) -> Option<u32> {
-        self.specs
+    fn zone_index(&self, name: &WireName) -> Option<u32> {
+        self.apexes
             .iter()
-            .position(|z| z.apex.zone_of(name))
+            .position(|apex| name.is_in(apex))
             .map(|i| i as u32)
     }
 
     /// Compiles the names touched since the last call into the table. Returns the names whose
     /// node changed: created, changed or gone.
-    pub fn finish(&mut self) -> Vec<LowerName> {
+    pub fn finish(&mut self) -> Vec<WireName> {
         let mut changed = Vec::new();
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
@@ -269,18 +314,17 @@ impl TableBuilder {
             if old == new {
                 continue;
             }
-            let name: Name = (&key).into();
             if let Some(old) = &old {
                 self.content[old.zone as usize] =
-                    self.content[old.zone as usize].wrapping_sub(serial::name_part(&name, old));
+                    self.content[old.zone as usize].wrapping_sub(serial::name_part(&key, old));
                 self.table.records -= old.record_count();
             }
             if let Some(new) = &new {
                 self.content[new.zone as usize] =
-                    self.content[new.zone as usize].wrapping_add(serial::name_part(&name, new));
+                    self.content[new.zone as usize].wrapping_add(serial::name_part(&key, new));
                 self.table.records += new.record_count();
             }
-            self.update_reverse(&name, old.as_deref(), new.as_deref());
+            self.update_reverse(&key, old.as_deref(), new.as_deref());
             match new {
                 Some(node) => self.table.nodes.insert(key.clone(), node),
                 None => self.table.nodes.remove(&key),
@@ -308,14 +352,14 @@ impl TableBuilder {
     }
 
     /// Keeps address → names in step with one name's change.
-    fn update_reverse(&mut self, name: &Name, old: Option<&Node>, new: Option<&Node>) {
+    fn update_reverse(&mut self, name: &WireName, old: Option<&Node>, new: Option<&Node>) {
         let old = old.map(Node::addresses).unwrap_or_default();
         let new = new.map(Node::addresses).unwrap_or_default();
         for gone in old.iter().filter(|a| !new.contains(a)) {
             let Some(names) = self.table.reverse.get(gone) else {
                 continue;
             };
-            let rest: Vec<Name> = names.iter().filter(|n| *n != name).cloned().collect();
+            let rest: Vec<WireName> = names.iter().filter(|n| *n != name).cloned().collect();
             if rest.is_empty() {
                 self.table.reverse.remove(gone);
                 self.table.addresses.remove(gone);
@@ -324,13 +368,13 @@ impl TableBuilder {
             }
         }
         for added in new.iter().filter(|a| !old.contains(a)) {
-            let mut names: Vec<Name> = self
+            let mut names: Vec<WireName> = self
                 .table
                 .reverse
                 .get(added)
                 .map(|n| n.to_vec())
                 .unwrap_or_default();
-            if let Err(at) = names.binary_search(name) {
+            if let Err(at) = names.binary_search_by(|n| by_text(n, name)) {
                 names.insert(at, name.clone());
             }
             self.table.reverse.insert(*added, names.into());
@@ -349,8 +393,20 @@ impl TableBuilder {
     }
 }
 
+/// The order of names at one address: DNS's canonical order (RFC 4034 §6.1), as hickory orders
+/// names, so that PTR answers keep the order they always had.
+fn by_text(a: &WireName, b: &WireName) -> std::cmp::Ordering {
+    let a_labels: Vec<&[u8]> = a.labels().collect();
+    let b_labels: Vec<&[u8]> = b.labels().collect();
+    a_labels.iter().rev().cmp(b_labels.iter().rev())
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use hickory_proto::rr::Name;
+
     use super::*;
 
     fn name(s: &str) -> Name {
@@ -358,11 +414,7 @@ mod tests {
     }
 
     fn a(n: &str, ip: &str, ttl: Option<u32>) -> SourceRecord {
-        SourceRecord {
-            name: name(n),
-            ttl,
-            data: RecordData::A(ip.parse().unwrap()),
-        }
+        SourceRecord::new(&name(n), ttl, RecordData::A(ip.parse().unwrap()))
     }
 
     fn zones() -> Vec<ZoneSpec> {
@@ -393,7 +445,7 @@ mod tests {
                 let ip = format!("198.18.{}.{}", rng.below(2), rng.below(3));
                 if rng.below(4) == 0 {
                     SourceRecord {
-                        name: name(&format!("{owner}.{zone}")),
+                        name: WireName::from_name(&name(&format!("{owner}.{zone}"))),
                         ttl,
                         data: RecordData::Aaaa(
                             format!("2001:db8::{}", rng.below(3)).parse().unwrap(),
@@ -412,41 +464,40 @@ mod tests {
     fn expected_nodes<'a>(
         zones: &[ZoneSpec],
         records: impl IntoIterator<Item = &'a SourceRecord>,
-    ) -> BTreeMap<LowerName, Node> {
-        let mut apexes: Vec<&Name> = zones.iter().map(|z| &z.apex).collect();
-        apexes.sort();
-        let mut nodes: BTreeMap<LowerName, Node> = BTreeMap::new();
-        let mut held_ttls: BTreeMap<LowerName, Vec<Option<u32>>> = BTreeMap::new();
+    ) -> BTreeMap<WireName, Node> {
+        let mut sorted: Vec<&Name> = zones.iter().map(|z| &z.apex).collect();
+        sorted.sort();
+        let apexes: Vec<WireName> = sorted.iter().map(|a| WireName::from_name(a)).collect();
+        let mut nodes: BTreeMap<WireName, Node> = BTreeMap::new();
+        let mut held_ttls: BTreeMap<WireName, Vec<Option<u32>>> = BTreeMap::new();
         for (id, apex) in apexes.iter().enumerate() {
             let node = Node {
                 zone: id as u32,
                 apex: true,
                 ..Node::default()
             };
-            nodes.insert(LowerName::new(apex), node);
+            nodes.insert(apex.clone(), node);
         }
         for record in records {
-            let Some(zone) = apexes.iter().position(|a| a.zone_of(&record.name)) else {
+            let Some(zone) = apexes.iter().position(|a| record.name.is_in(a)) else {
                 continue;
             };
             let mut name = record.name.clone();
-            while name.num_labels() > apexes[zone].num_labels() {
-                nodes.entry(LowerName::new(&name)).or_insert(Node {
+            while name.label_count() > apexes[zone].label_count() {
+                nodes.entry(name.clone()).or_insert(Node {
                     zone: zone as u32,
                     ..Node::default()
                 });
-                name = name.base_name();
+                name = name.parent().expect("below the apex");
             }
-            let node = nodes
-                .get_mut(&LowerName::new(&record.name))
-                .expect("inserted");
+            let node = nodes.get_mut(&record.name).expect("inserted");
             match &record.data {
                 RecordData::A(a) => node.a.push(*a),
                 RecordData::Aaaa(a) => node.aaaa.push(*a),
                 RecordData::Srv(s) => node.srv.push(s.clone()),
             }
             held_ttls
-                .entry(LowerName::new(&record.name))
+                .entry(record.name.clone())
                 .or_default()
                 .push(record.ttl);
         }
@@ -456,7 +507,7 @@ mod tests {
             let node = nodes.get_mut(&name).expect("inserted");
             let zone_ttl = zones
                 .iter()
-                .find(|z| z.apex == *apexes[node.zone as usize])
+                .find(|z| z.apex == *sorted[node.zone as usize])
                 .map(|z| z.ttl)
                 .expect("the zone");
             if ttls.iter().any(Option::is_some) {
@@ -499,7 +550,7 @@ mod tests {
             let mut changed = builder.finish();
             let (fresh, _) = RecordTable::compile(&zones, live.iter().flatten());
             assert_eq!(builder.table(), &fresh, "step {step}");
-            let held: BTreeMap<LowerName, Node> = builder
+            let held: BTreeMap<WireName, Node> = builder
                 .table()
                 .nodes()
                 .map(|(name, node)| (name.clone(), node.clone()))
@@ -512,7 +563,7 @@ mod tests {
             );
             // The names reported are exactly those whose node differs.
             let after = builder.table();
-            let mut differ: Vec<LowerName> = before
+            let mut differ: Vec<WireName> = before
                 .nodes
                 .keys()
                 .chain(after.nodes.keys())

@@ -15,12 +15,15 @@ pub mod reverse;
 mod serial;
 
 use std::{
+    borrow::Borrow,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
 };
 
 use hickory_proto::rr::{LowerName, Name};
 use rustc_hash::FxBuildHasher;
+
+use crate::dns::WireName;
 
 pub use builder::TableBuilder;
 pub use reverse::{Network, ReverseConfig};
@@ -88,7 +91,7 @@ impl Node {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CompileWarning {
     /// A record whose name is in no served zone.
-    OutOfZone { name: Name },
+    OutOfZone { name: WireName },
     /// A name server address for a name outside its zone (cannot be served).
     OutOfZoneGlue { zone: Name, name: Name },
 }
@@ -110,9 +113,9 @@ impl std::fmt::Display for CompileWarning {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordTable {
     zones: Vec<Zone>,
-    nodes: PersistentMap<LowerName, Arc<Node>>,
-    /// Address → the names holding it, sorted.
-    reverse: PersistentMap<IpAddr, Arc<[Name]>>,
+    nodes: PersistentMap<WireName, Arc<Node>>,
+    /// Address → the names holding it, in canonical order.
+    reverse: PersistentMap<IpAddr, Arc<[WireName]>>,
     /// The addresses of `reverse`, in order: which networks hold any.
     addresses: imbl::OrdSet<IpAddr>,
     /// Which reverse zones are served, and which names get no PTR.
@@ -148,29 +151,37 @@ impl RecordTable {
 
     /// The node at `name` (case-insensitive).
     pub fn node(&self, name: &Name) -> Option<&Node> {
-        self.node_lower(&LowerName::new(name))
+        let mut wire = Vec::with_capacity(name.len() + 1);
+        crate::dns::wire_name::write_lower(name, &mut wire);
+        self.node_wire(&wire)
     }
 
     /// The node at a name already in lower case.
     pub fn node_lower(&self, name: &LowerName) -> Option<&Node> {
-        self.nodes.get(name).map(Arc::as_ref)
+        self.node(name.borrow())
+    }
+
+    /// The node at a name in lower-case wire form.
+    pub fn node_wire(&self, wire: &[u8]) -> Option<&Node> {
+        self.nodes.get(wire).map(Arc::as_ref)
     }
 
     /// Every name of every zone, empty non-terminals and apexes included.
-    pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&LowerName, &Node)> {
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = (&WireName, &Node)> {
         self.nodes.iter().map(|(name, node)| (name, node.as_ref()))
     }
 
-    /// Names that have `address` among their A or AAAA records, sorted.
-    pub fn names_with_address(&self, address: &IpAddr) -> Option<&[Name]> {
+    /// Names that have `address` among their A or AAAA records, in canonical order.
+    pub fn names_with_address(&self, address: &IpAddr) -> Option<&[WireName]> {
         self.reverse.get(address).map(AsRef::as_ref)
     }
 
     /// The targets of `address`'s PTR records: its names, but those left out.
-    pub fn ptr_names(&self, address: &IpAddr) -> Vec<&Name> {
+    pub fn ptr_names(&self, address: &IpAddr) -> Vec<Name> {
         self.names_with_address(address)
             .unwrap_or_default()
             .iter()
+            .map(WireName::to_name)
             .filter(|name| self.reverse_config.serves(name))
             .collect()
     }
@@ -261,7 +272,7 @@ mod tests {
 
     fn a(n: &str, ip: &str) -> SourceRecord {
         SourceRecord {
-            name: name(n),
+            name: WireName::from_name(&name(n)),
             ttl: None,
             data: RecordData::A(ip.parse().unwrap()),
         }
@@ -310,7 +321,7 @@ mod tests {
         assert_eq!(
             warnings,
             vec![CompileWarning::OutOfZone {
-                name: name("x.other.")
+                name: WireName::from_name(&name("x.other."))
             }]
         );
     }

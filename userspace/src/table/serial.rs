@@ -5,9 +5,8 @@
 //! Each name contributes a stable 64-bit hash of its records; a zone's content is the wrapping
 //! sum of those, so a change to one name updates the sum without visiting the others.
 
-use hickory_proto::rr::Name;
-
 use super::Node;
+use crate::dns::WireName;
 use crate::zone::ZoneSpec;
 
 /// FNV-1a, 64 bits: a stable hash (the same on every agent and every Rust version).
@@ -27,12 +26,12 @@ impl Fnv1a64 {
 
 /// What a name adds to its zone's content sum: its name, TTL and records in order. Names
 /// without records (apexes, empty non-terminals) add nothing: they follow from the others.
-pub fn name_part(name: &Name, node: &Node) -> u64 {
+pub fn name_part(name: &WireName, node: &Node) -> u64 {
     if node.is_empty() {
         return 0;
     }
     let mut h = Fnv1a64::new();
-    h.write(name.to_ascii().as_bytes());
+    write_text(&mut h, name);
     h.write(&node.ttl.unwrap_or(u32::MAX).to_be_bytes());
     for a in &node.a {
         h.write(b"A");
@@ -47,9 +46,21 @@ pub fn name_part(name: &Name, node: &Node) -> u64 {
         h.write(&s.priority.to_be_bytes());
         h.write(&s.weight.to_be_bytes());
         h.write(&s.port.to_be_bytes());
-        h.write(s.target.to_ascii().as_bytes());
+        write_text(&mut h, &s.target);
     }
     h.0
+}
+
+/// A name's presentation form, with the final dot, as hashed since the first serials: the
+/// labels of the table's names are letters, digits, `-` and `_`, which need no escapes.
+fn write_text(h: &mut Fnv1a64, name: &WireName) {
+    if name.is_root() {
+        h.write(b".");
+    }
+    for label in name.labels() {
+        h.write(label);
+        h.write(b".");
+    }
 }
 
 /// The digest of a zone whose names sum to `content`: the names and the SOA and NS fields.

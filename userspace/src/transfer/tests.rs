@@ -28,11 +28,7 @@ fn name(s: &str) -> Name {
 }
 
 fn a(n: &str, ip: &str) -> SourceRecord {
-    SourceRecord {
-        name: name(n),
-        ttl: None,
-        data: RecordData::A(ip.parse().unwrap()),
-    }
+    SourceRecord::new(&name(n), None, RecordData::A(ip.parse().unwrap()))
 }
 
 /// An HMAC-SHA256 signer of the key `key` with `secret`.

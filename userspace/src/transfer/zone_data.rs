@@ -108,19 +108,19 @@ impl ServedZone {
             (Self::Forward(old_zone), Self::Forward(zone)) => {
                 // Nodes nothing changed are shared by both tables: only the others are compared.
                 for (name, node) in table.nodes().filter(|(_, n)| n.zone == zone.id) {
-                    let before = old_table.node_lower(name);
+                    let before = old_table.node_wire(name.as_bytes());
                     if before.is_some_and(|b| std::ptr::eq(b, node)) {
                         continue;
                     }
-                    let owner = Name::from(name);
+                    let owner = name.to_name();
                     compare(
                         before.map_or_else(Vec::new, |b| node_records(&owner, b, old_zone)),
                         node_records(&owner, node, zone),
                     );
                 }
                 for (name, node) in old_table.nodes().filter(|(_, n)| n.zone == old_zone.id) {
-                    if table.node_lower(name).is_none() {
-                        compare(node_records(&Name::from(name), node, old_zone), Vec::new());
+                    if table.node_wire(name.as_bytes()).is_none() {
+                        compare(node_records(&name.to_name(), node, old_zone), Vec::new());
                     }
                 }
             }
@@ -191,7 +191,7 @@ fn ptr_records(table: &RecordTable, network: &Network, zone: &Zone) -> Vec<Recor
         records.extend(
             names
                 .iter()
-                .map(|n| Record::from_rdata(owner.clone(), ttl, RData::PTR(PTR((*n).clone())))),
+                .map(|n| Record::from_rdata(owner.clone(), ttl, RData::PTR(PTR(n.clone())))),
         );
     }
     records

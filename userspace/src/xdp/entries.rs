@@ -7,7 +7,7 @@
 
 use hickory_proto::{
     op::{Message, MessageType, OpCode, Query},
-    rr::{LowerName, Name, RecordType},
+    rr::RecordType,
 };
 use hostport_dns_common::{
     csum::sum16,
@@ -27,6 +27,7 @@ use hostport_dns_common::{
 };
 
 use crate::{
+    dns::WireName,
     server::answer::negative_soa_record,
     table::{Node, Zone},
 };
@@ -38,18 +39,6 @@ pub enum Built {
     Big(Box<BigEntry>),
     /// More records than an entry holds.
     Pass,
-}
-
-/// Lower-case wire form of a name.
-pub fn wire_name(name: &LowerName) -> Vec<u8> {
-    let name: Name = name.into();
-    let mut wire = Vec::with_capacity(name.len() + 1);
-    for label in name.iter() {
-        wire.push(label.len() as u8);
-        wire.extend(label.iter().map(u8::to_ascii_lowercase));
-    }
-    wire.push(0);
-    wire
 }
 
 /// The entry of `name` (whose wire form is `wire`), holding `node` of `zone`; its zone's answers
@@ -132,8 +121,9 @@ pub fn zone_template(zone: &Zone, seed: u64, counter_slot: u32) -> (ZoneEntry, O
     let mut entry = ZoneEntry::EMPTY;
     let mut serial_at = None;
     let apex = &zone.spec.apex;
-    let apex_wire = wire_name(&LowerName::new(apex));
-    entry.apex_hash = name_hash(seed, &apex_wire);
+    let apex_wire = WireName::from_name(apex);
+    let apex_wire = apex_wire.as_bytes();
+    entry.apex_hash = name_hash(seed, apex_wire);
     entry.apex_len = apex_wire.len() as u16;
     entry.counter_slot = counter_slot;
     match soa_template(zone, apex_wire.len()) {
@@ -246,7 +236,8 @@ fn guards(zone: &Zone, seed: u64) -> Option<Vec<(u64, u16)>> {
         }
         let mut suffix = name.to_lowercase();
         while suffix.num_labels() > apex.num_labels() {
-            let wire = wire_name(&LowerName::new(&suffix));
+            let wire = WireName::from_name(&suffix);
+            let wire = wire.as_bytes();
             let guard = (name_hash(seed, &wire), wire.len() as u16);
             if !guards.contains(&guard) {
                 guards.push(guard);
@@ -280,6 +271,7 @@ mod tests {
         table::RecordTable,
         zone::ZoneSpec,
     };
+    use hickory_proto::rr::Name;
     use hostport_dns_common::limits::NAME_PAYLOAD_LEN;
 
     fn name(s: &str) -> Name {
@@ -287,19 +279,19 @@ mod tests {
     }
 
     fn a(owner: &str, ip: &str) -> SourceRecord {
-        SourceRecord {
-            name: name(owner),
-            ttl: None,
-            data: RecordData::from(ip.parse::<std::net::IpAddr>().unwrap()),
-        }
+        SourceRecord::new(
+            &name(owner),
+            None,
+            RecordData::from(ip.parse::<std::net::IpAddr>().unwrap()),
+        )
     }
 
     fn built(records: &[SourceRecord], owner: &str) -> Built {
         let (table, _) =
             RecordTable::compile(&[ZoneSpec::with_defaults(name("example."))], records);
-        let lower = LowerName::new(&name(owner));
-        let node = table.node_lower(&lower).unwrap();
-        build(&wire_name(&lower), node, &table.zones()[0], 3)
+        let wire = WireName::from_name(&name(owner));
+        let node = table.node_wire(wire.as_bytes()).unwrap();
+        build(wire.as_bytes(), node, &table.zones()[0], 3)
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! (its two candidate buckets, its tag, then its entry's name compared), so nothing but the free
 //! slots and the few names without a way of their own is kept beside the maps.
 
-use hickory_proto::rr::LowerName;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use hostport_dns_common::{
@@ -118,12 +117,6 @@ impl Layout {
     /// The hash of a name in wire form.
     pub fn hash(&self, wire: &[u8]) -> u64 {
         (self.hash)(self.seed, wire)
-    }
-
-    /// A name's hash and wire form.
-    pub fn hashed(&self, name: &LowerName) -> (u64, Vec<u8>) {
-        let wire = crate::xdp::entries::wire_name(name);
-        (self.hash(&wire), wire)
     }
 
     /// Names answered by userspace because the kernel cannot tell them from another.

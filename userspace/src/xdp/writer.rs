@@ -14,7 +14,6 @@ use aya::{
     Ebpf, Pod,
     maps::{Map, MapData, PerCpuArray},
 };
-use hickory_proto::rr::LowerName;
 use hostport_dns_common::{
     entry::{BigEntry, NameEntry, ZoneEntry},
     generation::{Capacity, GENERATIONS, Generation, apex_label_bit, slot},
@@ -28,6 +27,7 @@ use tracing::warn;
 pub use crate::xdp::{map_error::WriteError, readers::Waited};
 
 use crate::{
+    dns::WireName,
     table::RecordTable,
     xdp::{
         counters::ZoneCounters,
@@ -70,7 +70,7 @@ pub enum Change<'a> {
     /// Compare nothing: write every name.
     Whole,
     /// Only these names (and the zones' SOA records) may differ from the last table.
-    Names(&'a [LowerName]),
+    Names(&'a [WireName]),
 }
 
 /// The writer's mappings of the table maps.
@@ -236,7 +236,7 @@ impl MapWriter {
     pub fn write_names(
         &mut self,
         table: &RecordTable,
-        names: &[LowerName],
+        names: &[WireName],
     ) -> Result<WriteStats, WriteError> {
         self.publish(Some((table, Change::Names(names))), None, &mut || {})
             .map(Option::unwrap_or_default)
@@ -349,10 +349,11 @@ impl MapWriter {
                 let Some(zone) = admitted_zone(table, &admitted, node.zone) else {
                     continue;
                 };
-                let (hash, wire) = layout.hashed(name);
+                let wire = name.as_bytes();
+                let hash = layout.hash(wire);
                 let slot = self.zone_counters.slot_of(&zone.spec.apex);
-                let built = entries::build(&wire, node, zone, slot);
-                layout.upsert(&mut view, &mut dirty, hash, &wire, built);
+                let built = entries::build(wire, node, zone, slot);
+                layout.upsert(&mut view, &mut dirty, hash, wire, built);
                 stats.names_written += 1;
             }
         }
@@ -366,7 +367,7 @@ impl MapWriter {
         &mut self,
         generation: u32,
         table: &RecordTable,
-        names: &[LowerName],
+        names: &[WireName],
         stats: &mut WriteStats,
     ) -> Dirty {
         let mut dirty = Dirty::default();
@@ -374,24 +375,14 @@ impl MapWriter {
         let admitted = std::mem::take(&mut self.admitted);
         {
             let mut view = view(&mut self.maps, self.capacity, generation);
-            let mut pending: Vec<(u64, Vec<u8>, Option<&LowerName>)> = names
+            let mut pending: Vec<(u64, Box<[u8]>)> = names
                 .iter()
-                .map(|name| {
-                    let (hash, wire) = layout.hashed(name);
-                    (hash, wire, Some(name))
-                })
+                .map(|name| (layout.hash(name.as_bytes()), name.as_bytes().into()))
                 .collect();
             while !pending.is_empty() {
-                for (hash, wire, name) in pending.drain(..) {
-                    let lower = match name {
-                        Some(name) => name.clone(),
-                        None => match owner_of(&wire) {
-                            Some(name) => name,
-                            None => continue,
-                        },
-                    };
+                for (hash, wire) in pending.drain(..) {
                     let present = table
-                        .node_lower(&lower)
+                        .node_wire(&wire)
                         .and_then(|node| Some((node, admitted_zone(table, &admitted, node.zone)?)));
                     match present {
                         Some((node, zone)) => {
@@ -410,10 +401,7 @@ impl MapWriter {
                 pending = layout
                     .take_promoted()
                     .into_iter()
-                    .map(|wire| {
-                        let hash = layout.hash(&wire);
-                        (hash, wire.into_vec(), None)
-                    })
+                    .map(|wire| (layout.hash(&wire), wire))
                     .collect();
             }
         }
@@ -719,23 +707,6 @@ fn names_left_out(table: &RecordTable, admitted: &[bool]) -> usize {
                 .is_some_and(|z| !z.spec.pending)
     };
     table.nodes().filter(|(_, node)| out(node.zone)).count()
-}
-
-/// A wire name as a name.
-fn owner_of(wire: &[u8]) -> Option<LowerName> {
-    let mut labels = Vec::new();
-    let mut rest = wire;
-    while let [len, tail @ ..] = rest {
-        if *len == 0 {
-            break;
-        }
-        let (label, tail) = tail.split_at_checked(usize::from(*len))?;
-        labels.push(label);
-        rest = tail;
-    }
-    hickory_proto::rr::Name::from_labels(labels)
-        .ok()
-        .map(|name| LowerName::new(&name))
 }
 
 /// The array map `name`, mapped, checked to hold `len` elements.

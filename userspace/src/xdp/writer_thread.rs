@@ -11,10 +11,10 @@ use std::{
     time::Instant,
 };
 
-use hickory_proto::rr::LowerName;
 use rustc_hash::FxHashSet;
 
 use crate::{
+    dns::WireName,
     table::RecordTable,
     xdp::{
         hostset::HostAddresses,
@@ -27,7 +27,7 @@ pub enum TableChange {
     /// Any: compare everything.
     Whole,
     /// These names (and the zones' SOA records).
-    Names(Vec<LowerName>),
+    Names(Vec<WireName>),
 }
 
 /// What one switch of the writer did, for whoever posted.
@@ -54,7 +54,7 @@ pub trait Report: Send + 'static {
 struct Pending {
     table: Option<RecordTable>,
     /// None: every name (a whole table asked for, or nothing known).
-    names: Option<FxHashSet<LowerName>>,
+    names: Option<FxHashSet<WireName>>,
     tables: usize,
     host: Option<HostAddresses>,
     observed: Option<Instant>,
@@ -151,7 +151,7 @@ fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl Report) {
             }
             std::mem::take(&mut *pending)
         };
-        let names: Option<Vec<LowerName>> = taken.names.map(|set| set.into_iter().collect());
+        let names: Option<Vec<WireName>> = taken.names.map(|set| set.into_iter().collect());
         let table = taken.table.as_ref().map(|table| {
             let change = match &names {
                 Some(names) => Change::Names(names),

@@ -9,7 +9,8 @@ use crate::{
     agent_config::{
         AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress, PodSource,
     },
-    names::host_label,
+    dns::WireName,
+    dns::grammar::host_label,
     records::{RecordData, SourceRecord, Srv},
     sources::kube::model::{NodeInfo, PodInfo, SliceInfo},
 };
@@ -65,8 +66,9 @@ pub fn pod_records<'a>(
         } else {
             pod.pod_ips.clone()
         };
+        let wire = WireName::from_name(&name);
         for address in addresses {
-            out.push(address_record(name.clone(), None, address));
+            out.push(address_record(wire.clone(), None, address));
         }
         if source.srv {
             srv_records(source, pod, &name, out, skipped);
@@ -117,6 +119,7 @@ fn srv_records(
         skipped.invalid_names.push(format!("node {node}"));
         return;
     };
+    let target = WireName::from_name(&target);
     for port in &pod.host_ports {
         let Some(port_name) = port.name.as_deref() else {
             continue;
@@ -135,7 +138,7 @@ fn srv_records(
             target: target.clone(),
         };
         out.push(SourceRecord {
-            name: owner,
+            name: WireName::from_name(&owner),
             ttl: None,
             data: RecordData::Srv(srv),
         });
@@ -153,7 +156,7 @@ fn node_target(node: &str, zone: &Name) -> Option<Name> {
     Name::from_labels(labels).ok()?.append_domain(zone).ok()
 }
 
-fn address_record(name: Name, ttl: Option<u32>, address: IpAddr) -> SourceRecord {
+fn address_record(name: WireName, ttl: Option<u32>, address: IpAddr) -> SourceRecord {
     SourceRecord {
         name,
         ttl,
@@ -219,6 +222,7 @@ pub fn endpoint_records(
     out: &mut Vec<SourceRecord>,
 ) {
     for hostname in &source.hostnames {
+        let hostname = WireName::from_name(hostname);
         for address in addresses {
             out.push(address_record(hostname.clone(), Some(source.ttl), *address));
         }
@@ -290,7 +294,7 @@ mod tests {
         assert_eq!(
             render(&out),
             [
-                "_https._tcp.default-nginx.ingress.prod.example. Srv(Srv { priority: 0, weight: 1, port: 443, target: Name(\"cp-1.nodes.prod.example.\") })",
+                "_https._tcp.default-nginx.ingress.prod.example. Srv(Srv { priority: 0, weight: 1, port: 443, target: cp-1.nodes.prod.example. })",
                 "cp-1.nodes.prod.example. A(198.18.0.11)",
                 "default-nginx.ingress.prod.example. A(198.18.0.11)",
             ]
@@ -489,7 +493,7 @@ mod tests {
         let only_addresses = out
             .iter()
             .filter(|r| matches!(r.data, RecordData::A(_) | RecordData::Aaaa(_)))
-            .filter(|r| !r.name.to_ascii().contains(".nodes."))
+            .filter(|r| !r.name.to_string().contains(".nodes."))
             .cloned()
             .collect::<Vec<_>>();
         (render(&only_addresses), skipped)

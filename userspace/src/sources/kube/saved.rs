@@ -19,6 +19,7 @@ use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize, Serializer, ser::SerializeStruct};
 
 use crate::{
+    dns::WireName,
     records::{RecordData, RecordGroup, SourceRecord, Srv},
     sources::GroupKey,
 };
@@ -198,21 +199,21 @@ fn saved_record(record: &SourceRecord) -> SavedRecord {
             priority: srv.priority,
             weight: srv.weight,
             port: srv.port,
-            target: srv.target.to_ascii(),
+            target: srv.target.to_string(),
         },
     };
     SavedRecord {
-        name: record.name.to_ascii(),
+        name: record.name.to_string(),
         ttl: record.ttl,
         data,
     }
 }
 
 fn source_record(saved: SavedRecord) -> anyhow::Result<SourceRecord> {
-    let name = |text: &str| -> anyhow::Result<Name> {
+    let name = |text: &str| -> anyhow::Result<WireName> {
         let name = Name::from_ascii(text).with_context(|| format!("not a name: {text:?}"))?;
         anyhow::ensure!(name.is_fqdn(), "not fully qualified: {text:?}");
-        Ok(name.to_lowercase())
+        Ok(WireName::from_name(&name))
     };
     let data = match saved.data {
         SavedData::A { address } => RecordData::A(address),
@@ -242,7 +243,7 @@ mod tests {
 
     fn record(name: &str, data: RecordData) -> SourceRecord {
         SourceRecord {
-            name: Name::from_ascii(name).unwrap(),
+            name: WireName::from_name(&Name::from_ascii(name).unwrap()),
             ttl: None,
             data,
         }
@@ -280,7 +281,9 @@ mod tests {
                         priority: 0,
                         weight: 1,
                         port: 443,
-                        target: Name::from_ascii("cp-1.nodes.prod.example.").unwrap(),
+                        target: WireName::from_name(
+                            &Name::from_ascii("cp-1.nodes.prod.example.").unwrap(),
+                        ),
                     }),
                 )]
                 .into(),

@@ -1,0 +1,222 @@
+//! [`WireName`]: a name in lower-case wire form (length-prefixed labels, the root's empty label
+//! last), shared, not copied. One allocation stands for a name wherever the agent holds it: the
+//! group that brought it, the table compiler, the table, the reverse index and the kernel table's
+//! writer all keep clones of the same reference (16 bytes each), where a hickory `Name` is some
+//! 80 bytes inline and a heap copy past 32 bytes of labels, per holder.
+//!
+//! It hashes and compares as its bytes, so maps keyed by it are searched with a `&[u8]` in
+//! wire form without building one ([`std::borrow::Borrow`]).
+
+use std::{borrow::Borrow, fmt, sync::Arc};
+
+use hickory_proto::rr::{LowerName, Name};
+
+/// The most bytes a name takes in wire form (RFC 1035 §3.1).
+pub const MAX_WIRE_LEN: usize = 255;
+
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WireName(Arc<[u8]>);
+
+impl WireName {
+    /// The root name.
+    pub fn root() -> Self {
+        Self(Arc::from(&[0u8][..]))
+    }
+
+    /// `name` in lower-case wire form.
+    pub fn from_name(name: &Name) -> Self {
+        let mut wire = Vec::with_capacity(name.len() + 1);
+        write_lower(name, &mut wire);
+        Self(wire.into())
+    }
+
+    /// A name already lower-cased.
+    pub fn from_lower(name: &LowerName) -> Self {
+        let name: &Name = name.borrow();
+        Self::from_name(name)
+    }
+
+    /// A name from wire bytes, checked (labels of 1 to 63 bytes, the root last, at most 255
+    /// bytes) and lower-cased.
+    pub fn from_wire(wire: &[u8]) -> Option<Self> {
+        let mut at = 0;
+        loop {
+            let len = usize::from(*wire.get(at)?);
+            if len == 0 {
+                break;
+            }
+            if len > 63 {
+                return None;
+            }
+            at += 1 + len;
+        }
+        if at + 1 != wire.len() || wire.len() > MAX_WIRE_LEN {
+            return None;
+        }
+        Some(Self(wire.to_ascii_lowercase().into()))
+    }
+
+    /// The bytes: lower-case wire form.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// As a hickory name (for answers).
+    pub fn to_name(&self) -> Name {
+        let labels = self.labels();
+        let mut name = Name::from_labels(labels).unwrap_or_else(|_| Name::root());
+        name.set_fqdn(true);
+        name
+    }
+
+    /// The labels, left to right (the root's not included).
+    pub fn labels(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut rest: &[u8] = &self.0;
+        std::iter::from_fn(move || {
+            let (&len, tail) = rest.split_first()?;
+            if len == 0 {
+                return None;
+            }
+            let (label, tail) = tail.split_at_checked(usize::from(len))?;
+            rest = tail;
+            Some(label)
+        })
+    }
+
+    /// How many labels (the root's not counted).
+    pub fn label_count(&self) -> usize {
+        self.labels().count()
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.0.len() == 1
+    }
+
+    /// The name one label up (None for the root).
+    pub fn parent(&self) -> Option<Self> {
+        let first = usize::from(*self.0.first()?);
+        if first == 0 {
+            return None;
+        }
+        Some(Self(self.0[1 + first..].into()))
+    }
+
+    /// Whether this name is `zone` or below it.
+    pub fn is_in(&self, zone: &WireName) -> bool {
+        let (name, zone) = (self.as_bytes(), zone.as_bytes());
+        if zone.len() > name.len() || !name.ends_with(zone) {
+            return false;
+        }
+        // The suffix must start at a label boundary.
+        let start = name.len() - zone.len();
+        let mut at = 0;
+        while at < start {
+            at += 1 + usize::from(name[at]);
+        }
+        at == start
+    }
+}
+
+/// Appends `name`'s labels, lower-cased, and the root label to `out`.
+pub fn write_lower(name: &Name, out: &mut Vec<u8>) {
+    for label in name.iter() {
+        out.push(label.len() as u8);
+        out.extend(label.iter().map(u8::to_ascii_lowercase));
+    }
+    out.push(0);
+}
+
+impl Borrow<[u8]> for WireName {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&Name> for WireName {
+    fn from(name: &Name) -> Self {
+        Self::from_name(name)
+    }
+}
+
+impl From<&WireName> for Name {
+    fn from(name: &WireName) -> Self {
+        name.to_name()
+    }
+}
+
+impl fmt::Display for WireName {
+    /// Presentation form, with the final dot.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_root() {
+            return f.write_str(".");
+        }
+        for label in self.labels() {
+            for &byte in label {
+                if byte.is_ascii_graphic() && byte != b'.' && byte != b'\\' {
+                    write!(f, "{}", byte as char)?;
+                } else {
+                    write!(f, "\\{byte:03}")?;
+                }
+            }
+            f.write_str(".")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for WireName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(text: &str) -> Name {
+        Name::from_ascii(text).unwrap()
+    }
+
+    #[test]
+    fn a_name_round_trips_lower_cased() {
+        let wire = WireName::from_name(&name("Web.Prod.Example."));
+        assert_eq!(wire.as_bytes(), b"\x03web\x04prod\x07example\x00");
+        assert_eq!(wire.to_name(), name("web.prod.example."));
+        assert_eq!(wire.to_string(), "web.prod.example.");
+        assert_eq!(wire.label_count(), 3);
+        assert_eq!(WireName::root().to_string(), ".");
+        assert_eq!(WireName::from_wire(wire.as_bytes()), Some(wire.clone()));
+        assert_eq!(
+            WireName::from_wire(b"\x03WEB\x00").map(|n| n.to_string()),
+            Some("web.".into())
+        );
+    }
+
+    #[test]
+    fn malformed_wire_is_refused() {
+        assert_eq!(WireName::from_wire(b""), None);
+        assert_eq!(WireName::from_wire(b"\x03ab"), None);
+        assert_eq!(WireName::from_wire(b"\x01a\x00junk"), None);
+        assert_eq!(WireName::from_wire(&[64; 66]), None);
+    }
+
+    #[test]
+    fn parents_and_zones_follow_label_boundaries() {
+        let web = WireName::from_name(&name("web.prod.example."));
+        let prod = WireName::from_name(&name("prod.example."));
+        let rod = WireName::from_name(&name("rod.example."));
+        assert_eq!(web.parent(), Some(prod.clone()));
+        assert!(web.is_in(&prod) && prod.is_in(&prod));
+        assert!(!web.is_in(&rod), "a suffix inside a label is no zone");
+        assert!(web.is_in(&WireName::root()));
+        assert_eq!(WireName::root().parent(), None);
+    }
+
+    #[test]
+    fn maps_keyed_by_it_are_searched_with_wire_bytes() {
+        let mut map = std::collections::HashMap::new();
+        map.insert(WireName::from_name(&name("a.example.")), 1);
+        assert_eq!(map.get(&b"\x01a\x07example\x00"[..]), Some(&1));
+    }
+}
