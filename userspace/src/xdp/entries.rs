@@ -238,7 +238,7 @@ fn guards(zone: &Zone, seed: u64) -> Option<Vec<(u64, u16)>> {
         while suffix.num_labels() > apex.num_labels() {
             let wire = WireName::from_name(&suffix);
             let wire = wire.as_bytes();
-            let guard = (name_hash(seed, &wire), wire.len() as u16);
+            let guard = (name_hash(seed, wire), wire.len() as u16);
             if !guards.contains(&guard) {
                 guards.push(guard);
             }
