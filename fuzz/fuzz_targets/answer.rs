@@ -9,8 +9,9 @@ use std::{net::IpAddr, sync::OnceLock};
 use hickory_proto::op::{Message, MessageType};
 use hostport_dns::{
     clients::cookies::Cookies,
+    dns::message::Transport,
     server::{
-        answer::{Asker, Shape, Transport, respond_for},
+        answer::{Asker, Shape, respond_for},
         identity::Identity,
     },
     sources::file,

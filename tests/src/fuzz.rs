@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hostport_dns::server::answer::{Transport, respond};
+use hostport_dns::{dns::message::Transport, server::answer::respond};
 use hostport_dns_common::counters::{Counter, Verdict};
 
 use crate::{

@@ -498,7 +498,7 @@ fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
     let expected = hostport_dns::server::answer::respond(
         &hostport_dns_tests::packet::QueryBuilder::new(name, 1).bytes(),
         Some(&table),
-        hostport_dns::server::answer::Transport::Udp,
+        hostport_dns::dns::message::Transport::Udp,
     )
     .expect("an answer")
     .bytes;

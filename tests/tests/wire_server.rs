@@ -368,6 +368,28 @@ fn the_question_comes_back_as_asked_with_a_good_server_cookie() {
     assert!(cookie.ends_with("(good)"), "{cookie}");
 }
 
+/// A query of five long questions (found by the fuzzer): FORMERR, and the answer still fits a
+/// classic UDP message, so the echoed questions are left out rather than sent oversized.
+#[test]
+fn many_long_questions_get_a_formerr_that_fits_udp() {
+    let s = server("questions");
+    let long = QueryBuilder::new(&format!("{0}.{0}.{0}.x", "a".repeat(63)), 1).bytes();
+    let question = &long[12..];
+    let mut query = [&long[..4], &[0, 5], &long[6..12]].concat();
+    for _ in 0..5 {
+        query.extend_from_slice(question);
+    }
+    assert!(query.len() > 512, "the questions alone are over 512 bytes");
+    let answer = udp_exchange(&s.ns, v4(), query).expect("an answer");
+    assert!(
+        answer.len() <= 512,
+        "{} bytes over classic UDP",
+        answer.len()
+    );
+    assert_eq!(answer[3] & 0x0f, 1, "FORMERR");
+    assert_eq!(&answer[..2], &[0x42, 0x42], "the ID is kept");
+}
+
 #[test]
 fn edns_version_1_gets_badvers() {
     let s = server("badvers");

@@ -160,10 +160,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME", env = "HOSTPORT_DNS_IDENTITY")]
     pub identity: Option<String>,
     /// TCP connections served at once (more wait in the kernel backlog).
-    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = crate::server::limits::DEFAULT_MAX_CONNECTIONS, value_parser = at_least_one)]
     pub tcp_max_connections: usize,
     /// TCP connections one client address may hold open; more are closed at once.
-    #[arg(long, value_name = "N", default_value_t = crate::server::tcp::DEFAULT_MAX_PER_CLIENT, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = crate::server::limits::DEFAULT_MAX_PER_CLIENT, value_parser = at_least_one)]
     pub tcp_max_per_client: usize,
     /// The addresses the XDP program answers on, or interfaces whose addresses it answers on
     /// (repeat for several). Default: every address of the node but link-local ones and those

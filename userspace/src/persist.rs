@@ -14,7 +14,10 @@ use std::{
 
 use tracing::warn;
 
-use crate::{publisher::Groups, serials::StateFile, sources::kube::saved};
+use crate::{
+    serials::StateFile,
+    sources::{Groups, kube::saved},
+};
 
 /// At most one write of each file per interval.
 const INTERVAL: Duration = Duration::from_secs(1);

@@ -44,7 +44,7 @@ struct Kept {
 }
 
 /// What the state file holds: a copy of the serials' state, written by the persister
-/// (`crate::persist`) off the publication path.
+/// (the persister, `persist.rs`) off the publication path.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StateFile {
     format: u32,

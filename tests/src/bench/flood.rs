@@ -19,9 +19,7 @@ use hickory_proto::{
     rr::rdata::opt::{EdnsCode, EdnsOption},
 };
 use hostport_dns::{
-    server::answer::{Transport, respond},
-    sources::file,
-    table::RecordTable,
+    dns::message::Transport, server::answer::respond, sources::file, table::RecordTable,
 };
 
 use crate::{

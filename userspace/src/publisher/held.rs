@@ -10,12 +10,9 @@ use rustc_hash::FxHashMap;
 
 use crate::{
     records::RecordGroup,
-    sources::{Delta, GroupKey, Snapshot},
+    sources::{Delta, GroupKey, Groups, Snapshot},
     zone::ZoneSpec,
 };
-
-/// A persistent map: the persister gets a copy of the Kubernetes groups for nothing.
-pub type Groups = imbl::HashMap<GroupKey, RecordGroup>;
 
 /// One source's current state.
 #[derive(Clone, Default)]

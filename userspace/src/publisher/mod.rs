@@ -7,7 +7,7 @@
 //! the batch, however many changes it carries, and nothing waits when the queue is empty. A
 //! batch that changes no name publishes nothing (answer caches kept, no switch, no transfer
 //! version, no NOTIFY). The new table goes to both paths together ([`both_paths`]); what must
-//! outlive the process goes to the persister (`crate::persist`), off this path.
+//! outlive the process goes to the persister (`persist.rs`), off this path.
 
 pub mod both_paths;
 mod held;
@@ -22,7 +22,6 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 pub use both_paths::{AfterFirstWrite, KernelSink, kernel_report};
-pub use held::Groups;
 
 use crate::{
     dns::WireName,

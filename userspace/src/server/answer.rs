@@ -7,11 +7,11 @@
 //! size and the client's DO bit and nothing else.
 
 use hickory_proto::{
-    op::{Edns, Message, MessageType, OpCode, Query, ResponseCode},
+    op::{Message, OpCode, Query, ResponseCode},
     rr::{
         DNSClass, Name, RData, Record, RecordType,
         rdata::{
-            A, AAAA, NS, PTR, SOA, SRV,
+            PTR,
             opt::{EdnsCode, EdnsOption},
         },
     },
@@ -28,17 +28,17 @@ use hostport_dns_common::policy::RateClass;
 
 use crate::{
     clients::cookies::{CookieState, Cookies},
-    dns::WireName,
+    dns::message::{Transport, response_to},
     server::identity::Identity,
-    table::{Network, Node, RecordTable, Zone},
+    table::{
+        Node, RecordTable, Zone,
+        render::{
+            addresses_a, addresses_aaaa, name_server_addresses, name_server_records,
+            negative_soa_record, ptr_ttl, reverse_zone, soa_record, spelled_apex, srv_records,
+            srv_target_addresses,
+        },
+    },
 };
-
-/// How the answer travels: UDP answers are limited to what the client accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
-    Udp,
-    Tcp,
-}
 
 /// An answer and what it was, for metrics and rate limiting.
 #[derive(Clone, Debug)]
@@ -352,35 +352,13 @@ fn announce_keepalive(request: &Message, response: &mut Message, transport: Tran
         return;
     }
     let units =
-        (crate::server::tcp::IDLE_TIMEOUT.as_millis() / 100).min(u128::from(u16::MAX)) as u16;
+        (crate::server::limits::IDLE_TIMEOUT.as_millis() / 100).min(u128::from(u16::MAX)) as u16;
     if let Some(edns) = response.edns.as_mut() {
         edns.options_mut().insert(EdnsOption::Unknown(
             u16::from(EdnsCode::Keepalive),
             units.to_be_bytes().to_vec(),
         ));
     }
-}
-
-/// A response skeleton: ID and opcode kept, QR and AA set, RD and CD copied, the question and an
-/// OPT record (if the query had one) echoed. Transfers start from it too.
-pub fn response_to(request: &Message) -> Message {
-    let mut response = Message::new(
-        request.metadata.id,
-        MessageType::Response,
-        request.metadata.op_code,
-    );
-    response.metadata.authoritative = true;
-    response.metadata.recursion_desired = request.metadata.recursion_desired;
-    response.metadata.checking_disabled = request.metadata.checking_disabled;
-    response.add_queries(request.queries.iter().cloned());
-    if let Some(edns) = &request.edns {
-        let mut ours = Edns::new();
-        ours.set_max_payload(EDNS_PAYLOAD_SIZE);
-        ours.set_version(0);
-        ours.set_dnssec_ok(edns.flags().dnssec_ok);
-        response.set_edns(ours);
-    }
-    response
 }
 
 /// Fills the answer's sections and returns its rcode.
@@ -583,150 +561,6 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
     ResponseCode::NoError
 }
 
-/// The TTL of the PTR records naming `names`: one RRset, one TTL, the lowest of the names'.
-pub fn ptr_ttl(table: &RecordTable, names: &[Name], zone: &Zone) -> u32 {
-    names
-        .iter()
-        .filter_map(|n| Some(table.node(n)?.ttl_in(table.zone_for(n)?)))
-        .min()
-        .unwrap_or(zone.spec.ttl)
-}
-
-/// The reverse zone of `found` as a zone: its apex, with the SOA fields, TTL and name servers of
-/// the first forward zone, and the table's reverse serial, which moves up whenever a forward
-/// zone's serial does (so whenever a PTR record can).
-pub fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>) -> Option<Zone> {
-    let (network, _, _) = found?;
-    let first = table.zones().first()?;
-    let mut spec = first.spec.clone();
-    spec.apex = network.reverse_name();
-    for ns in &mut spec.nameservers {
-        ns.addresses.clear();
-    }
-    let serial = table.reverse_serial();
-    Some(Zone {
-        id: u32::MAX,
-        spec,
-        digest: 0,
-        serial,
-    })
-}
-
-pub fn addresses_a(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
-    node.a
-        .iter()
-        .map(|a| Record::from_rdata(owner.clone(), ttl, RData::A(A(*a))))
-        .collect()
-}
-
-pub fn addresses_aaaa(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
-    node.aaaa
-        .iter()
-        .map(|a| Record::from_rdata(owner.clone(), ttl, RData::AAAA(AAAA(*a))))
-        .collect()
-}
-
-pub fn srv_records(owner: &Name, node: &Node, ttl: u32) -> Vec<Record> {
-    node.srv
-        .iter()
-        .map(|s| {
-            let srv = SRV::new(s.priority, s.weight, s.port, s.target.to_name());
-            Record::from_rdata(owner.clone(), ttl, RData::SRV(srv))
-        })
-        .collect()
-}
-
-/// SRV targets' addresses, for the additional section: HAProxy's SRV mode reads them there.
-/// One set per distinct target, however many SRV records name it.
-fn srv_target_addresses(node: &Node, table: &RecordTable) -> Vec<Record> {
-    let mut out = Vec::new();
-    let mut targets: Vec<&WireName> = Vec::new();
-    for srv in &node.srv {
-        if targets.contains(&&srv.target) {
-            continue;
-        }
-        targets.push(&srv.target);
-        let name = srv.target.to_name();
-        if let (Some(target), Some(zone)) = (
-            table.node_wire(srv.target.as_bytes()),
-            table.zone_for(&name),
-        ) {
-            out.extend(addresses_a(&name, target, target.ttl_in(zone)));
-            out.extend(addresses_aaaa(&name, target, target.ttl_in(zone)));
-        }
-    }
-    out
-}
-
-pub fn name_server_records(zone: &Zone, apex: &Name) -> Vec<Record> {
-    zone.spec
-        .nameservers
-        .iter()
-        .map(|ns| {
-            Record::from_rdata(
-                apex.clone(),
-                zone.spec.ttl,
-                RData::NS(NS(respell(&ns.name, zone, apex))),
-            )
-        })
-        .collect()
-}
-
-/// In-zone name servers' addresses, for the additional section (glue).
-fn name_server_addresses(zone: &Zone, table: &RecordTable, apex: &Name) -> Vec<Record> {
-    let mut out = Vec::new();
-    for ns in &zone.spec.nameservers {
-        if let Some(node) = table.node(&ns.name) {
-            let owner = respell(&ns.name, zone, apex);
-            out.extend(addresses_a(&owner, node, node.ttl_in(zone)));
-            out.extend(addresses_aaaa(&owner, node, node.ttl_in(zone)));
-        }
-    }
-    out
-}
-
-/// The zone's SOA record, owned by the apex as the question spells it.
-pub fn soa_record(zone: &Zone, apex: &Name) -> Record {
-    let soa = &zone.spec.soa;
-    let rdata = SOA::new(
-        respell(&soa.mname, zone, apex),
-        respell(&soa.rname, zone, apex),
-        zone.serial,
-        soa.refresh,
-        soa.retry,
-        soa.expire,
-        soa.minimum,
-    );
-    Record::from_rdata(apex.clone(), zone.spec.ttl, RData::SOA(rdata))
-}
-
-/// The zone's SOA record as negative answers carry it: its TTL is the lower of the SOA's own
-/// and its MINIMUM field, the negative-caching TTL (RFC 2308 §3).
-pub fn negative_soa_record(zone: &Zone, apex: &Name) -> Record {
-    let mut record = soa_record(zone, apex);
-    record.ttl = zone.spec.ttl.min(zone.spec.soa.minimum);
-    record
-}
-
-/// The question's last labels, those of the zone apex, in the question's spelling.
-pub fn spelled_apex(qname: &Name, zone: &Zone) -> Name {
-    let mut apex = qname.trim_to(zone.spec.apex.num_labels() as usize);
-    apex.set_fqdn(true);
-    apex
-}
-
-/// A name inside the zone, with its apex part spelled as `apex` (the question's spelling), so
-/// that it compresses against the question; names outside the zone are returned unchanged.
-pub fn respell(name: &Name, zone: &Zone, apex: &Name) -> Name {
-    if !zone.spec.apex.zone_of(name) {
-        return name.clone();
-    }
-    let above = name.num_labels() as usize - zone.spec.apex.num_labels() as usize;
-    Name::from_labels(name.iter().take(above))
-        .and_then(|prefix| prefix.append_domain(apex))
-        .unwrap_or_else(|_| name.clone())
-}
-
 /// Encodes the response within what the client takes over UDP (RFC 2181 §9): additional
 /// records are left out first, a whole RRset at a time from the end, with TC clear (they are
 /// not needed for the answer); only when the answer and authority sections do not fit is the
@@ -763,7 +597,18 @@ fn encode(
     response.authorities.clear();
     response.additionals.clear();
     response.metadata.truncation = true;
-    Answer::new(response.to_vec().unwrap_or_default(), rcode, qtype, true)
+    let mut bytes = response.to_vec().unwrap_or_default();
+    // Only a query with several long questions (FORMERR already) echoes more than UDP takes:
+    // the questions go, then the OPT record, so that what is sent still fits.
+    if bytes.len() > limit {
+        response.queries.clear();
+        bytes = response.to_vec().unwrap_or_default();
+    }
+    if bytes.len() > limit {
+        response.edns = None;
+        bytes = response.to_vec().unwrap_or_default();
+    }
+    Answer::new(bytes, rcode, qtype, true)
 }
 
 /// Removes the last RRset of the additional section (the OPT record is kept apart); false if

@@ -13,7 +13,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use crate::server::answer::{Answer, Transport};
+use crate::{dns::message::Transport, server::answer::Answer};
 
 /// Entries per thread; the cache is emptied when it fills up (a sign of random questions, for
 /// which caching does not help anyway).

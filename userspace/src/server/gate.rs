@@ -12,9 +12,10 @@ use crate::{
         martian::is_martian,
         rate::RateLimiter,
     },
+    dns::message::Transport,
     server::{
         Shared,
-        answer::{Answer, Asker, Shape, Transport},
+        answer::{Answer, Asker, Shape},
         identity::Identity,
         stats::Decision,
     },

@@ -5,6 +5,7 @@ pub mod answer;
 pub mod gate;
 pub mod histogram;
 pub mod identity;
+pub mod limits;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
@@ -20,6 +21,7 @@ use arc_swap::ArcSwapOption;
 
 use crate::{
     clients::martian::is_martian,
+    dns::message::Transport,
     table::RecordTable,
     transfer::{self, Transfers},
 };
@@ -75,12 +77,12 @@ impl Shared {
     pub fn transfer(
         &self,
         query: &[u8],
-        transport: answer::Transport,
+        transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<Vec<u8>>> {
         let transfers = self.transfers.as_ref()?;
         if !transfer::asks_transfer(query)
-            || (transport == answer::Transport::Udp && is_martian(client.addr))
+            || (transport == Transport::Udp && is_martian(client.addr))
         {
             return None;
         }
@@ -95,7 +97,7 @@ impl Shared {
 
     /// Answers one query from the current table and counts it. Answers are cached per thread
     /// for the current table: load balancers ask the same questions every second.
-    pub fn answer(&self, query: &[u8], transport: answer::Transport) -> Option<Vec<u8>> {
+    pub fn answer(&self, query: &[u8], transport: Transport) -> Option<Vec<u8>> {
         let answer = self.answer_as(query, transport, &answer::Asker::ANONYMOUS)?;
         self.stats.count(transport, &answer);
         Some(answer.bytes)
@@ -105,7 +107,7 @@ impl Shared {
     pub fn answer_client(
         &self,
         query: &[u8],
-        transport: answer::Transport,
+        transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
         let started = std::time::Instant::now();
@@ -122,10 +124,10 @@ impl Shared {
     fn answer_client_unmeasured(
         &self,
         query: &[u8],
-        transport: answer::Transport,
+        transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
-        if transport == answer::Transport::Udp
+        if transport == Transport::Udp
             && let Some(mut messages) = self.transfer(query, transport, client)
         {
             return messages.drain(..).next();
@@ -133,7 +135,7 @@ impl Shared {
         // A signed SOA query is answered signed (below), within the client policy: never to a
         // martian source, nor to a client outside the allow-list.
         let admitted = || {
-            !(transport == answer::Transport::Udp && is_martian(client.addr))
+            !(transport == Transport::Udp && is_martian(client.addr))
                 && self.gate.policy.grants(client.addr.ip()).allowed
         };
         if let Some(transfers) = self
@@ -161,7 +163,7 @@ impl Shared {
     fn answer_as(
         &self,
         query: &[u8],
-        transport: answer::Transport,
+        transport: Transport,
         asker: &answer::Asker,
     ) -> Option<answer::Answer> {
         let respond = || {

@@ -21,10 +21,16 @@ use tokio::{
 };
 use tracing::debug;
 
-use crate::server::{Shared, answer::Transport, gate::Client, stats::TcpClose};
+use crate::{
+    dns::message::Transport,
+    server::{
+        Shared,
+        gate::Client,
+        limits::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_CLIENT, IDLE_TIMEOUT},
+        stats::TcpClose,
+    },
+};
 
-/// A connection with no query for this long is closed (RFC 7766 §6.2.3 suggests seconds).
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// An answer the client does not take within this long closes the connection.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection is closed after this long, however busy.
@@ -33,10 +39,6 @@ pub const MAX_LIFETIME: Duration = Duration::from_secs(120);
 pub const MAX_QUERIES: u32 = 10_000;
 /// Pending connections the kernel holds while all slots are busy.
 const LISTEN_BACKLOG: i32 = 1024;
-/// Open connections served at once, by default.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Open connections from one client address, by default.
-pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
 
 /// The caps on open connections.
 #[derive(Clone, Copy, Debug)]

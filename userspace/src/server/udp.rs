@@ -14,7 +14,10 @@ use std::{
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::warn;
 
-use crate::server::{Shared, answer::Transport, gate::Client};
+use crate::{
+    dns::message::Transport,
+    server::{Shared, gate::Client},
+};
 
 /// Largest datagram read: a query longer than this is not a DNS query we answer.
 const MAX_QUERY: usize = 4096;

@@ -23,6 +23,10 @@ use crate::{
 /// name of the record file. A group with the same key replaces the one before.
 pub type GroupKey = Arc<str>;
 
+/// A source's record groups by key, as the publisher holds them: a persistent map, so the
+/// persister gets a copy for nothing.
+pub type Groups = imbl::HashMap<GroupKey, RecordGroup>;
+
 /// Everything one source says at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {

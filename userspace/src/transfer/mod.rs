@@ -28,8 +28,8 @@ use tracing::{debug, info, warn};
 pub use config::TransferConfig;
 
 use crate::{
+    dns::message::{Transport, response_to},
     serials::serial_gt,
-    server::answer::{Transport, response_to},
     table::RecordTable,
     transfer::{
         history::History,

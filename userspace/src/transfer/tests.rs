@@ -15,8 +15,8 @@ use super::{
     tsig,
 };
 use crate::{
+    dns::message::Transport,
     records::{RecordData, SourceRecord},
-    server::answer::Transport,
     table::{RecordTable, TableBuilder},
     zone::ZoneSpec,
 };

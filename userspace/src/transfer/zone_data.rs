@@ -8,7 +8,7 @@
 use hickory_proto::rr::{Name, RData, Record, rdata::PTR};
 
 use crate::{
-    server::answer::{
+    table::render::{
         addresses_a, addresses_aaaa, name_server_records, ptr_ttl, reverse_zone, soa_record,
         srv_records,
     },

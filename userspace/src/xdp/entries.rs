@@ -28,7 +28,7 @@ use hostport_dns_common::{
 
 use crate::{
     dns::WireName,
-    server::answer::negative_soa_record,
+    table::render::negative_soa_record,
     table::{Node, Zone},
 };
 

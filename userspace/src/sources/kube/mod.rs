@@ -101,7 +101,7 @@ fn release_freed_memory() {
 }
 
 /// Runs the watchers until the agent stops. With `saved`, the records the last run saved there
-/// (`crate::persist` keeps them) are served until every watcher has listed.
+/// (the persister keeps them) are served until every watcher has listed.
 pub async fn run(
     config: Arc<AgentConfig>,
     client: Client,

@@ -4,7 +4,7 @@
 //!
 //! The file is JSON, each group with its key (the pod or output it came from), so that the first
 //! list after a restart publishes only what changed while the agent was down. It is written by
-//! the persister (`crate::persist`), streamed from the publisher's groups without a second copy
+//! the persister (`persist.rs`), streamed from the publisher's groups without a second copy
 //! of them, and replaced whole (`crate::atomic_file`); one that does not parse is reported and
 //! ignored. Files of format 1 (groups without keys) are still read.
 

@@ -2,6 +2,8 @@
 //! configuration names (`apimachinery/pkg/util/validation`): checked at start, so that a typo
 //! is an error naming the field, not a watch the API server rejects over and over.
 
+use crate::dns::grammar::{Underscore, check_label};
+
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name.
 pub fn check_label_key(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.split_once('/') {
@@ -56,16 +58,10 @@ fn check_subdomain(name: &str) -> Result<(), String> {
     name.split('.').try_for_each(check_rfc1123_label)
 }
 
+/// A Kubernetes DNS label: a host label (`dns::grammar`), lower-case only.
 fn check_rfc1123_label(label: &str) -> Result<(), String> {
-    let bytes = label.as_bytes();
-    let valid = !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-';
-    if valid {
+    let lower = !label.bytes().any(|b| b.is_ascii_uppercase());
+    if lower && check_label(label, Underscore::Host).is_ok() {
         Ok(())
     } else {
         Err(format!(
