@@ -24,8 +24,9 @@ use aya::maps::{Map, MapData};
 use hickory_proto::rr::Name;
 use hostport_dns::{
     dns::WireName,
+    dns::message::Transport,
     records::{RecordData, SourceRecord},
-    server::answer::{Transport, respond},
+    server::answer::respond,
     table::RecordTable,
     xdp::{hostset::HostAddresses, shared::SharedArray, writer::TestHooks},
     zone::ZoneSpec,

@@ -9,7 +9,8 @@ use aya::programs::TestRun;
 use hickory_proto::op::Message;
 use hostport_dns::{
     clients::{ClientsConfig, Outside, RateLimit},
-    server::answer::{Asker, Shape, Transport, respond, respond_for},
+    dns::message::Transport,
+    server::answer::{Asker, Shape, respond, respond_for},
 };
 use hostport_dns_common::counters::Counter;
 use hostport_dns_tests::{

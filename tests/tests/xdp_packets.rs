@@ -7,7 +7,7 @@
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use hostport_dns::server::answer::{Transport, respond};
+use hostport_dns::{dns::message::Transport, server::answer::respond};
 use hostport_dns_common::counters::Counter;
 use hostport_dns_tests::{
     packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},

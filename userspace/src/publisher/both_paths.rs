@@ -15,6 +15,7 @@ use std::{
 use tracing::{debug, error, warn};
 
 use crate::{
+    dns::WireName,
     health::Health,
     metrics::Metrics,
     server::Shared,
@@ -55,7 +56,13 @@ impl KernelSink {
         let writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         match writer.as_ref() {
             Some(kernel) => kernel.post_table(table, change, observed),
-            None => switched(paths, table, Some(observed)),
+            None => {
+                let changed = match &change {
+                    TableChange::Names(names) => Some(names.as_slice()),
+                    TableChange::Whole => None,
+                };
+                switched(paths, table, changed, Some(observed))
+            }
         }
     }
 }
@@ -88,13 +95,18 @@ struct KernelReport {
 }
 
 impl Report for KernelReport {
-    fn switched(&mut self, table: RecordTable, observed: Option<Instant>) {
+    fn switched(
+        &mut self,
+        table: RecordTable,
+        changed: Option<&[WireName]>,
+        observed: Option<Instant>,
+    ) {
         let paths = Paths {
             shared: &self.shared,
             metrics: &self.metrics,
             health: &self.health,
         };
-        switched(&paths, table, observed);
+        switched(&paths, table, changed, observed);
     }
 
     fn written(&mut self, outcome: Outcome) {
@@ -146,11 +158,16 @@ impl Report for KernelReport {
 }
 
 /// The server answers from `table` now: metrics and health follow.
-fn switched(paths: &Paths, table: RecordTable, observed: Option<Instant>) {
+fn switched(
+    paths: &Paths,
+    table: RecordTable,
+    changed: Option<&[WireName]>,
+    observed: Option<Instant>,
+) {
     let metrics = paths.metrics;
     metrics.table_names.set(table.nodes().len() as i64);
     metrics.table_records.set(table.record_count() as i64);
-    paths.shared.publish(table);
+    paths.shared.publish_changed(table, changed);
     metrics.table_updates.inc();
     if let Some(observed) = observed {
         metrics

@@ -21,7 +21,7 @@ use arc_swap::ArcSwapOption;
 
 use crate::{
     clients::martian::is_martian,
-    dns::message::Transport,
+    dns::{WireName, message::Transport},
     table::RecordTable,
     transfer::{self, Transfers},
 };
@@ -64,11 +64,17 @@ impl Shared {
 
     /// Serves `table` from now on.
     pub fn publish(&self, table: RecordTable) {
+        self.publish_changed(table, None);
+    }
+
+    /// Serves `table` from now on; `changed` names what differs from the table before it (None:
+    /// anything may), which the transfer history keeps for IXFR.
+    pub fn publish_changed(&self, table: RecordTable, changed: Option<&[WireName]>) {
         let table = Arc::new(table);
         self.table.store(Some(table.clone()));
         self.generation.fetch_add(1, Ordering::Release);
         if let Some(transfers) = &self.transfers {
-            transfers.record(&table);
+            transfers.record(&table, changed);
         }
     }
 

@@ -28,11 +28,14 @@ use tracing::{debug, info, warn};
 pub use config::TransferConfig;
 
 use crate::{
-    dns::message::{Transport, response_to},
+    dns::{
+        WireName,
+        message::{Transport, response_to},
+    },
     serials::serial_gt,
     table::RecordTable,
     transfer::{
-        history::History,
+        history::{Found, History},
         stats::{Outcome, TransferStats},
         tsig::{Checked, Keyring, StreamSigner},
         zone_data::ServedZone,
@@ -115,11 +118,11 @@ impl Transfers {
     }
 
     /// Keeps a published table as a version IXFR can start from, and tells the NOTIFY task.
-    pub fn record(&self, table: &Arc<RecordTable>) {
+    pub fn record(&self, table: &Arc<RecordTable>, changed: Option<&[WireName]>) {
         self.history
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(table);
+            .push(table, changed);
         self.tables.send_replace(Some(table.clone()));
     }
 
@@ -249,9 +252,9 @@ impl Transfers {
                 } else {
                     let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
                     match history.find(zone.apex(), client_serial) {
-                        Some((old_table, old)) => {
+                        Some(found) => {
                             drop(history);
-                            (incremental(&old_table, &old, table, &zone), Outcome::Ixfr)
+                            (incremental(&found, table, &zone), Outcome::Ixfr)
                         }
                         None => (whole_zone(table, &zone), Outcome::AxfrFallback),
                     }
@@ -296,17 +299,12 @@ fn whole_zone(table: &RecordTable, zone: &ServedZone) -> Vec<Record> {
 
 /// IXFR (RFC 1995 §4), condensed to one difference: the new SOA; the old SOA and the records
 /// gone; the new SOA and the records added; the new SOA.
-fn incremental(
-    old_table: &RecordTable,
-    old: &ServedZone,
-    table: &RecordTable,
-    zone: &ServedZone,
-) -> Vec<Record> {
-    let (gone, added) = ServedZone::changes(old_table, old, table, zone);
+fn incremental(old: &Found, table: &RecordTable, zone: &ServedZone) -> Vec<Record> {
+    let (gone, added) = ServedZone::changes(old, table, zone);
     let soa = zone.soa();
     let mut records = Vec::with_capacity(gone.len() + added.len() + 4);
     records.push(soa.clone());
-    records.push(old.soa());
+    records.push(old.zone.soa());
     records.extend(gone);
     records.push(soa.clone());
     records.extend(added);

@@ -93,9 +93,17 @@ mod tempdir {
 
 /// A builder for `example.` holding `records`, numbered from `serial`.
 fn table(builder: &mut TableBuilder, serial: u32) -> Arc<RecordTable> {
-    builder.finish();
+    table_and_changes(builder, serial).0
+}
+
+/// The table, and the names that changed from the one before.
+fn table_and_changes(
+    builder: &mut TableBuilder,
+    serial: u32,
+) -> (Arc<RecordTable>, Vec<crate::dns::WireName>) {
+    let changed = builder.finish();
     builder.assign_serials(|_| serial);
-    Arc::new(builder.table().clone())
+    (Arc::new(builder.table().clone()), changed)
 }
 
 fn request(qtype: RecordType, client_serial: Option<u32>) -> Message {
@@ -166,37 +174,43 @@ fn axfr_is_the_soa_every_record_and_the_soa() {
 
 #[test]
 fn ixfr_sends_the_difference_or_the_whole_zone_when_the_serial_is_too_old() {
-    let (t, _dir) = transfers(false);
-    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    builder.add(&[a("a.example.", "198.18.0.1"), a("b.example.", "198.18.0.2")]);
-    t.record(&table(&mut builder, 10));
-    builder.remove(&[a("b.example.", "198.18.0.2")]);
-    builder.add(&[a("c.example.", "198.18.0.3")]);
-    let v2 = table(&mut builder, 11);
-    t.record(&v2);
-    let ixfr = |serial| {
-        let q = request(RecordType::IXFR, Some(serial)).to_vec().unwrap();
-        answers(&ask(&t, &v2, &q, "127.0.0.1"))
-    };
-    let diff = ixfr(10);
-    let soa = |s: u32| format!("example. ns.example. hostmaster.example. {s} 3600 600 86400 5");
-    assert_eq!(
-        diff,
-        [
-            soa(11),
-            soa(10),
-            "b.example. 198.18.0.2".to_owned(),
-            soa(11),
-            "c.example. 198.18.0.3".to_owned(),
-            soa(11),
-        ]
-    );
-    // Up to date: the SOA alone.
-    assert_eq!(ixfr(11), [soa(11)]);
-    // Older than every version kept: the whole zone, AXFR-style.
-    let whole = ixfr(3);
-    assert_eq!(whole.len(), 5, "{whole:?}");
-    assert!(whole.contains(&"c.example. 198.18.0.3".to_owned()));
+    // Twice: with the history knowing the names that changed (as the publisher tells it), and
+    // without (a rebuilt table: every name compared). Both send the same difference.
+    for names_known in [true, false] {
+        let (t, _dir) = transfers(false);
+        let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+        builder.add(&[a("a.example.", "198.18.0.1"), a("b.example.", "198.18.0.2")]);
+        t.record(&table(&mut builder, 10), None);
+        builder.remove(&[a("b.example.", "198.18.0.2")]);
+        builder.add(&[a("c.example.", "198.18.0.3")]);
+        let (v2, changed) = table_and_changes(&mut builder, 11);
+        assert_eq!(changed.len(), 2, "{changed:?}");
+        t.record(&v2, names_known.then_some(changed.as_slice()));
+        let ixfr = |serial| {
+            let q = request(RecordType::IXFR, Some(serial)).to_vec().unwrap();
+            answers(&ask(&t, &v2, &q, "127.0.0.1"))
+        };
+        let diff = ixfr(10);
+        let soa = |s: u32| format!("example. ns.example. hostmaster.example. {s} 3600 600 86400 5");
+        assert_eq!(
+            diff,
+            [
+                soa(11),
+                soa(10),
+                "b.example. 198.18.0.2".to_owned(),
+                soa(11),
+                "c.example. 198.18.0.3".to_owned(),
+                soa(11),
+            ],
+            "names known: {names_known}"
+        );
+        // Up to date: the SOA alone.
+        assert_eq!(ixfr(11), [soa(11)]);
+        // Older than every version kept: the whole zone, AXFR-style.
+        let whole = ixfr(3);
+        assert_eq!(whole.len(), 5, "{whole:?}");
+        assert!(whole.contains(&"c.example. 198.18.0.3".to_owned()));
+    }
 }
 
 #[test]

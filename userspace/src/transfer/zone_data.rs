@@ -2,12 +2,14 @@
 //! records, then each name's A, AAAA and SRV records in the table's order; a reverse zone's PTR
 //! records in address order), and what changed between two versions of it (for IXFR).
 //!
-//! Records are made by the same functions the answers are made by (`server::answer`), so a
+//! Records are made by the same functions the answers are made by (`table::render`), so a
 //! secondary serves what this server answers.
 
 use hickory_proto::rr::{Name, RData, Record, rdata::PTR};
 
+use super::history::Found;
 use crate::{
+    dns::WireName,
     table::render::{
         addresses_a, addresses_aaaa, name_server_records, ptr_ttl, reverse_zone, soa_record,
         srv_records,
@@ -86,14 +88,15 @@ impl ServedZone {
         records
     }
 
-    /// What changed from `self` in `old` to `new`'s version in `table`: the records gone and
-    /// the records added, the SOA aside.
+    /// What changed from the version `old` names to `new`'s version in `table`: the records
+    /// gone and the records added, the SOA aside. Only the names that changed since are
+    /// compared, when the history knows them.
     pub fn changes(
-        old_table: &RecordTable,
-        old: &ServedZone,
+        old: &Found,
         table: &RecordTable,
         new: &ServedZone,
     ) -> (Vec<Record>, Vec<Record>) {
+        let old_table = &old.table;
         let mut gone = Vec::new();
         let mut added = Vec::new();
         let mut compare = |before: Vec<Record>, after: Vec<Record>| {
@@ -101,27 +104,46 @@ impl ServedZone {
             added.extend(after.iter().filter(|r| !before.contains(r)).cloned());
         };
         compare(
-            name_server_records(old.zone(), old.apex()),
+            name_server_records(old.zone.zone(), old.zone.apex()),
             name_server_records(new.zone(), new.apex()),
         );
-        match (old, new) {
+        match (&old.zone, new) {
             (Self::Forward(old_zone), Self::Forward(zone)) => {
-                // Nodes nothing changed are shared by both tables: only the others are compared.
-                for (name, node) in table.nodes().filter(|(_, n)| n.zone == zone.id) {
-                    let before = old_table.node_wire(name.as_bytes());
-                    if before.is_some_and(|b| std::ptr::eq(b, node)) {
+                let mut names: Vec<&WireName> = match &old.changed {
+                    Some(changed) => changed.iter().collect(),
+                    // Any name may have changed: those of both versions, each once.
+                    None => {
+                        let mut all: Vec<&WireName> = table
+                            .nodes()
+                            .chain(old_table.nodes())
+                            .filter(|(_, n)| n.zone == zone.id || n.zone == old_zone.id)
+                            .map(|(name, _)| name)
+                            .collect();
+                        all.sort_unstable();
+                        all.dedup();
+                        all
+                    }
+                };
+                // In one order on every node, whatever order the history kept them in.
+                names.sort_unstable();
+                for name in names {
+                    let before = old_table
+                        .node_wire(name.as_bytes())
+                        .filter(|n| n.zone == old_zone.id);
+                    let after = table
+                        .node_wire(name.as_bytes())
+                        .filter(|n| n.zone == zone.id);
+                    // Nodes nothing changed are shared by both tables.
+                    if let (Some(b), Some(a)) = (before, after)
+                        && std::ptr::eq(b, a)
+                    {
                         continue;
                     }
                     let owner = name.to_name();
                     compare(
                         before.map_or_else(Vec::new, |b| node_records(&owner, b, old_zone)),
-                        node_records(&owner, node, zone),
+                        after.map_or_else(Vec::new, |a| node_records(&owner, a, zone)),
                     );
-                }
-                for (name, node) in old_table.nodes().filter(|(_, n)| n.zone == old_zone.id) {
-                    if table.node_wire(name.as_bytes()).is_none() {
-                        compare(node_records(&name.to_name(), node, old_zone), Vec::new());
-                    }
                 }
             }
             // Whole record lists: compared as sets (a reverse zone may hold many PTRs).
@@ -134,7 +156,7 @@ impl ServedZone {
                 added.extend(a);
             }
             _ => {
-                let (g, a) = set_difference(old.records(old_table), new.records(table));
+                let (g, a) = set_difference(old.zone.records(old_table), new.records(table));
                 gone.extend(g);
                 added.extend(a);
             }

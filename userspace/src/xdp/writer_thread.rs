@@ -44,8 +44,14 @@ pub trait Report: Send + 'static {
     /// The kernel answers from `table` now (or, after a failed write, keeps its last complete
     /// one while `table` is the newest): called right after the switch, before the writer waits
     /// out the runs still reading the generation it left. `observed`: when the earliest change
-    /// it carries was seen.
-    fn switched(&mut self, table: RecordTable, observed: Option<Instant>);
+    /// it carries was seen. `changed`: the names that differ from the table switched to
+    /// before (None: any may).
+    fn switched(
+        &mut self,
+        table: RecordTable,
+        changed: Option<&[WireName]>,
+        observed: Option<Instant>,
+    );
     /// The writer is done with the switch.
     fn written(&mut self, outcome: Outcome);
 }
@@ -163,14 +169,14 @@ fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl Report) {
         let published = {
             let mut switched = || {
                 if let Some(table) = for_server.take() {
-                    report.switched(table, taken.observed);
+                    report.switched(table, names.as_deref(), taken.observed);
                 }
             };
             writer.publish(table, taken.host, &mut switched)
         };
         // A write that failed before its switch: the server still takes the newest table.
         if let Some(table) = for_server.take() {
-            report.switched(table, taken.observed);
+            report.switched(table, names.as_deref(), taken.observed);
         }
         let result = match published {
             Ok(Some(stats)) => Ok(stats),
