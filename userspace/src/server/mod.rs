@@ -86,14 +86,34 @@ impl Shared {
         transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<Vec<u8>>> {
-        let transfers = self.transfers.as_ref()?;
+        let mut messages = Vec::new();
+        let handled = self.transfer_stream(query, transport, client, &mut |message| {
+            messages.push(message);
+            true
+        });
+        handled.then_some(messages)
+    }
+
+    /// Answers a transfer request from `client` message by message, each handed to `emit` as it
+    /// is made (which says false when the client is gone). False: not a transfer, or no
+    /// transfers configured: it is answered the ordinary way, REFUSED.
+    pub fn transfer_stream(
+        &self,
+        query: &[u8],
+        transport: Transport,
+        client: gate::Client,
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> bool {
+        let Some(transfers) = self.transfers.as_ref() else {
+            return false;
+        };
         if !transfer::asks_transfer(query)
             || (transport == Transport::Udp && is_martian(client.addr))
         {
-            return None;
+            return false;
         }
-        let table = self.table.load();
-        transfers.respond(query, table.as_deref(), client.addr.ip(), transport)
+        let table = self.table.load_full();
+        transfers.stream(query, table.as_deref(), client.addr.ip(), transport, emit)
     }
 
     /// The table being served, if one has been published.

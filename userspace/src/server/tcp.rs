@@ -177,34 +177,47 @@ async fn serve_connection(
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) => return TcpClose::Idle,
         }
-        let messages = if crate::transfer::asks_transfer(&buf) && shared.transfers.is_some() {
-            // A whole zone takes a while to build and sign (0.4 s for 100k names): not on an
-            // async worker's time, which the sources, the publisher and /readyz share.
-            let (query, transferring) = (buf.clone(), shared.clone());
-            let built = tokio::task::spawn_blocking(move || {
-                transferring.transfer(&query, Transport::Tcp, client)
-            })
-            .await;
-            match built {
-                Ok(Some(messages)) => messages,
-                Ok(None) => shared
-                    .answer_client(&buf, Transport::Tcp, client)
-                    .map_or_else(Vec::new, |answer| vec![answer]),
-                Err(_) => return TcpClose::Error,
+        if crate::transfer::asks_transfer(&buf) && shared.transfers.is_some() {
+            match transfer(&mut stream, shared, &buf, client).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(close) => return close,
             }
-        } else {
-            match shared.answer_client(&buf, Transport::Tcp, client) {
-                Some(answer) => vec![answer],
-                None => continue,
-            }
+        }
+        let Some(answer) = shared.answer_client(&buf, Transport::Tcp, client) else {
+            continue;
         };
-        for message in messages {
-            if let Err(close) = send(&mut stream, &message).await {
-                return close;
-            }
+        if let Err(close) = send(&mut stream, &answer).await {
+            return close;
         }
     }
     TcpClose::Queries
+}
+
+/// Messages of a transfer made but not yet sent, at most: a whole zone is never held at once.
+const TRANSFER_QUEUE: usize = 4;
+
+/// Sends a transfer's messages as they are made. A whole zone takes a while to make and sign
+/// (0.4 s for 100k names): not on an async worker's time, which the sources, the publisher and
+/// /readyz share. False: the query is not a transfer request after all.
+async fn transfer(
+    stream: &mut TcpStream,
+    shared: &Arc<Shared>,
+    query: &[u8],
+    client: Client,
+) -> Result<bool, TcpClose> {
+    let (sender, mut messages) = tokio::sync::mpsc::channel::<Vec<u8>>(TRANSFER_QUEUE);
+    let (query, transferring) = (query.to_vec(), shared.clone());
+    let maker = tokio::task::spawn_blocking(move || {
+        transferring.transfer_stream(&query, Transport::Tcp, client, &mut |message| {
+            sender.blocking_send(message).is_ok()
+        })
+    });
+    while let Some(message) = messages.recv().await {
+        // Returning drops the receiver: the maker stops at its next message.
+        send(stream, &message).await?;
+    }
+    maker.await.map_err(|_| TcpClose::Error)
 }
 
 /// Writes one message with its length in front, within [`WRITE_TIMEOUT`].

@@ -175,6 +175,47 @@ impl Transfers {
         client: IpAddr,
         transport: Transport,
     ) -> Option<Vec<Vec<u8>>> {
+        let mut messages = Vec::new();
+        let handled = self.stream(query, table, client, transport, &mut |message| {
+            messages.push(message);
+            true
+        });
+        handled.then_some(messages)
+    }
+
+    /// Answers a transfer request message by message, as each is made: `emit` takes each (and
+    /// says false when the connection is gone: nothing more is made). A whole zone is never
+    /// held as records or messages at once. False: not a transfer request.
+    pub fn stream(
+        &self,
+        query: &[u8],
+        table: Option<&RecordTable>,
+        client: IpAddr,
+        transport: Transport,
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> bool {
+        let mut sent = 0;
+        let mut counted = |message: Vec<u8>| {
+            sent += message.len();
+            emit(message)
+        };
+        let Some(kind) = self.respond_to(query, table, client, transport, &mut counted) else {
+            return false;
+        };
+        self.stats.sent(kind.label(), sent);
+        true
+    }
+
+    /// The transfer's messages, each handed to `emit`; the kind of transfer asked for, or None
+    /// when the query is not a transfer request.
+    fn respond_to(
+        &self,
+        query: &[u8],
+        table: Option<&RecordTable>,
+        client: IpAddr,
+        transport: Transport,
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> Option<Kind> {
         let request = Message::from_bytes(query).ok()?;
         let [question] = request.queries.as_slice() else {
             return None;
@@ -200,7 +241,8 @@ impl Transfers {
                 if let Some(record) = failure.error_record(&response, now) {
                     response.set_signature(record);
                 }
-                return Some(vec![response.to_vec().ok()?]);
+                emit(response.to_vec().ok()?);
+                return Some(kind);
             }
             Checked::Unsigned => None,
             Checked::Signed(signed) => Some(signed),
@@ -211,11 +253,14 @@ impl Transfers {
                 && entry.key.as_ref().is_none_or(|k| Some(k) == key.as_ref())
         });
         let mut signer = signed.map(|s| StreamSigner::new(s, now));
-        let mut finish = |response: Message| -> Option<Vec<u8>> {
-            match signer.as_mut() {
+        // Each message signed (or encoded) and handed on; false: stop (the client is gone, or a
+        // message could not be made).
+        let mut send = |response: Message| -> bool {
+            let bytes = match signer.as_mut() {
                 Some(signer) => signer.sign(response).ok(),
                 None => response.to_vec().ok(),
-            }
+            };
+            bytes.is_some_and(&mut *emit)
         };
         let error = |code: ResponseCode, mut response: Message| {
             response.metadata.response_code = code;
@@ -225,51 +270,55 @@ impl Transfers {
         if !allowed {
             info!(%client, zone = %question.name, key = ?key.map(|k| k.to_ascii()), "transfer refused: not in the transfer ACL");
             self.stats.count(kind.label(), Outcome::Refused);
-            return Some(vec![finish(error(ResponseCode::Refused, response))?]);
+            send(error(ResponseCode::Refused, response));
+            return Some(kind);
         }
         if transport == Transport::Udp && kind == Kind::Axfr {
             self.stats.count(kind.label(), Outcome::Refused);
-            return Some(vec![finish(error(ResponseCode::NotImp, response))?]);
+            send(error(ResponseCode::NotImp, response));
+            return Some(kind);
         }
         let Some(table) = table else {
             self.stats.count(kind.label(), Outcome::NotReady);
-            return Some(vec![finish(error(ResponseCode::ServFail, response))?]);
+            send(error(ResponseCode::ServFail, response));
+            return Some(kind);
         };
         let Some(zone) = ServedZone::find(table, &question.name) else {
             self.stats.count(kind.label(), Outcome::NotAuth);
-            return Some(vec![finish(error(ResponseCode::NotAuth, response))?]);
+            send(error(ResponseCode::NotAuth, response));
+            return Some(kind);
         };
-        let (records, how) = match kind {
-            Kind::Axfr => (whole_zone(table, &zone), Outcome::Axfr),
+        let how = match kind {
+            Kind::Axfr => Outcome::Axfr,
             Kind::Ixfr => {
                 let Some(client_serial) = client_serial(&request) else {
                     self.stats.count(kind.label(), Outcome::Malformed);
-                    return Some(vec![finish(error(ResponseCode::FormErr, response))?]);
+                    send(error(ResponseCode::FormErr, response));
+                    return Some(kind);
                 };
                 if transport == Transport::Udp || !serial_gt(zone.serial(), client_serial) {
                     // Up to date (or UDP): the current SOA alone.
-                    (vec![zone.soa()], Outcome::UpToDate)
-                } else {
-                    let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
-                    match history.find(zone.apex(), client_serial) {
-                        Some(found) => {
-                            drop(history);
-                            (incremental(&found, table, &zone), Outcome::Ixfr)
-                        }
-                        None => (whole_zone(table, &zone), Outcome::AxfrFallback),
-                    }
+                    self.stats.count(kind.label(), Outcome::UpToDate);
+                    split(response, std::iter::once(zone.soa()), &mut send);
+                    return Some(kind);
                 }
+                let history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+                let found = history.find(zone.apex(), client_serial);
+                drop(history);
+                if let Some(found) = found {
+                    self.stats.count(kind.label(), Outcome::Ixfr);
+                    let records = incremental(&found, table, &zone);
+                    debug!(%client, zone = %zone.apex(), serial = zone.serial(), records = records.len(), "IXFR");
+                    split(response, records.into_iter(), &mut send);
+                    return Some(kind);
+                }
+                Outcome::AxfrFallback
             }
         };
-        debug!(%client, zone = %zone.apex(), serial = zone.serial(), records = records.len(), ?how, "transfer");
+        debug!(%client, zone = %zone.apex(), serial = zone.serial(), ?how, "transfer of the whole zone");
         self.stats.count(kind.label(), how);
-        let messages = split(response, records)
-            .into_iter()
-            .map(&mut finish)
-            .collect::<Option<Vec<_>>>()?;
-        self.stats
-            .sent(kind.label(), messages.iter().map(Vec::len).sum());
-        Some(messages)
+        split(response, whole_zone(table, &zone), &mut send);
+        Some(kind)
     }
 }
 
@@ -288,13 +337,15 @@ impl Kind {
     }
 }
 
-/// AXFR: the SOA, every record, the SOA again (RFC 5936 §2.2).
-fn whole_zone(table: &RecordTable, zone: &ServedZone) -> Vec<Record> {
+/// AXFR: the SOA, every record, the SOA again (RFC 5936 §2.2), made as they are sent.
+fn whole_zone<'a>(
+    table: &'a RecordTable,
+    zone: &'a ServedZone,
+) -> impl Iterator<Item = Record> + 'a {
     let soa = zone.soa();
-    let mut records = vec![soa.clone()];
-    records.extend(zone.records(table));
-    records.push(soa);
-    records
+    std::iter::once(soa.clone())
+        .chain(zone.records(table))
+        .chain(std::iter::once(soa))
 }
 
 /// IXFR (RFC 1995 §4), condensed to one difference: the new SOA; the old SOA and the records
@@ -321,9 +372,13 @@ fn client_serial(request: &Message) -> Option<u32> {
 }
 
 /// The records in messages of at most [`MESSAGE_BUDGET`] bytes and [`MESSAGE_NAMES`] names
-/// each; every message repeats the question (RFC 5936 §2.2 allows it; Knot does the same).
-fn split(skeleton: Message, records: Vec<Record>) -> Vec<Message> {
-    let mut messages = Vec::new();
+/// each, each handed to `send` as soon as it is full; every message repeats the question (RFC
+/// 5936 §2.2 allows it; Knot does the same). Stops when `send` says false.
+fn split(
+    skeleton: Message,
+    records: impl Iterator<Item = Record>,
+    send: &mut dyn FnMut(Message) -> bool,
+) {
     let mut current = skeleton.clone();
     let (mut size, mut names) = (0, 0);
     for record in records {
@@ -331,15 +386,16 @@ fn split(skeleton: Message, records: Vec<Record>) -> Vec<Message> {
         let record_names = names_in(&record);
         let full = size + len > MESSAGE_BUDGET || names + record_names > MESSAGE_NAMES;
         if full && !current.answers.is_empty() {
-            messages.push(std::mem::replace(&mut current, skeleton.clone()));
+            if !send(std::mem::replace(&mut current, skeleton.clone())) {
+                return;
+            }
             (size, names) = (0, 0);
         }
         size += len;
         names += record_names;
         current.add_answer(record);
     }
-    messages.push(current);
-    messages
+    send(current);
 }
 
 /// The bytes `record` takes uncompressed, counted without encoding it: its owner, the fixed

@@ -379,3 +379,27 @@ fn transfer_messages_compress_their_names() {
     // and a header and question per message (uncompressed owners made it 27,252 bytes).
     assert!(bytes < 1000 * 21 + 1000, "{bytes} bytes for 1000 A records");
 }
+
+/// A whole zone is made message by message as they are taken: when the client is gone after
+/// the first message, nothing more is made, and the messages taken are those a whole transfer
+/// starts with.
+#[test]
+fn axfr_messages_are_made_one_at_a_time_and_stop_when_the_client_is_gone() {
+    let (t, _dir) = transfers(false);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    builder.add(&hosts(20_000));
+    let v1 = table(&mut builder, 10);
+    let query = request(RecordType::AXFR, None).to_vec().unwrap();
+    let client = "127.0.0.1".parse().unwrap();
+    let whole = t
+        .respond(&query, Some(&v1), client, Transport::Tcp)
+        .unwrap();
+    assert!(whole.len() > 3, "{} messages", whole.len());
+    let mut made = Vec::new();
+    let handled = t.stream(&query, Some(&v1), client, Transport::Tcp, &mut |message| {
+        made.push(message);
+        made.len() < 2
+    });
+    assert!(handled);
+    assert_eq!(made, whole[..2], "two messages made, then it stopped");
+}

@@ -5,6 +5,8 @@
 //! Records are made by the same functions the answers are made by (`table::render`), so a
 //! secondary serves what this server answers.
 
+use std::net::IpAddr;
+
 use hickory_proto::rr::{Name, RData, Record, rdata::PTR};
 
 use super::history::Found;
@@ -71,21 +73,29 @@ impl ServedZone {
         soa_record(self.zone(), self.apex())
     }
 
-    /// Every record of the zone but the SOA.
-    pub fn records(&self, table: &RecordTable) -> Vec<Record> {
+    /// Every record of the zone but the SOA, made one name at a time as they are taken.
+    pub fn records<'a>(&'a self, table: &'a RecordTable) -> Box<dyn Iterator<Item = Record> + 'a> {
         let zone = self.zone();
-        let mut records = name_server_records(zone, self.apex());
+        let name_servers = name_server_records(zone, self.apex()).into_iter();
         match self {
-            Self::Forward(zone) => {
-                // In the table's order, which its hashes alone decide: the same on every node
-                // with the same names (sorting 100k names canonically cost more than encoding).
-                for (name, node) in table.nodes().filter(|(_, n)| n.zone == zone.id) {
-                    records.extend(node_records(&Name::from(name), node, zone));
-                }
-            }
-            Self::Reverse(zone, network) => records.extend(ptr_records(table, network, zone)),
+            // In the table's order, which its hashes alone decide: the same on every node with
+            // the same names (sorting 100k names canonically cost more than encoding).
+            Self::Forward(zone) => Box::new(
+                name_servers.chain(
+                    table
+                        .nodes()
+                        .filter(move |(_, n)| n.zone == zone.id)
+                        .flat_map(move |(name, node)| node_records(&name.to_name(), node, zone)),
+                ),
+            ),
+            Self::Reverse(zone, network) => Box::new(
+                name_servers.chain(
+                    table
+                        .addresses_in(network)
+                        .flat_map(move |address| ptr_records_at(table, address, zone)),
+                ),
+            ),
         }
-        records
     }
 
     /// What changed from the version `old` names to `new`'s version in `table`: the records
@@ -156,7 +166,10 @@ impl ServedZone {
                 added.extend(a);
             }
             _ => {
-                let (g, a) = set_difference(old.zone.records(old_table), new.records(table));
+                let (g, a) = set_difference(
+                    old.zone.records(old_table).collect(),
+                    new.records(table).collect(),
+                );
                 gone.extend(g);
                 added.extend(a);
             }
@@ -202,19 +215,22 @@ fn node_records(owner: &Name, node: &Node, zone: &Zone) -> Vec<Record> {
 
 /// The PTR records of the addresses in `network`.
 fn ptr_records(table: &RecordTable, network: &Network, zone: &Zone) -> Vec<Record> {
-    let mut records = Vec::new();
-    for address in table.addresses_in(network) {
-        let names = table.ptr_names(address);
-        if names.is_empty() {
-            continue;
-        }
-        let owner = Network::host(*address).reverse_name();
-        let ttl = ptr_ttl(table, &names, zone);
-        records.extend(
-            names
-                .iter()
-                .map(|n| Record::from_rdata(owner.clone(), ttl, RData::PTR(PTR(n.clone())))),
-        );
+    table
+        .addresses_in(network)
+        .flat_map(|address| ptr_records_at(table, address, zone))
+        .collect()
+}
+
+/// The PTR records of one address: one per name holding it (none when no name is left).
+fn ptr_records_at(table: &RecordTable, address: &IpAddr, zone: &Zone) -> Vec<Record> {
+    let names = table.ptr_names(address);
+    if names.is_empty() {
+        return Vec::new();
     }
-    records
+    let owner = Network::host(*address).reverse_name();
+    let ttl = ptr_ttl(table, &names, zone);
+    names
+        .into_iter()
+        .map(|n| Record::from_rdata(owner.clone(), ttl, RData::PTR(PTR(n))))
+        .collect()
 }
