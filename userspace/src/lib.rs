@@ -10,6 +10,7 @@ pub mod config;
 pub mod dns;
 pub mod exposition;
 pub mod health;
+pub mod heap;
 pub mod http;
 pub mod kernel_path;
 pub mod metrics;

@@ -152,3 +152,25 @@ pub fn rss_mib(pid: u32) -> f64 {
         .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         .map_or(f64::NAN, |kib| kib / 1024.0)
 }
+
+/// A process's memory, in MiB: anonymous (its heap and stacks) and all resident (mapped files
+/// and shared memory, BPF maps it maps among them, included).
+pub struct Memory {
+    pub anon: f64,
+    pub rss: f64,
+}
+
+pub fn memory_mib(pid: u32) -> Memory {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(f64::NAN, |kib| kib / 1024.0)
+    };
+    Memory {
+        anon: field("RssAnon:"),
+        rss: field("VmRSS:"),
+    }
+}

@@ -123,6 +123,8 @@ impl Report for KernelReport {
                 }
                 metrics.xdp_generations.inc();
                 metrics.xdp_names_written.inc_by(stats.names_written as u64);
+                // What building the kernel image freed.
+                crate::heap::release_after(stats.names_written);
                 metrics.xdp_switch.observe(stats.switch_micros as f64 / 1e6);
                 if stats.waited == Some(crate::xdp::writer::Waited::GracePeriod) {
                     metrics.xdp_grace_waits.inc();

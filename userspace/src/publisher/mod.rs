@@ -208,6 +208,8 @@ impl Publisher {
             },
         );
         self.persist();
+        // What the sources' parsing and the compile freed (the kernel writer does its own).
+        crate::heap::release_after(changed);
     }
 
     /// Source-level metrics and readiness for one update.

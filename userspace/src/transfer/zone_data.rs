@@ -78,8 +78,8 @@ impl ServedZone {
         let zone = self.zone();
         let name_servers = name_server_records(zone, self.apex()).into_iter();
         match self {
-            // In the table's order, which its hashes alone decide: the same on every node with
-            // the same names (sorting 100k names canonically cost more than encoding).
+            // In the table's order (the names' wire form, byte by byte): the same on every node
+            // with the same names.
             Self::Forward(zone) => Box::new(
                 name_servers.chain(
                     table
