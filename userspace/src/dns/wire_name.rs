@@ -6,8 +6,19 @@
 //!
 //! It hashes and compares as its bytes, so maps keyed by it are searched with a `&[u8]` in
 //! wire form without building one ([`std::borrow::Borrow`]).
+//!
+//! Names made from text or wire bytes are interned: the same name made twice (every pod of a
+//! name brings it, a record file repeats it per record) is one allocation. The interner holds a
+//! reference to each name it has given out, and drops those nobody else holds whenever it has
+//! doubled since it last looked, so a name gone from every source is freed soon after.
 
-use std::{borrow::Borrow, fmt, sync::Arc};
+use std::{
+    borrow::Borrow,
+    fmt,
+    sync::{Arc, Mutex},
+};
+
+use rustc_hash::FxHashSet;
 
 use hickory_proto::rr::{LowerName, Name};
 
@@ -27,7 +38,7 @@ impl WireName {
     pub fn from_name(name: &Name) -> Self {
         let mut wire = Vec::with_capacity(name.len() + 1);
         write_lower(name, &mut wire);
-        Self(wire.into())
+        intern(&wire)
     }
 
     /// A name already lower-cased.
@@ -53,7 +64,7 @@ impl WireName {
         if at + 1 != wire.len() || wire.len() > MAX_WIRE_LEN {
             return None;
         }
-        Some(Self(wire.to_ascii_lowercase().into()))
+        Some(intern(&wire.to_ascii_lowercase()))
     }
 
     /// The bytes: lower-case wire form.
@@ -98,7 +109,7 @@ impl WireName {
         if first == 0 {
             return None;
         }
-        Some(Self(self.0[1 + first..].into()))
+        Some(intern(&self.0[1 + first..]))
     }
 
     /// Whether this name is `zone` or below it.
@@ -124,6 +135,38 @@ pub fn write_lower(name: &Name, out: &mut Vec<u8>) {
         out.extend(label.iter().map(u8::to_ascii_lowercase));
     }
     out.push(0);
+}
+
+/// The names given out, each once (see the module's text).
+struct Interner {
+    names: FxHashSet<WireName>,
+    /// How many names the last sweep kept.
+    kept: usize,
+}
+
+/// Below this many names the interner never sweeps.
+const SWEEP_FLOOR: usize = 4096;
+
+static INTERNER: Mutex<Option<Interner>> = Mutex::new(None);
+
+/// The one `WireName` for these lower-case wire bytes.
+fn intern(wire: &[u8]) -> WireName {
+    let mut guard = INTERNER.lock().unwrap_or_else(|e| e.into_inner());
+    let interner = guard.get_or_insert_with(|| Interner {
+        names: FxHashSet::default(),
+        kept: 0,
+    });
+    if let Some(name) = interner.names.get(wire) {
+        return name.clone();
+    }
+    let name = WireName(Arc::from(wire));
+    interner.names.insert(name.clone());
+    if interner.names.len() > 2 * interner.kept.max(SWEEP_FLOOR) {
+        // Names only the interner still holds are gone from every source: freed.
+        interner.names.retain(|n| Arc::strong_count(&n.0) > 1);
+        interner.kept = interner.names.len();
+    }
+    name
 }
 
 impl Borrow<[u8]> for WireName {
@@ -173,6 +216,32 @@ impl fmt::Debug for WireName {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_made_twice_is_one_allocation_and_freed_when_nobody_holds_it() {
+        let a = WireName::from_name(&Name::from_ascii("Web.Interned.Example.").unwrap());
+        let b = WireName::from_wire(b"\x03web\x08interned\x07example\x00").unwrap();
+        assert!(Arc::ptr_eq(&a.0, &b.0), "one allocation");
+        assert!(Arc::ptr_eq(&a.parent().unwrap().0, &b.parent().unwrap().0));
+        let weak = Arc::downgrade(&a.0);
+        drop((a, b));
+        // Enough other names to make the interner sweep, however many it held.
+        let held = INTERNER
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |i| i.names.len().max(i.kept));
+        let others: Vec<WireName> = (0..2 * held.max(SWEEP_FLOOR) + 1)
+            .map(|i| {
+                WireName::from_name(&Name::from_ascii(format!("n{i}.sweep.example.")).unwrap())
+            })
+            .collect();
+        assert!(
+            weak.upgrade().is_none(),
+            "freed once only the interner held it"
+        );
+        drop(others);
+    }
 
     fn name(text: &str) -> Name {
         Name::from_ascii(text).unwrap()

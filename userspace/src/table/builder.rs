@@ -316,6 +316,12 @@ impl TableBuilder {
         let mut changed = Vec::new();
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
+            if let Some(state) = self.names.get_mut(&key)
+                && state.records.capacity() > state.records.len()
+            {
+                // A doubled vector's spare room, given back once the batch is in.
+                state.records.shrink_to_fit();
+            }
             let new = self.names.get(&key).map(|s| {
                 let zone_ttl = self.specs.get(s.zone as usize).map_or(0, |z| z.ttl);
                 Arc::new(s.node(zone_ttl))
