@@ -296,3 +296,27 @@ pub fn extended_errors(answer: &[u8]) -> Vec<u16> {
         })
         .collect()
 }
+
+/// The SOA serial `server` gives for `zone` (asked with dig, one try of a second), if it answers.
+pub fn soa_serial(ns: &NetNs, server: &str, zone: &str) -> Option<u32> {
+    let addr: SocketAddr = server.parse().expect("an address");
+    let out = ns
+        .command("dig")
+        .args([
+            format!("@{}", addr.ip()),
+            "-p".into(),
+            addr.port().to_string(),
+            "+short".into(),
+            "+tries=1".into(),
+            "+timeout=1".into(),
+            zone.into(),
+            "SOA".into(),
+        ])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}

@@ -78,11 +78,7 @@ impl Knot {
         table: &RecordTable,
         xdp_interface: Option<&str>,
     ) -> Self {
-        let zones: Vec<(String, String)> = table
-            .zones()
-            .iter()
-            .map(|zone| (zone.spec.apex.to_string(), zone_file(table, zone)))
-            .collect();
+        let zones = zone_files(table);
         Self::start_zones(ns, addr, &zones, xdp_interface)
     }
 
@@ -124,11 +120,7 @@ impl Knot {
         table: &RecordTable,
         cgroup: &crate::cgroup::Cgroup,
     ) -> Self {
-        let zones: Vec<(String, String)> = table
-            .zones()
-            .iter()
-            .map(|zone| (zone.spec.apex.to_string(), zone_file(table, zone)))
-            .collect();
+        let zones = zone_files(table);
         Self::start_in(ns, addr, &zones, None, ("", &[]), Some(cgroup))
     }
 
@@ -285,4 +277,13 @@ fn describe(record: &Record) -> String {
         record.name.to_lowercase(),
         record.ttl
     )
+}
+
+/// Each zone of `table`: its apex and its zone file.
+fn zone_files(table: &RecordTable) -> Vec<(String, String)> {
+    table
+        .zones()
+        .iter()
+        .map(|zone| (zone.spec.apex.to_string(), zone_file(table, zone)))
+        .collect()
 }

@@ -17,7 +17,7 @@ use crate::{
     TempDir,
     agent::Agent,
     bench::{print_table, system},
-    clients::udp_exchange_many,
+    clients::{soa_serial, udp_exchange_many},
     eventually,
     fake_api::{FakeApi, Kind},
     k8s::PodSpec,
@@ -139,26 +139,7 @@ fn setup(pods: usize) -> Setup {
 
 /// The zone's SOA serial at `server`, if it answers.
 fn serial(ns: &NetNs, server: &str) -> Option<u32> {
-    let addr: SocketAddr = server.parse().expect("an address");
-    let out = ns
-        .command("dig")
-        .args([
-            format!("@{}", addr.ip()),
-            "-p".into(),
-            addr.port().to_string(),
-            "+short".into(),
-            "+tries=1".into(),
-            "+timeout=1".into(),
-            ZONE.into(),
-            "SOA".into(),
-        ])
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(2)?
-        .parse()
-        .ok()
+    soa_serial(ns, server, ZONE)
 }
 
 /// Asks `query` over UDP (XDP answers it) until an answer holds `wanted` and not `unwanted`;

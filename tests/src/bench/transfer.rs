@@ -14,7 +14,7 @@ use crate::{
     TempDir,
     agent::Agent,
     bench::print_table,
-    clients::udp_exchange_many,
+    clients::{soa_serial, udp_exchange_many},
     eventually,
     fake_api::{FakeApi, Kind},
     k8s::PodSpec,
@@ -96,26 +96,7 @@ fn median_axfr(ns: &NetNs, server: &str, key: &TsigKey) -> Transfer {
 
 /// The zone's serial at `server` (0 while it does not answer it).
 fn serial(ns: &NetNs, server: &str) -> u32 {
-    let addr: SocketAddr = server.parse().expect("an address");
-    let out = ns
-        .command("dig")
-        .args([
-            format!("@{}", addr.ip()),
-            "-p".into(),
-            addr.port().to_string(),
-            "+short".into(),
-            "+tries=1".into(),
-            "+timeout=1".into(),
-            ZONE.into(),
-            "SOA".into(),
-        ])
-        .output()
-        .expect("run dig");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    soa_serial(ns, server, ZONE).unwrap_or(0)
 }
 
 /// Waits until `server` answers `name` with `ip`; the time it took from `since`.

@@ -189,8 +189,9 @@ mod tests {
         builder.finish()
     }
 
-    #[test]
-    fn the_names_changed_since_a_version_are_the_union_of_those_after_it() {
+    /// A history of three versions: the first, n1 moved, n2 moved (with its names known or not,
+    /// as after a rebuild); and the first version's serial.
+    fn three_versions(last_names_known: bool) -> (History, u32) {
         let mut builder = builder();
         let mut history = History::new(64);
         history.push(&Arc::new(builder.table().clone()), None);
@@ -198,7 +199,14 @@ mod tests {
         let changed = change(&mut builder, 1, 1, 1001);
         history.push(&Arc::new(builder.table().clone()), Some(&changed));
         let changed = change(&mut builder, 2, 2, 1002);
-        history.push(&Arc::new(builder.table().clone()), Some(&changed));
+        let last = last_names_known.then_some(changed.as_slice());
+        history.push(&Arc::new(builder.table().clone()), last);
+        (history, first_serial)
+    }
+
+    #[test]
+    fn the_names_changed_since_a_version_are_the_union_of_those_after_it() {
+        let (history, first_serial) = three_versions(true);
         let apex = Name::from_ascii("example.").expect("a name");
         let found = history
             .find(&apex, first_serial)
@@ -251,14 +259,7 @@ mod tests {
 
     #[test]
     fn a_rebuilt_table_leaves_no_known_changes_across_it() {
-        let mut builder = builder();
-        let mut history = History::new(64);
-        history.push(&Arc::new(builder.table().clone()), None);
-        let first_serial = builder.table().zones()[0].serial;
-        let changed = change(&mut builder, 1, 1, 1001);
-        history.push(&Arc::new(builder.table().clone()), Some(&changed));
-        let _ = change(&mut builder, 2, 2, 1002);
-        history.push(&Arc::new(builder.table().clone()), None);
+        let (history, first_serial) = three_versions(false);
         let apex = Name::from_ascii("example.").expect("a name");
         let found = history
             .find(&apex, first_serial)
