@@ -86,7 +86,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .context("--identity")?;
     let shared = Shared::with_transfers(
         Gate::new(client_policy.clone(), cookies).with_identity(identity),
-        transfers.clone(),
+        transfers
+            .clone()
+            .map(|t| t as Arc<dyn crate::server::zone_transfers::ZoneTransfers>),
     );
     let workers = if args.udp_workers == 0 {
         std::thread::available_parallelism()
@@ -135,7 +137,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
     ));
-    let (metrics, registry) = Metrics::register(shared.clone(), health.clone());
+    let (metrics, registry) = Metrics::register(shared.clone(), health.clone(), transfers.clone());
     let kernel = Arc::new(KernelSink::default());
     let mut publisher = Publisher::new(
         shared.clone(),

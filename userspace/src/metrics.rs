@@ -23,6 +23,7 @@ use prometheus_client::{
 use crate::{
     health::Health,
     server::{Shared, stats::ZoneSlot},
+    transfer::{Transfers, stats::TransferStats},
     xdp::counters::Counters,
 };
 use hostport_dns_common::counters::{Counter as XdpCounter, Verdict};
@@ -109,7 +110,11 @@ pub struct ReasonLabel {
 
 impl Metrics {
     /// Creates the metrics and registers them, with the live collector, in a new registry.
-    pub fn register(shared: Arc<Shared>, health: Arc<Health>) -> (Arc<Self>, Registry) {
+    pub fn register(
+        shared: Arc<Shared>,
+        health: Arc<Health>,
+        transfers: Option<Arc<Transfers>>,
+    ) -> (Arc<Self>, Registry) {
         let xdp: XdpCounters = Arc::default();
         let mut registry = Registry::with_prefix("hostport_dns");
         let metrics = Self {
@@ -268,6 +273,7 @@ impl Metrics {
             shared,
             xdp: xdp.clone(),
             health,
+            transfers,
         }));
         (Arc::new(Self { xdp, ..metrics }), registry)
     }
@@ -287,6 +293,7 @@ struct LiveCollector {
     shared: Arc<Shared>,
     xdp: XdpCounters,
     health: Arc<Health>,
+    transfers: Option<Arc<Transfers>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -440,7 +447,7 @@ impl Collector for LiveCollector {
             ConstGauge::new(seconds)
                 .encode(staleness.encode_family(&[("source", source.as_str())])?)?;
         }
-        if let Some(transfers) = &self.shared.transfers {
+        if let Some(transfers) = &self.transfers {
             encode_transfers(&transfers.stats, &mut encoder)?;
         }
         self.encode_requests(xdp.as_deref(), &xdp_zones, &mut encoder)?;
@@ -586,7 +593,7 @@ fn encode_histograms(
 
 /// Transfer requests by type and result, their bytes, and NOTIFYs by result.
 fn encode_transfers(
-    stats: &crate::transfer::stats::TransferStats,
+    stats: &TransferStats,
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
     let mut requests = encoder.encode_descriptor(

@@ -417,7 +417,7 @@ mod tests {
     fn publisher() -> (Publisher, Arc<Shared>) {
         let shared = Shared::new();
         let health = Arc::new(Health::new(None));
-        let (metrics, _) = Metrics::register(shared.clone(), health.clone());
+        let (metrics, _) = Metrics::register(shared.clone(), health.clone(), None);
         let publisher = Publisher::new(
             shared.clone(),
             Arc::default(),

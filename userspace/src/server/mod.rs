@@ -9,6 +9,7 @@ pub mod limits;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
+pub mod zone_transfers;
 
 pub mod cache;
 
@@ -19,11 +20,15 @@ use std::sync::{
 
 use arc_swap::ArcSwapOption;
 
+use self::zone_transfers::{SignedAnswer, ZoneTransfers};
+
 use crate::{
     clients::martian::is_martian,
-    dns::{WireName, message::Transport},
+    dns::{
+        WireName,
+        message::{Transport, asks_soa, asks_transfer},
+    },
     table::RecordTable,
-    transfer::{self, Transfers},
 };
 
 /// What every server task reads: the current table (swapped whole by the agent, never locked
@@ -36,7 +41,7 @@ pub struct Shared {
     pub gate: gate::Gate,
     pub stats: stats::ServerStats,
     /// Zone transfers, when configured.
-    pub transfers: Option<Arc<Transfers>>,
+    pub transfers: Option<Arc<dyn ZoneTransfers>>,
 }
 
 impl Shared {
@@ -54,7 +59,10 @@ impl Shared {
     }
 
     /// Serves as `gate` decides, and transfers zones as `transfers` says.
-    pub fn with_transfers(gate: gate::Gate, transfers: Option<Arc<Transfers>>) -> Arc<Self> {
+    pub fn with_transfers(
+        gate: gate::Gate,
+        transfers: Option<Arc<dyn ZoneTransfers>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             gate,
             transfers,
@@ -107,9 +115,7 @@ impl Shared {
         let Some(transfers) = self.transfers.as_ref() else {
             return false;
         };
-        if !transfer::asks_transfer(query)
-            || (transport == Transport::Udp && is_martian(client.addr))
-        {
+        if !asks_transfer(query) || (transport == Transport::Udp && is_martian(client.addr)) {
             return false;
         }
         let table = self.table.load_full();
@@ -167,16 +173,15 @@ impl Shared {
         if let Some(transfers) = self
             .transfers
             .as_ref()
-            .filter(|_| transfer::asks_soa(query) && admitted())
+            .filter(|_| asks_soa(query) && admitted())
         {
             // Signed answers are made for one query: never cached.
-            let respond = || {
+            let mut respond = || {
                 let table = self.table.load();
                 let asker = answer::Asker::ANONYMOUS;
                 answer::respond_for(query, table.as_deref(), transport, &asker).map(|a| a.bytes)
             };
-            if let transfer::SignedAnswer::Answer(answer) = transfers.answer_signed(query, respond)
-            {
+            if let SignedAnswer::Answer(answer) = transfers.answer_signed(query, &mut respond) {
                 return answer;
             }
         }

@@ -22,7 +22,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
-    dns::message::Transport,
+    dns::message::{Transport, asks_transfer},
     server::{
         Shared,
         gate::Client,
@@ -177,7 +177,7 @@ async fn serve_connection(
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) => return TcpClose::Idle,
         }
-        if crate::transfer::asks_transfer(&buf) && shared.transfers.is_some() {
+        if asks_transfer(&buf) && shared.transfers.is_some() {
             match transfer(&mut stream, shared, &buf, client).await {
                 Ok(true) => continue,
                 Ok(false) => {}

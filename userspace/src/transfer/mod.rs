@@ -22,7 +22,6 @@ use hickory_proto::{
     rr::{DNSClass, RData, Record, RecordType},
     serialize::binary::BinDecodable,
 };
-use hostport_dns_common::dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK};
 use tracing::{debug, info, warn};
 
 pub use config::TransferConfig;
@@ -30,9 +29,10 @@ pub use config::TransferConfig;
 use crate::{
     dns::{
         WireName,
-        message::{Transport, response_to},
+        message::{Transport, asks_soa, response_to},
     },
     serials::serial_gt,
+    server::zone_transfers::{SignedAnswer, ZoneTransfers},
     table::RecordTable,
     transfer::{
         history::{Found, History},
@@ -59,50 +59,6 @@ pub struct Transfers {
     /// The newest table, for the NOTIFY task.
     tables: tokio::sync::watch::Sender<Option<Arc<RecordTable>>>,
     pub stats: TransferStats,
-}
-
-/// Whether `query` asks for a transfer: a query (QR clear, opcode QUERY) whose first question
-/// is of type AXFR or IXFR. A cheap look, before the message is parsed.
-pub fn asks_transfer(query: &[u8]) -> bool {
-    matches!(
-        question_type(query),
-        Some(RecordType::AXFR | RecordType::IXFR)
-    )
-}
-
-/// Whether `query` is a plain query of type SOA (a secondary's refresh check may be signed).
-pub fn asks_soa(query: &[u8]) -> bool {
-    question_type(query) == Some(RecordType::SOA)
-}
-
-/// The type of a query's one question (QR clear, opcode QUERY), read without parsing the
-/// message.
-fn question_type(query: &[u8]) -> Option<RecordType> {
-    if query.len() < HEADER_LEN + 5 {
-        return None;
-    }
-    let flags = u16::from_be_bytes([query[2], query[3]]);
-    if flags & (FLAG_QR | OPCODE_MASK) != 0 || query[4..6] != [0, 1] {
-        return None;
-    }
-    // The question's name, then its type.
-    let mut at = HEADER_LEN;
-    while let Some(&len) = query.get(at) {
-        if len == 0 || len & 0xc0 != 0 {
-            break;
-        }
-        at += 1 + usize::from(len);
-    }
-    let qtype = query.get(at + 1..at + 3)?;
-    Some(RecordType::from(u16::from_be_bytes([qtype[0], qtype[1]])))
-}
-
-/// What becomes of a query that may carry a TSIG record.
-pub enum SignedAnswer {
-    /// Not signed: it is answered the ordinary way.
-    NotSigned,
-    /// Signed: this answer (signed, or the TSIG error), or none.
-    Answer(Option<Vec<u8>>),
 }
 
 impl Transfers {
@@ -138,7 +94,7 @@ impl Transfers {
     pub fn answer_signed(
         &self,
         query: &[u8],
-        respond: impl FnOnce() -> Option<Vec<u8>>,
+        respond: &mut dyn FnMut() -> Option<Vec<u8>>,
     ) -> SignedAnswer {
         if !asks_soa(query) {
             return SignedAnswer::NotSigned;
@@ -319,6 +275,37 @@ impl Transfers {
         self.stats.count(kind.label(), how);
         split(response, whole_zone(table, &zone), &mut send);
         Some(kind)
+    }
+}
+
+impl std::fmt::Debug for Transfers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Transfers")
+    }
+}
+
+impl ZoneTransfers for Transfers {
+    fn record(&self, table: &Arc<RecordTable>, changed: Option<&[WireName]>) {
+        Transfers::record(self, table, changed);
+    }
+
+    fn stream(
+        &self,
+        query: &[u8],
+        table: Option<&RecordTable>,
+        client: IpAddr,
+        transport: Transport,
+        emit: &mut dyn FnMut(Vec<u8>) -> bool,
+    ) -> bool {
+        Transfers::stream(self, query, table, client, transport, emit)
+    }
+
+    fn answer_signed(
+        &self,
+        query: &[u8],
+        respond: &mut dyn FnMut() -> Option<Vec<u8>>,
+    ) -> SignedAnswer {
+        Transfers::answer_signed(self, query, respond)
     }
 }
 

@@ -10,13 +10,14 @@ use hickory_proto::{
 use ipnet::IpNet;
 
 use super::{
-    SignedAnswer, Transfers, asks_transfer,
+    Transfers,
     config::{AllowEntry, KeyConfig, TransferConfig},
     tsig,
 };
 use crate::{
-    dns::message::Transport,
+    dns::message::{Transport, asks_transfer},
     records::{RecordData, SourceRecord},
+    server::zone_transfers::SignedAnswer,
     table::{RecordTable, TableBuilder},
     zone::ZoneSpec,
 };
@@ -322,14 +323,14 @@ fn a_signed_transfer_in_several_messages_chains_its_macs() {
 fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way() {
     let (t, _dir) = transfers(true);
     let good = signer(SECRET, "transfer-key.");
-    let ordinary = || Some(b"ordinary".to_vec());
+    let mut ordinary = || Some(b"ordinary".to_vec());
     let (signed, mac) =
         tsig::sign_request(&good, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
     let v1 = table(&mut builder, 10);
-    let respond =
+    let mut respond =
         || crate::server::answer::respond(&signed, Some(&v1), Transport::Udp).map(|a| a.bytes);
-    let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed, respond) else {
+    let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed, &mut respond) else {
         panic!("a signed answer");
     };
     tsig::verify_response(&good, &answer, &mac, tsig::unix_now()).unwrap();
@@ -337,7 +338,7 @@ fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way
     let wrong = signer(b"wrong", "transfer-key.");
     let (bad, _) =
         tsig::sign_request(&wrong, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
-    let SignedAnswer::Answer(Some(refused)) = t.answer_signed(&bad, ordinary) else {
+    let SignedAnswer::Answer(Some(refused)) = t.answer_signed(&bad, &mut ordinary) else {
         panic!("an error answer");
     };
     let refused = Message::from_bytes(&refused).unwrap();
@@ -348,13 +349,13 @@ fn a_signed_soa_query_gets_a_signed_answer_and_other_queries_go_the_ordinary_way
     );
     let unsigned = request(RecordType::SOA, None).to_vec().unwrap();
     assert!(matches!(
-        t.answer_signed(&unsigned, ordinary),
+        t.answer_signed(&unsigned, &mut ordinary),
         SignedAnswer::NotSigned
     ));
     let (signed_a, _) =
         tsig::sign_request(&good, request(RecordType::A, None), tsig::unix_now()).unwrap();
     assert!(matches!(
-        t.answer_signed(&signed_a, ordinary),
+        t.answer_signed(&signed_a, &mut ordinary),
         SignedAnswer::NotSigned
     ));
 }
