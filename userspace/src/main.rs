@@ -8,6 +8,7 @@ use hostport_dns::{
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
+    hostport_dns::heap::limit_arenas();
     let cli = Cli::parse();
     let mut filter = cli.log_level.clone();
     if let Command::Run(args) = &cli.command

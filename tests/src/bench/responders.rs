@@ -91,6 +91,10 @@ pub fn start(
                 mode,
                 "--udp-workers",
                 "1",
+                // The load comes from one address with 100 TCP connections: the per-client cap
+                // (32 by default) would close most of them at accept, where the peers have none.
+                "--tcp-max-per-client",
+                "128",
             ],
         )
     };
