@@ -73,53 +73,10 @@ impl Transfers {
         })
     }
 
-    /// Keeps a published table as a version IXFR can start from, and tells the NOTIFY task.
-    pub fn record(&self, table: &Arc<RecordTable>, changed: Option<&[WireName]>) {
-        self.history
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(table, changed);
-        self.tables.send_replace(Some(table.clone()));
-    }
-
     /// Sends the NOTIFYs the configuration asks for, until the agent stops.
     pub async fn notify(self: Arc<Self>) {
         let tables = self.tables.subscribe();
         notify::run(self, tables).await;
-    }
-
-    /// A secondary's SOA query signed with TSIG (its refresh check) must get a signed answer
-    /// (RFC 8945 §5.3): `respond` makes the ordinary answer, which is signed here; a TSIG that
-    /// does not verify gets NOTAUTH with its error. Other queries go the ordinary way.
-    pub fn answer_signed(
-        &self,
-        query: &[u8],
-        respond: &mut dyn FnMut() -> Option<Vec<u8>>,
-    ) -> SignedAnswer {
-        if !asks_soa(query) {
-            return SignedAnswer::NotSigned;
-        }
-        let Ok(request) = Message::from_bytes(query) else {
-            return SignedAnswer::NotSigned;
-        };
-        let now = tsig::unix_now();
-        let signed = match tsig::check(query, &request, &self.keys, now) {
-            Checked::Unsigned => return SignedAnswer::NotSigned,
-            Checked::Failed(failure) => {
-                let mut response = response_to(&request);
-                response.metadata.response_code = ResponseCode::NotAuth;
-                response.metadata.authoritative = false;
-                if let Some(record) = failure.error_record(&response, now) {
-                    response.set_signature(record);
-                }
-                return SignedAnswer::Answer(response.to_vec().ok());
-            }
-            Checked::Signed(signed) => signed,
-        };
-        let answer = respond().and_then(|bytes| Message::from_bytes(&bytes).ok());
-        SignedAnswer::Answer(
-            answer.and_then(|answer| StreamSigner::new(signed, now).sign(answer).ok()),
-        )
     }
 
     /// The messages answering the transfer request `query` from `client`; `None` if it is not
@@ -137,29 +94,6 @@ impl Transfers {
             true
         });
         handled.then_some(messages)
-    }
-
-    /// Answers a transfer request message by message, as each is made: `emit` takes each (and
-    /// says false when the connection is gone: nothing more is made). A whole zone is never
-    /// held as records or messages at once. False: not a transfer request.
-    pub fn stream(
-        &self,
-        query: &[u8],
-        table: Option<&RecordTable>,
-        client: IpAddr,
-        transport: Transport,
-        emit: &mut dyn FnMut(Vec<u8>) -> bool,
-    ) -> bool {
-        let mut sent = 0;
-        let mut counted = |message: Vec<u8>| {
-            sent += message.len();
-            emit(message)
-        };
-        let Some(kind) = self.respond_to(query, table, client, transport, &mut counted) else {
-            return false;
-        };
-        self.stats.sent(kind.label(), sent);
-        true
     }
 
     /// The transfer's messages, each handed to `emit`; the kind of transfer asked for, or None
@@ -285,10 +219,18 @@ impl std::fmt::Debug for Transfers {
 }
 
 impl ZoneTransfers for Transfers {
+    /// Keeps a published table as a version IXFR can start from, and tells the NOTIFY task.
     fn record(&self, table: &Arc<RecordTable>, changed: Option<&[WireName]>) {
-        Transfers::record(self, table, changed);
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(table, changed);
+        self.tables.send_replace(Some(table.clone()));
     }
 
+    /// Answers a transfer request message by message, as each is made: `emit` takes each (and
+    /// says false when the connection is gone: nothing more is made). A whole zone is never
+    /// held as records or messages at once. False: not a transfer request.
     fn stream(
         &self,
         query: &[u8],
@@ -297,15 +239,50 @@ impl ZoneTransfers for Transfers {
         transport: Transport,
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
     ) -> bool {
-        Transfers::stream(self, query, table, client, transport, emit)
+        let mut sent = 0;
+        let mut counted = |message: Vec<u8>| {
+            sent += message.len();
+            emit(message)
+        };
+        let Some(kind) = self.respond_to(query, table, client, transport, &mut counted) else {
+            return false;
+        };
+        self.stats.sent(kind.label(), sent);
+        true
     }
 
+    /// A secondary's SOA query signed with TSIG (its refresh check) must get a signed answer
+    /// (RFC 8945 §5.3): `respond` makes the ordinary answer, which is signed here; a TSIG that
+    /// does not verify gets NOTAUTH with its error. Other queries go the ordinary way.
     fn answer_signed(
         &self,
         query: &[u8],
         respond: &mut dyn FnMut() -> Option<Vec<u8>>,
     ) -> SignedAnswer {
-        Transfers::answer_signed(self, query, respond)
+        if !asks_soa(query) {
+            return SignedAnswer::NotSigned;
+        }
+        let Ok(request) = Message::from_bytes(query) else {
+            return SignedAnswer::NotSigned;
+        };
+        let now = tsig::unix_now();
+        let signed = match tsig::check(query, &request, &self.keys, now) {
+            Checked::Unsigned => return SignedAnswer::NotSigned,
+            Checked::Failed(failure) => {
+                let mut response = response_to(&request);
+                response.metadata.response_code = ResponseCode::NotAuth;
+                response.metadata.authoritative = false;
+                if let Some(record) = failure.error_record(&response, now) {
+                    response.set_signature(record);
+                }
+                return SignedAnswer::Answer(response.to_vec().ok());
+            }
+            Checked::Signed(signed) => signed,
+        };
+        let answer = respond().and_then(|bytes| Message::from_bytes(&bytes).ok());
+        SignedAnswer::Answer(
+            answer.and_then(|answer| StreamSigner::new(signed, now).sign(answer).ok()),
+        )
     }
 }
 

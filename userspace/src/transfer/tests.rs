@@ -17,7 +17,7 @@ use super::{
 use crate::{
     dns::message::{Transport, asks_transfer},
     records::{RecordData, SourceRecord},
-    server::zone_transfers::SignedAnswer,
+    server::zone_transfers::{SignedAnswer, ZoneTransfers},
     table::{RecordTable, TableBuilder},
     zone::ZoneSpec,
 };
