@@ -121,6 +121,25 @@ pub const CLIENT_V6: &str = "2001:db8::2";
 pub const BEHIND_SERVER_V4: &str = "198.18.0.99";
 
 impl Link {
+    /// Gives the server what IPVS gives every node: an interface named `kube-ipvs0` holding
+    /// `address` (a Service's ClusterIP). A veth stands in for the dummy device this kernel
+    /// lacks; the name is what marks IPVS's interface.
+    pub fn add_ipvs_address(&self, address: &str) {
+        let ns = &self.server_ns;
+        ns.ip(&[
+            "link",
+            "add",
+            "kube-ipvs0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "ipvs-peer",
+        ]);
+        ns.ip(&["addr", "add", &format!("{address}/32"), "dev", "kube-ipvs0"]);
+        ns.ip(&["link", "set", "kube-ipvs0", "up"]);
+    }
+
     pub fn new(tag: &str) -> Self {
         Self::build(tag, true)
     }

@@ -534,6 +534,21 @@ fn a_flooding_prefix_is_limited_while_exempt_and_cookie_clients_are_answered_eve
     assert_eq!(decided("xdp", "rate_limited"), 0.0, "slip 1 drops nothing");
 }
 
+/// The agent on the server side of `link`, XDP on, `clients.allow` empty, for spoofed frames:
+/// its directory (kept while the test runs), the agent, the server's MAC and a query for a
+/// served name.
+fn spoof_bed(link: &Link, tag: &str) -> (TempDir, Agent, [u8; 6], Vec<u8>) {
+    let dir = TempDir::new(tag);
+    let config = config(&dir, "  allow: []\n");
+    let agent = start(link, &config, true);
+    (
+        dir,
+        agent,
+        mac_bytes(&link.server.mac),
+        QueryBuilder::new(NAME, 1).bytes(),
+    )
+}
+
 fn mac_bytes(text: &str) -> [u8; 6] {
     let bytes: Vec<u8> = text
         .split(':')
@@ -550,11 +565,7 @@ fn spoofed_and_martian_queries_on_the_veth_get_no_answer_from_either_path() {
     };
     require_root();
     let link = Link::new("martian");
-    let dir = TempDir::new("martian");
-    let config = config(&dir, "  allow: []\n");
-    let agent = start(&link, &config, true);
-    let server_mac = mac_bytes(&link.server.mac);
-    let query = QueryBuilder::new(NAME, 1).bytes();
+    let (_dir, agent, server_mac, query) = spoof_bed(&link, "martian");
     let to_server = |src: &str, dst: &str| Frame {
         dst_mac: server_mac,
         ..Frame::between(src, dst)
@@ -630,33 +641,11 @@ fn queries_from_this_hosts_own_addresses_and_from_group_macs_get_no_answer() {
     };
     require_root();
     let link = Link::new("ownsrc");
-    // What IPVS does with every Service address: a device named kube-ipvs0 holding it (a veth
-    // stands in for the dummy device this kernel lacks).
+    // What IPVS does with every Service address: kube-ipvs0 holding it.
     let cluster_ip = "198.19.7.7";
-    link.server_ns.ip(&[
-        "link",
-        "add",
-        "kube-ipvs0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "kipvs-peer",
-    ]);
-    link.server_ns.ip(&[
-        "addr",
-        "add",
-        &format!("{cluster_ip}/32"),
-        "dev",
-        "kube-ipvs0",
-    ]);
-    link.server_ns.ip(&["link", "set", "kube-ipvs0", "up"]);
+    link.add_ipvs_address(cluster_ip);
     let server_link_local = link_local_of(&link.server_ns, &link.server.ifname);
-    let dir = TempDir::new("ownsrc");
-    let config = config(&dir, "  allow: []\n");
-    let agent = start(&link, &config, true);
-    let server_mac = mac_bytes(&link.server.mac);
-    let query = QueryBuilder::new(NAME, 1).bytes();
+    let (_dir, agent, server_mac, query) = spoof_bed(&link, "ownsrc");
     let to_server = |src: &str, dst: &str| Frame {
         dst_mac: server_mac,
         ..Frame::between(src, dst)

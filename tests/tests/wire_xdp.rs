@@ -427,24 +427,7 @@ const SECOND_ADDRESS: &str = "198.18.0.5";
 /// Gives the server a `kube-ipvs0` interface holding a ClusterIP (a veth named so: this kernel
 /// has no dummy devices; the name is what marks IPVS's interface) and the client a route to it.
 fn add_ipvs_interface(link: &Link) {
-    link.server_ns.ip(&[
-        "link",
-        "add",
-        "kube-ipvs0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "ipvs-peer",
-    ]);
-    link.server_ns.ip(&[
-        "addr",
-        "add",
-        &format!("{CLUSTER_IP}/32"),
-        "dev",
-        "kube-ipvs0",
-    ]);
-    link.server_ns.ip(&["link", "set", "kube-ipvs0", "up"]);
+    link.add_ipvs_address(CLUSTER_IP);
     link.server_ns.ip(&[
         "addr",
         "add",
