@@ -86,22 +86,6 @@ impl Shared {
         }
     }
 
-    /// The messages answering a transfer request from `client` (None: not a transfer, or no
-    /// transfers configured: it is answered the ordinary way, REFUSED).
-    pub fn transfer(
-        &self,
-        query: &[u8],
-        transport: Transport,
-        client: gate::Client,
-    ) -> Option<Vec<Vec<u8>>> {
-        let mut messages = Vec::new();
-        let handled = self.transfer_stream(query, transport, client, &mut |message| {
-            messages.push(message);
-            true
-        });
-        handled.then_some(messages)
-    }
-
     /// Answers a transfer request from `client` message by message, each handed to `emit` as it
     /// is made (which says false when the client is gone). False: not a transfer, or no
     /// transfers configured: it is answered the ordinary way, REFUSED.
@@ -159,10 +143,16 @@ impl Shared {
         transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
-        if transport == Transport::Udp
-            && let Some(mut messages) = self.transfer(query, transport, client)
-        {
-            return messages.drain(..).next();
+        if transport == Transport::Udp {
+            // Over UDP a transfer request gets one message (NOTIMP, REFUSED or the current SOA).
+            let mut first = None;
+            let handled = self.transfer_stream(query, transport, client, &mut |message| {
+                first = Some(message);
+                false
+            });
+            if handled {
+                return first;
+            }
         }
         // A signed SOA query is answered signed (below), within the client policy: never to a
         // martian source, nor to a client outside the allow-list.
