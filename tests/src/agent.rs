@@ -61,6 +61,31 @@ impl Agent {
         Self::spawn(cmd, Some(ns.name.clone()), metrics_addr)
     }
 
+    /// Starts `hostport-dns run <args>` in `ns` through `wrapper` (a program that execs the rest
+    /// of its arguments, such as `setpriv` with its options) with `env` added, and waits until it
+    /// serves.
+    pub fn start_wrapped(
+        ns: &NetNs,
+        wrapper: &[&str],
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Self {
+        let (program, options) = wrapper.split_first().expect("a wrapper program");
+        let mut cmd = ns.command(program);
+        cmd.args(options)
+            .arg(binary())
+            .args([
+                "run",
+                "--log-format",
+                "json",
+                "--metrics-listen",
+                METRICS_ADDR,
+            ])
+            .args(args)
+            .envs(env.iter().copied());
+        Self::spawn(cmd, Some(ns.name.clone()), METRICS_ADDR)
+    }
+
     /// Starts the agent in `ns` with the configuration file `config`, XDP in generic mode on
     /// `lo`, and `extra` arguments.
     pub fn start_on_lo(ns: &NetNs, config: &Path, extra: &[&str]) -> Self {

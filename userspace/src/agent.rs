@@ -40,7 +40,7 @@ use crate::{
         kube as kube_source,
     },
     transfer::Transfers,
-    xdp::{XdpMode, local_addrs::AnswerOn},
+    xdp::{XdpError, XdpMode, loader::resolve_interfaces, local_addrs::AnswerOn},
 };
 use hostport_dns_common::generation::Capacity;
 
@@ -118,9 +118,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // From here on a stop signal must detach what gets attached, so the handlers go in first.
     let mut stop = StopSignals::install()?;
-    // A bad interface or missing privileges stop the agent here, before it serves.
+    let health = Arc::new(Health::new(
+        (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
+    ));
+    // A bad interface stops the agent here, before it serves; so does a kernel that refuses the
+    // program, unless the mode is auto (then userspace answers everything).
     let prepared = if args.xdp_mode != XdpMode::Off && !args.interfaces.is_empty() {
-        Some(kernel_path::prepare(kernel_path::Settings {
+        let prepared = kernel_path::prepare(kernel_path::Settings {
             port: args.port,
             interfaces: args.interfaces.clone(),
             mode: args.xdp_mode,
@@ -129,14 +133,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             clients: client_policy.clone(),
             capacity: Capacity::for_names(args.kernel_names),
             answer_on: AnswerOn::parse(&args.answer_on),
-        })?)
+        });
+        match prepared {
+            Ok(prepared) => Some(prepared),
+            Err(err) => {
+                without_xdp(&args, &health, err)?;
+                None
+            }
+        }
     } else {
         None
     };
     tokio::spawn(reload_cookie_secrets(shared.clone()));
-    let health = Arc::new(Health::new(
-        (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
-    ));
     let (metrics, registry) = Metrics::register(shared.clone(), health.clone(), transfers.clone());
     let kernel = Arc::new(KernelSink::default());
     let mut publisher = Publisher::new(
@@ -230,8 +238,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         ));
     }
+    let http_health = health.clone();
     tokio::spawn(async move {
-        if let Err(err) = http::serve(http_listener, registry, health).await {
+        if let Err(err) = http::serve(http_listener, registry, http_health).await {
             error!(%err, "the metrics endpoint stopped");
         }
     });
@@ -246,7 +255,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             up = &mut xdp_up => match up {
                 Ok(Ok(failed)) => attach_failed = Some(failed),
-                Ok(Err(err)) => return Err(err.into()),
+                Ok(Err(err)) => {
+                    dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    without_xdp(&args, &health, err)?;
+                }
                 Err(_) => anyhow::bail!("the XDP path's start-up ended without a word"),
             },
         }
@@ -262,14 +274,37 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|d| d.attachments.clone()),
         "hostport-dns is serving"
     );
-    match attach_failed {
-        Some(mut failed) => tokio::select! {
-            () = stop.wait() => {}
-            Ok(err) = &mut failed => return Err(err.into()),
-        },
-        None => stop.wait().await,
+    if let Some(mut failed) = attach_failed {
+        tokio::select! {
+            () = stop.wait() => {
+                stopping(&dataplane, &persister);
+                return Ok(());
+            }
+            Ok(err) = &mut failed => {
+                // The maps stay written (the kernel path keeps its order), unattached.
+                without_xdp(&args, &health, err)?;
+            }
+        }
     }
+    stop.wait().await;
     stopping(&dataplane, &persister);
+    Ok(())
+}
+
+/// The XDP path could not come up for `err`: with `--xdp-mode auto` and a kernel that refused
+/// the program (privileges, a missing helper, the verifier, attaching), userspace answers
+/// everything, said once in the log and in the metrics; otherwise the agent stops with the reason.
+fn without_xdp(args: &RunArgs, health: &Health, err: XdpError) -> anyhow::Result<()> {
+    if args.xdp_mode != XdpMode::Auto || !err.is_kernel_refusal() {
+        return Err(err.into());
+    }
+    let interfaces =
+        resolve_interfaces(&args.interfaces).unwrap_or_else(|_| args.interfaces.clone());
+    warn!(
+        reason = %err,
+        "XDP unavailable: serving every query from userspace (--xdp-mode native or generic would stop here)"
+    );
+    health.xdp_unavailable(&interfaces, err.to_string());
     Ok(())
 }
 

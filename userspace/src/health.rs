@@ -20,6 +20,8 @@ struct State {
     sources: BTreeMap<String, SourceState>,
     /// The interfaces the XDP program should be attached to, and whether it is (with the mode).
     xdp: BTreeMap<String, Option<&'static str>>,
+    /// Why the XDP program could not run (`--xdp-mode auto`): userspace answers everything.
+    xdp_unavailable: Option<String>,
 }
 
 #[derive(Clone, Default)]
@@ -123,6 +125,25 @@ impl Health {
         if let Ok(mut s) = self.state.lock() {
             s.xdp.insert(interface.to_owned(), Some(mode));
         }
+    }
+
+    /// The XDP program cannot run on `interfaces`, for `reason`: userspace answers everything.
+    /// Readiness does not change (every query is still answered).
+    pub fn xdp_unavailable(&self, interfaces: &[String], reason: String) {
+        if let Ok(mut s) = self.state.lock() {
+            for interface in interfaces {
+                s.xdp.insert(interface.clone(), None);
+            }
+            s.xdp_unavailable = Some(reason);
+        }
+    }
+
+    /// Why the XDP program could not run, if it could not.
+    pub fn xdp_unavailable_reason(&self) -> Option<String> {
+        self.state
+            .lock()
+            .ok()
+            .and_then(|s| s.xdp_unavailable.clone())
     }
 
     /// Per expected interface: the mode the program is attached in, or None.

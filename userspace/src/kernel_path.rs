@@ -58,13 +58,14 @@ pub struct Prepared {
     dataplane: Option<Dataplane>,
 }
 
-/// What can be done at once, so that a bad interface or missing privileges stop the agent
-/// before it serves: the interfaces checked, the pin directory claimed and the program loaded,
-/// unless another agent holds the directory (then [`start`] waits for it).
+/// What can be done at once, so that a bad interface or missing privileges show before the agent
+/// serves: the interfaces checked, the kernel probed, the pin directory claimed and the program
+/// loaded, unless another agent holds the directory (then [`start`] waits for it).
 pub fn prepare(settings: Settings) -> Result<Prepared, XdpError> {
     for interface in crate::xdp::loader::resolve_interfaces(&settings.interfaces)? {
         crate::xdp::loader::if_index(&interface)?;
     }
+    crate::xdp::probe::kernel_supports(crate::EBPF_OBJECT)?;
     let pins = match &settings.pin_dir {
         Some(dir) => match PinDir::lock(dir) {
             Ok(pins) => Some(pins),

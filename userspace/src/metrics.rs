@@ -462,16 +462,25 @@ impl Collector for LiveCollector {
             .encode(ready.encode_family(&NO_LABELS)?)?;
         let mut attached = encoder.encode_descriptor(
             "xdp_attached",
-            "Per interface the XDP program is to run on: 1 while it is attached (mode: native, generic), 0 until it is",
+            "Per interface the XDP program is to run on: 1 while it is attached (mode: native, generic, pinned, adopted), 0 until it is (mode none) or when it cannot run (mode unavailable)",
             None,
             prometheus_client::metrics::MetricType::Gauge,
         )?;
+        let unavailable = self.health.xdp_unavailable_reason().is_some();
+        let unattached = if unavailable { "unavailable" } else { "none" };
         for (interface, mode) in self.health.xdp() {
             ConstGauge::new(i64::from(mode.is_some())).encode(attached.encode_family(&[
                 ("interface", interface.as_str()),
-                ("mode", mode.unwrap_or("none")),
+                ("mode", mode.unwrap_or(unattached)),
             ])?)?;
         }
+        let mut fallback = encoder.encode_descriptor(
+            "xdp_fallback",
+            "1 when the XDP program could not load or attach (--xdp-mode auto) and userspace answers every query",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(unavailable)).encode(fallback.encode_family(&NO_LABELS)?)?;
         Ok(())
     }
 }

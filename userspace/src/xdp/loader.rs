@@ -66,6 +66,8 @@ pub enum XdpError {
     Permission(String),
     #[error("loading the XDP program failed: {0}")]
     Load(String),
+    #[error("this kernel lacks {0}, which the XDP program needs")]
+    Unsupported(String),
     #[error("interface {0:?} does not exist")]
     UnknownInterface(String),
     #[error(
@@ -78,6 +80,17 @@ pub enum XdpError {
         mode: &'static str,
         reason: String,
     },
+}
+
+impl XdpError {
+    /// Whether the kernel (or the privileges it grants) rather than the configuration stopped
+    /// the program: with `--xdp-mode auto` the agent then serves from userspace alone.
+    pub fn is_kernel_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::Permission(_) | Self::Load(_) | Self::Unsupported(_) | Self::Attach { .. }
+        )
+    }
 }
 
 /// The loaded program and where it is attached. Dropping it detaches the program, unless its
@@ -431,7 +444,7 @@ pub fn if_index(interface: &str) -> Result<u32, XdpError> {
 }
 
 /// An error with its causes, one after the other.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -1,6 +1,7 @@
 //! The kernel side, seen from the agent: loading and attaching the XDP program (`loader`, `pins`),
 //! the table in kernel form (`entries`, `layout`, `hostset`), writing it (`writer`, owned by one
-//! thread: `writer_thread`), keeping the node's addresses current (`local_addrs`), reading its
+//! thread: `writer_thread`), checking the kernel first
+//! (`probe`), keeping the node's addresses current (`local_addrs`), reading its
 //! counters (`counters`).
 
 pub mod counters;
@@ -13,6 +14,7 @@ pub mod local_addrs;
 mod map_error;
 pub mod pinned_table;
 pub mod pins;
+pub mod probe;
 mod readers;
 pub mod shared;
 mod syscall;
