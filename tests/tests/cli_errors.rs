@@ -155,3 +155,53 @@ fn a_bad_option_is_reported_by_the_command_line_parser() {
         "{stderr}"
     );
 }
+
+#[test]
+fn check_config_accepts_a_valid_configuration_and_names_the_first_error() {
+    let dir = TempDir::new("checkconfig");
+    let valid = "zones:\n  - name: ingress.example.com\npods:\n  - zone: ingress.example.com\n    labelKey: ingress.cluster/name\nendpointSlices:\n  - zone: ingress.example.com\n    hostnames: [api]\n    service: default/kubernetes\n";
+    let config = dir.write("config.yaml", valid);
+    let records = dir.write(
+        "records.yaml",
+        "zones:\n  - name: static.example.com\n    records:\n      web: 198.18.0.10\n",
+    );
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&config)
+        .arg("--records")
+        .arg(&records)
+        .output()
+        .expect("run check-config");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("valid: 1 zone(s), 1 pod source(s), 1 EndpointSlice output(s)"),
+        "{stdout}"
+    );
+
+    let typo = dir.write("typo.yaml", &valid.replace("labelKey", "labelKee"));
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&typo)
+        .output()
+        .expect("run");
+    assert_one_error_line(&out, "typo.yaml:5:5: pods[0]: unknown field `labelKee`");
+
+    // The record file's zone overlaps the configuration's: refused together as `run` would.
+    let overlapping = dir.write(
+        "overlap.yaml",
+        "zones:\n  - name: sub.ingress.example.com\n    records:\n      web: 198.18.0.10\n",
+    );
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&config)
+        .arg("--records")
+        .arg(&overlapping)
+        .output()
+        .expect("run");
+    assert_one_error_line(&out, "--config and --records");
+}

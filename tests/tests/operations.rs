@@ -396,3 +396,52 @@ fn ebpf_logs_reach_the_agent_log_only_when_asked_for() {
         2.0
     );
 }
+
+#[test]
+fn healthz_fails_once_a_serving_thread_has_died() {
+    require_root();
+    let ns = hostport_dns_tests::netns::NetNs::new("liveness");
+    let dir = TempDir::new("liveness");
+    let records = dir.write("records.yaml", RECORDS);
+    let agent = Agent::start_wrapped(
+        &ns,
+        &["env"],
+        &[("HOSTPORT_DNS_TEST_PANIC_ON", "crash-me")],
+        &[
+            "--records",
+            records.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+            "--udp-workers",
+            "2",
+            "--port",
+            "1053",
+        ],
+    );
+    assert_eq!(
+        dig(&ns, "127.0.0.1", 1053, &["web.prod.coreha.example"]).status,
+        "NOERROR"
+    );
+    assert_eq!(agent.http_get("/healthz"), (200, "ok\n".to_owned()));
+    // The worker that takes this query panics (a stand-in for a bug); the process lives on.
+    let _ = ns
+        .command("dig")
+        .args([
+            "@127.0.0.1",
+            "-p",
+            "1053",
+            "+tries=1",
+            "+timeout=1",
+            "crash-me.prod.coreha.example",
+        ])
+        .output();
+    eventually("/healthz fails", 10, || {
+        let (status, body) = agent.http_get("/healthz");
+        status == 500 && body.contains("dns-udp-")
+    });
+    assert!(
+        agent.logs().contains("a serving thread panicked"),
+        "{}",
+        agent.logs()
+    );
+}

@@ -200,7 +200,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
 
     let (updates_tx, updates_rx) = mpsc::channel(64);
-    tokio::spawn(publisher.run(updates_rx));
+    let alive = shared.liveness.register("publisher");
+    tokio::spawn(async move {
+        let _alive = alive;
+        publisher.run(updates_rx).await;
+    });
     // Caught before the agent reports that it serves, whatever it serves from: a daemon must
     // not die of a SIGHUP (its default action) sent out of habit.
     let hangup = signal(SignalKind::hangup())
@@ -239,8 +243,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
     let http_health = health.clone();
+    let liveness = shared.liveness.clone();
     tokio::spawn(async move {
-        if let Err(err) = http::serve(http_listener, registry, http_health).await {
+        if let Err(err) = http::serve(http_listener, registry, http_health, liveness).await {
             error!(%err, "the metrics endpoint stopped");
         }
     });
@@ -250,7 +255,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if xdp_wanted {
         tokio::select! {
             () = stop.wait() => {
-                stopping(&dataplane, &persister);
+                stopping(&dataplane, &persister, &shared);
                 return Ok(());
             }
             up = &mut xdp_up => match up {
@@ -277,7 +282,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(mut failed) = attach_failed {
         tokio::select! {
             () = stop.wait() => {
-                stopping(&dataplane, &persister);
+                stopping(&dataplane, &persister, &shared);
                 return Ok(());
             }
             Ok(err) = &mut failed => {
@@ -287,7 +292,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     stop.wait().await;
-    stopping(&dataplane, &persister);
+    stopping(&dataplane, &persister, &shared);
     Ok(())
 }
 
@@ -309,7 +314,8 @@ fn without_xdp(args: &RunArgs, health: &Health, err: XdpError) -> anyhow::Result
 }
 
 /// Lets go of the XDP program: detached, unless its links are pinned.
-fn stopping(dataplane: &kernel_path::Held, persister: &Persister) {
+fn stopping(dataplane: &kernel_path::Held, persister: &Persister, shared: &Shared) {
+    shared.liveness.stopping();
     // What the last publications left to keep is written before the process ends.
     persister.flush(STOP_FLUSH_LIMIT);
     let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -324,6 +330,33 @@ fn stopping(dataplane: &kernel_path::Held, persister: &Persister) {
     drop(dataplane);
 }
 
+/// `hostport-dns check-config`: the files read and checked as `run` would (Kubernetes, secrets
+/// and the network left out), for a pipeline before it ships them; what they hold, in one line.
+pub fn check_config(config: Option<&Path>, records: Option<&Path>) -> anyhow::Result<String> {
+    if config.is_none() && records.is_none() {
+        anyhow::bail!("name a configuration file, a record file (--records), or both");
+    }
+    let sources = Sources::read(config, records)?;
+    let mut said = Vec::new();
+    if let Some(config) = &sources.config {
+        said.push(format!(
+            "{} zone(s), {} pod source(s), {} EndpointSlice output(s), transfers {}",
+            config.zones.zones.len(),
+            config.pods.len(),
+            config.endpoint_slices.len(),
+            if config.transfer.is_some() {
+                "on"
+            } else {
+                "off"
+            },
+        ));
+    }
+    if let Some((snapshot, _)) = &sources.records {
+        said.push(format!("record file: {} zone(s)", snapshot.zones.len()));
+    }
+    Ok(format!("valid: {}", said.join("; ")))
+}
+
 /// What the agent serves from: the configuration file (zones, static records, Kubernetes
 /// sources) and a record file; the embedded example when neither is given.
 struct Sources {
@@ -334,14 +367,20 @@ struct Sources {
 
 impl Sources {
     fn load(args: &RunArgs) -> anyhow::Result<Self> {
-        let mut config = args.config.as_deref().map(agent_config::load).transpose()?;
-        if let (Some(config), Some(url)) = (config.as_mut(), &args.api_server) {
+        let mut sources = Self::read(args.config.as_deref(), args.records.as_deref())?;
+        if let (Some(config), Some(url)) = (sources.config.as_mut(), &args.api_server) {
             config.kubernetes.api_server = Some(url.clone());
         }
-        let records = match (&args.records, &config) {
+        Ok(sources)
+    }
+
+    /// The configuration and record files read and checked, alone and together.
+    fn read(config: Option<&Path>, records: Option<&Path>) -> anyhow::Result<Self> {
+        let config = config.map(agent_config::load).transpose()?;
+        let records = match (records, &config) {
             (Some(path), _) => {
                 let (watch, text) = FileWatch::open(path).map_err(|source| FileError::Read {
-                    path: path.clone(),
+                    path: path.to_owned(),
                     source,
                 })?;
                 Some((file::parse(&text, path)?, Some(watch)))

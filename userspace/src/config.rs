@@ -58,6 +58,19 @@ pub enum Command {
     Query(QueryArgs),
     /// Detach the pinned XDP program and remove its pinned maps.
     Uninstall(PinArgs),
+    /// Check a configuration file (and a record file) as `run` would read them, without
+    /// serving: for GitOps pipelines. Exits non-zero with the first error.
+    CheckConfig(CheckConfigArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The configuration file (`run --config`).
+    #[arg(value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A record file (`run --records`), checked alone and against the configuration's zones.
+    #[arg(long, value_name = "FILE")]
+    pub records: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -120,7 +133,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub udp_workers: usize,
     /// Address of the metrics and health endpoint (/metrics, /healthz, /readyz).
-    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:9253")]
+    /// An IPv6 address may come without brackets (`fd00::1:9253`), as `$(HOST_IP):PORT` in a
+    /// pod's arguments gives it.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:9253", value_parser = parse_listen)]
     pub metrics_listen: std::net::SocketAddr,
     /// Pin the XDP program's maps and links in this bpffs directory: a restarted or upgraded
     /// agent adopts them without a gap, and while no agent runs the kernel keeps answering from
@@ -174,4 +189,34 @@ pub struct RunArgs {
     /// Not ready when a source's data is older than this many seconds (0: no limit).
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     pub max_staleness: u64,
+}
+
+/// `ADDR:PORT`, `[IPV6]:PORT`, or an IPv6 address without brackets followed by `:PORT` (the
+/// port is what follows the last colon).
+fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let bad = || format!("{text:?} is not ADDR:PORT");
+    let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+    let ip: IpAddr = host.parse().map_err(|_| bad())?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod listen_tests {
+    use super::parse_listen;
+
+    #[test]
+    fn listen_addresses_parse_with_or_without_ipv6_brackets() {
+        let ok = |text: &str| parse_listen(text).map(|a| a.to_string());
+        assert_eq!(ok("0.0.0.0:9354"), Ok("0.0.0.0:9354".into()));
+        assert_eq!(ok("[fd00::1]:9354"), Ok("[fd00::1]:9354".into()));
+        assert_eq!(ok("fd00::1:9354"), Ok("[fd00::1]:9354".into()));
+        assert_eq!(ok("2001:db8::10:80"), Ok("[2001:db8::10]:80".into()));
+        for bad in ["fd00::1", "198.18.0.1", "198.18.0.1:99999", "node:9354", ""] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -1,6 +1,5 @@
 //! The health and metrics endpoint: `/metrics` (OpenMetrics or the classic Prometheus text,
-//! as asked), `/healthz` (the process
-//! serves), `/readyz` (the table is loaded and its sources are fresh).
+//! as asked), `/healthz` (every serving thread runs), `/readyz` (the table is loaded and its sources are fresh).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -8,11 +7,12 @@ use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, rou
 use prometheus_client::{encoding::text::encode, registry::Registry};
 use tokio::net::TcpListener;
 
-use crate::{exposition, health::Health};
+use crate::{exposition, health::Health, liveness::Liveness};
 
 struct AppState {
     registry: Registry,
     health: Arc<Health>,
+    liveness: Liveness,
 }
 
 /// Binds the endpoint. SO_REUSEPORT, like the DNS sockets, so that a new agent can start beside
@@ -33,8 +33,13 @@ pub async fn serve(
     listener: TcpListener,
     registry: Registry,
     health: Arc<Health>,
+    liveness: Liveness,
 ) -> std::io::Result<()> {
-    let state = Arc::new(AppState { registry, health });
+    let state = Arc::new(AppState {
+        registry,
+        health,
+        liveness,
+    });
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -71,8 +76,17 @@ async fn metrics(
     }
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+/// Fails once a serving thread or task has stopped (a panic): the kubelet restarts the agent.
+async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let stopped = state.liveness.stopped();
+    if stopped.is_empty() {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("stopped: {}\n", stopped.join(", ")),
+        )
+    }
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> impl IntoResponse {

@@ -135,6 +135,7 @@ pub async fn start(
             wiring.health.clone(),
             after_first_write.clone(),
         ),
+        wiring.shared.liveness.register("xdp-writer"),
     ));
     // Before the first table: it carries this host's addresses.
     let mut local_addrs = LocalAddrs::new(writer.clone(), settings.answer_on);

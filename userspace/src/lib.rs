@@ -13,6 +13,7 @@ pub mod health;
 pub mod heap;
 pub mod http;
 pub mod kernel_path;
+pub mod liveness;
 pub mod metrics;
 pub mod ops;
 pub mod persist;

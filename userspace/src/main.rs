@@ -37,6 +37,10 @@ fn main() -> std::process::ExitCode {
             q.inspect.json,
         ),
         Command::Uninstall(a) => ops::uninstall(&a.pin_dir),
+        Command::CheckConfig(a) => {
+            hostport_dns::agent::check_config(a.config.as_deref(), a.records.as_deref())
+                .map(|said| println!("{said}"))
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -28,6 +28,7 @@ use crate::{
         WireName,
         message::{Transport, asks_soa, asks_transfer},
     },
+    liveness::Liveness,
     table::RecordTable,
 };
 
@@ -42,6 +43,8 @@ pub struct Shared {
     pub stats: stats::ServerStats,
     /// Zone transfers, when configured.
     pub transfers: Option<Arc<dyn ZoneTransfers>>,
+    /// Where each serving thread and task says it still runs (`/healthz`).
+    pub liveness: Liveness,
 }
 
 impl Shared {

@@ -115,6 +115,12 @@ impl Drop for ClientSlot {
 
 /// Accepts connections until the task is dropped.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits) {
+    let _alive = shared.liveness.register(format!(
+        "dns-tcp-{}",
+        listener
+            .local_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string())
+    ));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let clients = PerClient::default();
     loop {

@@ -65,9 +65,12 @@ fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
 pub fn serve(sockets: Vec<Socket>, shared: Arc<Shared>) -> io::Result<()> {
     for (i, socket) in sockets.into_iter().enumerate() {
         let shared = shared.clone();
-        thread::Builder::new()
-            .name(format!("dns-udp-{i}"))
-            .spawn(move || serve_socket(&socket, &shared))?;
+        let name = format!("dns-udp-{i}");
+        let alive = shared.liveness.register(name.clone());
+        thread::Builder::new().name(name).spawn(move || {
+            let _alive = alive;
+            serve_socket(&socket, &shared);
+        })?;
     }
     Ok(())
 }
@@ -76,8 +79,12 @@ pub fn serve(sockets: Vec<Socket>, shared: Arc<Shared>) -> io::Result<()> {
 /// datagram is there).
 const BATCH: usize = 32;
 
+/// Makes a worker panic on a query that carries this text (the tests' stand-in for a bug).
+pub const PANIC_ON_ENV: &str = "HOSTPORT_DNS_TEST_PANIC_ON";
+
 fn serve_socket(socket: &Socket, shared: &Shared) {
     let mut batch = Batch::new();
+    let panic_on = std::env::var(PANIC_ON_ENV).ok().filter(|t| !t.is_empty());
     loop {
         match batch.receive(socket) {
             Ok(received) => {
@@ -86,6 +93,11 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
                     let Some(client) = batch.client(i) else {
                         continue;
                     };
+                    if let Some(text) = &panic_on
+                        && contains(batch.query(i), text.as_bytes())
+                    {
+                        panic!("{PANIC_ON_ENV}: a query carries {text:?}");
+                    }
                     if let Some(answer) =
                         shared.answer_client(batch.query(i), Transport::Udp, client)
                     {
@@ -103,6 +115,10 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
             }
         }
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Buffers for one recvmmsg/sendmmsg round: queries in, answers out, each with the peer's

@@ -15,6 +15,7 @@ use rustc_hash::FxHashSet;
 
 use crate::{
     dns::WireName,
+    liveness::Alive,
     table::RecordTable,
     xdp::{
         hostset::HostAddresses,
@@ -86,14 +87,17 @@ pub struct WriterThread {
 }
 
 impl WriterThread {
-    /// Starts the thread, which owns `writer` and tells `report` of every switch (on the
-    /// thread).
-    pub fn spawn(writer: MapWriter, report: impl Report) -> Self {
+    /// Starts the thread, which owns `writer`, tells `report` of every switch (on the thread)
+    /// and holds `alive` while it runs.
+    pub fn spawn(writer: MapWriter, report: impl Report, alive: Alive) -> Self {
         let mailbox = Arc::new(Mailbox::default());
         let inbox = mailbox.clone();
         let thread = std::thread::Builder::new()
             .name("hpd-xdp-writer".into())
-            .spawn(move || run(writer, &inbox, report))
+            .spawn(move || {
+                let _alive = alive;
+                run(writer, &inbox, report);
+            })
             .ok();
         Self { mailbox, thread }
     }
