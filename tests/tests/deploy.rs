@@ -142,6 +142,17 @@ fn the_plain_manifests_parse_as_typed_kubernetes_objects() {
         )
     );
     assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    // The runtime's default seccomp profile, on the pod and its container (deploy/README.md says
+    // which runtimes let bpf() through it with CAP_BPF).
+    let runtime_default = |profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>| {
+        profile.is_some_and(|p| p.type_ == "RuntimeDefault")
+    };
+    assert!(runtime_default(security.seccomp_profile.as_ref()));
+    assert!(runtime_default(
+        pod.security_context
+            .as_ref()
+            .and_then(|s| s.seccomp_profile.as_ref())
+    ));
     let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
         p.as_ref()
             .and_then(|p| p.http_get.as_ref())
@@ -1002,4 +1013,648 @@ fn answer_count(message: &[u8]) -> u16 {
     message
         .get(6..8)
         .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
+}
+
+/// A node as the scheduler sees it when it places a DaemonSet's pod: its labels and taints
+/// (key, value, effect).
+struct ClusterNode {
+    what: &'static str,
+    labels: &'static [(&'static str, &'static str)],
+    taints: &'static [(&'static str, &'static str, &'static str)],
+}
+
+/// The nodes of the distributions operators run, as each labels and taints them; `true`: an
+/// API server runs there, so the agent must.
+const CLUSTER_NODES: &[(ClusterNode, bool)] = &[
+    (
+        ClusterNode {
+            what: "kubeadm control plane (1.24+)",
+            labels: &[
+                ("node-role.kubernetes.io/control-plane", ""),
+                (
+                    "node.kubernetes.io/exclude-from-external-load-balancers",
+                    "",
+                ),
+            ],
+            taints: &[("node-role.kubernetes.io/control-plane", "", "NoSchedule")],
+        },
+        true,
+    ),
+    (
+        ClusterNode {
+            what: "kubeadm control plane (1.20 to 1.23, both labels)",
+            labels: &[
+                ("node-role.kubernetes.io/control-plane", ""),
+                ("node-role.kubernetes.io/master", ""),
+            ],
+            taints: &[("node-role.kubernetes.io/master", "", "NoSchedule")],
+        },
+        true,
+    ),
+    (
+        ClusterNode {
+            what: "old kubeadm master",
+            labels: &[("node-role.kubernetes.io/master", "")],
+            taints: &[("node-role.kubernetes.io/master", "", "NoSchedule")],
+        },
+        true,
+    ),
+    (
+        ClusterNode {
+            what: "k3s server",
+            labels: &[
+                ("node-role.kubernetes.io/control-plane", "true"),
+                ("node-role.kubernetes.io/master", "true"),
+                ("node-role.kubernetes.io/etcd", "true"),
+            ],
+            taints: &[],
+        },
+        true,
+    ),
+    (
+        ClusterNode {
+            what: "k3s server tainted CriticalAddonsOnly",
+            labels: &[
+                ("node-role.kubernetes.io/control-plane", "true"),
+                ("node-role.kubernetes.io/master", "true"),
+            ],
+            taints: &[("CriticalAddonsOnly", "true", "NoExecute")],
+        },
+        true,
+    ),
+    (
+        ClusterNode {
+            what: "RKE2 server",
+            labels: &[
+                ("node-role.kubernetes.io/control-plane", "true"),
+                ("node-role.kubernetes.io/etcd", "true"),
+                ("node-role.kubernetes.io/master", "true"),
+            ],
+            taints: &[
+                (
+                    "node-role.kubernetes.io/control-plane",
+                    "true",
+                    "NoSchedule",
+                ),
+                ("node-role.kubernetes.io/etcd", "true", "NoExecute"),
+            ],
+        },
+        true,
+    ),
+    (
+        ClusterNode {
+            what: "RKE2 etcd-only server (no API server)",
+            labels: &[("node-role.kubernetes.io/etcd", "true")],
+            taints: &[("node-role.kubernetes.io/etcd", "true", "NoExecute")],
+        },
+        false,
+    ),
+    (
+        ClusterNode {
+            what: "worker without a role label",
+            labels: &[("kubernetes.io/os", "linux")],
+            taints: &[],
+        },
+        false,
+    ),
+    (
+        ClusterNode {
+            what: "worker with a worker role label",
+            labels: &[("node-role.kubernetes.io/worker", "true")],
+            taints: &[],
+        },
+        false,
+    ),
+];
+
+type Labels = std::collections::BTreeMap<String, String>;
+
+/// A node selector requirement against a node's labels, as the scheduler evaluates it.
+fn requirement_matches(
+    requirement: &k8s_openapi::api::core::v1::NodeSelectorRequirement,
+    labels: &Labels,
+) -> bool {
+    let value = labels.get(&requirement.key);
+    let values = requirement.values.as_deref().unwrap_or_default();
+    match requirement.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let bound: i64 = match values {
+                [bound] => bound.parse().expect("an integer bound"),
+                _ => panic!("{} takes one value", requirement.operator),
+            };
+            value.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| {
+                match requirement.operator.as_str() {
+                    "Gt" => v > bound,
+                    _ => v < bound,
+                }
+            })
+        }
+        other => panic!("not a node selector operator: {other}"),
+    }
+}
+
+/// A node selector term: its expressions ANDed; an empty term matches no node.
+fn term_matches(term: &k8s_openapi::api::core::v1::NodeSelectorTerm, labels: &Labels) -> bool {
+    assert!(
+        term.match_fields.as_deref().unwrap_or_default().is_empty(),
+        "matchFields name nodes one by one: not for a chart"
+    );
+    let expressions = term.match_expressions.as_deref().unwrap_or_default();
+    !expressions.is_empty() && expressions.iter().all(|r| requirement_matches(r, labels))
+}
+
+/// Whether a toleration tolerates a taint (key, value, effect).
+fn tolerates(
+    toleration: &k8s_openapi::api::core::v1::Toleration,
+    taint: (&str, &str, &str),
+) -> bool {
+    let (key, value, effect) = taint;
+    if toleration
+        .effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != effect)
+    {
+        return false;
+    }
+    let exists = toleration.operator.as_deref() == Some("Exists");
+    match toleration.key.as_deref().unwrap_or_default() {
+        "" => exists,
+        k if k != key => false,
+        _ => exists || toleration.value.as_deref().unwrap_or_default() == value,
+    }
+}
+
+/// Whether the DaemonSet's pod lands on `node`: its nodeSelector, its required node affinity
+/// (terms ORed), and every NoSchedule and NoExecute taint tolerated. Why not, when it does not.
+fn schedules(pod: &k8s_openapi::api::core::v1::PodSpec, node: &ClusterNode) -> Result<(), String> {
+    let labels: Labels = node
+        .labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    for (key, value) in pod.node_selector.iter().flatten() {
+        if labels.get(key) != Some(value) {
+            return Err(format!("nodeSelector {key}={value:?}"));
+        }
+    }
+    let required = pod
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    if let Some(required) = required
+        && !required
+            .node_selector_terms
+            .iter()
+            .any(|t| term_matches(t, &labels))
+    {
+        return Err("the node affinity".into());
+    }
+    for taint in node.taints {
+        let blocks = matches!(taint.2, "NoSchedule" | "NoExecute");
+        if blocks
+            && !pod
+                .tolerations
+                .iter()
+                .flatten()
+                .any(|t| tolerates(t, *taint))
+        {
+            return Err(format!("the taint {}={}:{}", taint.0, taint.1, taint.2));
+        }
+    }
+    Ok(())
+}
+
+fn pod_spec(docs: &[Value]) -> k8s_openapi::api::core::v1::PodSpec {
+    let ds: DaemonSet = typed(of_kind(docs, "DaemonSet")[0]);
+    ds.spec.expect("spec").template.spec.expect("pod")
+}
+
+/// The chart's scheduling, evaluated as the scheduler would: the agent runs on every node an
+/// API server runs on, whichever distribution labelled it, and on no other.
+#[test]
+fn the_chart_schedules_on_control_planes_of_kubeadm_k3s_and_rke2_and_nowhere_else() {
+    for (source, docs) in [("chart", render("")), ("manifests", manifests())] {
+        let pod = pod_spec(&docs);
+        let wrong: Vec<String> = CLUSTER_NODES
+            .iter()
+            .filter_map(|(node, expected)| match (schedules(&pod, node), expected) {
+                (Ok(()), true) | (Err(_), false) => None,
+                (Ok(()), false) => Some(format!(
+                    "{}: scheduled, but no API server runs there",
+                    node.what
+                )),
+                (Err(why), true) => Some(format!("{}: not scheduled ({why})", node.what)),
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{source}:\n{}", wrong.join("\n"));
+    }
+    // A given affinity replaces the control-plane one; nodeSelector adds to it.
+    let pod = pod_spec(&render(
+        "affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      \
+         nodeSelectorTerms:\n        - matchExpressions:\n            - { key: node-role.kubernetes.io/worker, operator: In, values: [\"true\"] }\n\
+         nodeSelector: { kubernetes.io/os: linux }\n",
+    ));
+    let worker = |labels| ClusterNode {
+        what: "worker",
+        labels,
+        taints: &[],
+    };
+    assert!(
+        schedules(
+            &pod,
+            &worker(&[
+                ("node-role.kubernetes.io/worker", "true"),
+                ("kubernetes.io/os", "linux")
+            ])
+        )
+        .is_ok()
+    );
+    assert!(schedules(&pod, &worker(&[("node-role.kubernetes.io/worker", "true")])).is_err());
+    assert!(
+        schedules(
+            &pod,
+            &worker(&[
+                ("node-role.kubernetes.io/control-plane", ""),
+                ("kubernetes.io/os", "linux")
+            ])
+        )
+        .is_err()
+    );
+}
+
+/// The host ports of the components that run on control-plane nodes, from deploy/README.md's
+/// table (the list operators read is the one checked).
+fn documented_host_ports() -> BTreeSet<u16> {
+    let readme =
+        std::fs::read_to_string(workspace_root().join("deploy/README.md")).expect("README");
+    let section = readme
+        .split_once("\n### Host ports on control-plane nodes\n")
+        .expect("a host ports section")
+        .1;
+    let section = section.split("\n#").next().expect("the section");
+    let ports: BTreeSet<u16> = section
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .filter_map(|l| l.split('|').nth(2))
+        .flat_map(|cell| {
+            cell.split(|c: char| !c.is_ascii_digit())
+                .filter(|w| !w.is_empty())
+                .map(|w| w.parse::<u16>().expect("a port"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // NodeLocal DNSCache's metrics port, the collision that made the list.
+    assert!(ports.contains(&9253), "the table parses: {ports:?}");
+    ports
+}
+
+#[test]
+fn the_charts_ports_collide_with_no_common_control_plane_component() {
+    let taken = documented_host_ports();
+    let container = container(&render(""));
+    let ports: Vec<(String, i32)> = container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+        .collect();
+    assert!(ports.iter().any(|(name, _)| name == "metrics"));
+    for (name, port) in ports {
+        assert!(
+            !taken.contains(&u16::try_from(port).expect("a port")),
+            "{name} port {port} is taken by a component of the README's list"
+        );
+    }
+    assert_eq!(run_args(&container).metrics_listen.port(), 9354);
+}
+
+/// `metrics.bindAddress`: every address by default, the node's address with `node` (HOST_IP,
+/// expanded by the kubelet), any other address as given (an IPv6 one in brackets).
+#[test]
+fn the_metrics_bind_address_reaches_the_agent() {
+    let listen = |values: &str, host_ip: &str| {
+        let container = container(&render(values));
+        let args = kubelet_expanded(
+            container.args.as_deref().expect("args"),
+            &[("HOST_IP", host_ip)],
+        );
+        let mut container = container;
+        container.args = Some(args);
+        run_args(&container).metrics_listen
+    };
+    assert_eq!(listen("", "198.18.0.1").to_string(), "0.0.0.0:9354");
+    assert_eq!(
+        listen("metrics: { bindAddress: node }", "198.18.0.1").to_string(),
+        "198.18.0.1:9354"
+    );
+    // On an IPv6 node HOST_IP expands without brackets; the agent takes it so.
+    assert_eq!(
+        listen("metrics: { bindAddress: node }", "fd00:198:18::1").to_string(),
+        "[fd00:198:18::1]:9354"
+    );
+    let args = container(&render("metrics: { bindAddress: node, port: 9400 }"))
+        .args
+        .expect("args");
+    assert!(
+        args.contains(&"--metrics-listen=$(HOST_IP):9400".to_owned()),
+        "{args:?}"
+    );
+    assert_eq!(
+        listen("metrics: { bindAddress: 127.0.0.1 }", "198.18.0.1").to_string(),
+        "127.0.0.1:9354"
+    );
+    assert_eq!(
+        listen("metrics: { bindAddress: \"fd00::1\" }", "198.18.0.1").to_string(),
+        "[fd00::1]:9354"
+    );
+}
+
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// Every extension point the chart offers, set at once.
+fn extension_values() -> String {
+    format!(
+        "
+image: {{ repository: registry.corp.example/hostport-dns, tag: \"9.9.9\", digest: \"{DIGEST}\" }}
+imagePullSecrets: [{{ name: corp-registry }}]
+podAnnotations: {{ corp.example/team: dns }}
+podLabels: {{ corp.example/tier: edge }}
+extraArgs: [--records=/etc/corp/records.yaml]
+extraEnv:
+  - {{ name: CORP_PROXY, value: \"http://proxy.corp.example:3128\" }}
+extraVolumes:
+  - {{ name: corp-records, configMap: {{ name: corp-records }} }}
+extraVolumeMounts:
+  - {{ name: corp-records, mountPath: /etc/corp, readOnly: true }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {{ key: corp.example/dns, operator: In, values: [\"yes\"] }}
+nodeSelector: {{ kubernetes.io/os: linux }}
+serviceAccount:
+  create: true
+  name: corp-dns
+  annotations: {{ corp.example/owner: dns-team }}
+terminationGracePeriodSeconds: 45
+livenessProbe: {{ periodSeconds: 20, timeoutSeconds: 3 }}
+readinessProbe: {{ failureThreshold: 6 }}
+seccompProfile: {{ type: Localhost, localhostProfile: profiles/hostport-dns.json }}
+dns:
+  udpWorkers: 4
+  listen: [198.18.0.10, \"2001:db8::10\"]
+metrics:
+  port: 9400
+  bindAddress: node
+"
+    )
+}
+
+#[test]
+fn every_extension_point_of_the_chart_renders_into_the_daemonset() {
+    let docs = render(&extension_values());
+    let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
+    let template = ds.spec.expect("spec").template;
+    let meta = template.metadata.expect("pod metadata");
+    let pod = template.spec.expect("pod");
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some(format!("registry.corp.example/hostport-dns@{DIGEST}").as_str()),
+        "a digest wins over the tag"
+    );
+    assert_eq!(
+        pod.image_pull_secrets.as_deref().map(|s| s[0].name.clone()),
+        Some("corp-registry".to_owned())
+    );
+    let annotations = meta.annotations.expect("annotations");
+    assert_eq!(annotations["corp.example/team"], "dns");
+    assert!(
+        annotations.contains_key("checksum/config"),
+        "{annotations:?}"
+    );
+    let labels = meta.labels.expect("labels");
+    assert_eq!(labels["corp.example/tier"], "edge");
+    assert_eq!(
+        labels["app.kubernetes.io/name"], "hostport-dns",
+        "the selector's labels stay"
+    );
+    // The arguments: the agent accepts them, the extra ones last.
+    let args = container.args.clone().expect("args");
+    assert_eq!(
+        args.last().map(String::as_str),
+        Some("--records=/etc/corp/records.yaml")
+    );
+    let expanded = kubelet_expanded(&args, &[("HOST_IP", "198.18.0.1")]);
+    let mut expanded_container = container.clone();
+    expanded_container.args = Some(expanded);
+    let run = run_args(&expanded_container);
+    assert_eq!(run.udp_workers, 4);
+    assert_eq!(
+        run.listen
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["198.18.0.10", "2001:db8::10"]
+    );
+    assert_eq!(
+        run.records.as_deref(),
+        Some("/etc/corp/records.yaml".as_ref())
+    );
+    assert_eq!(run.metrics_listen.to_string(), "198.18.0.1:9400");
+    let env: Vec<&str> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert!(
+        env.contains(&"HOST_IP") && env.contains(&"CORP_PROXY"),
+        "{env:?}"
+    );
+    assert!(
+        pod.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "corp-records"
+                && v.config_map.as_ref().map(|c| c.name.as_str()) == Some("corp-records"))
+    );
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "corp-records"
+                && m.mount_path == "/etc/corp"
+                && m.read_only == Some(true))
+    );
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "config"),
+        "the chart's own mounts stay"
+    );
+    let terms = &pod
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .expect("the given affinity")
+        .node_selector_terms;
+    assert_eq!(terms.len(), 1);
+    assert_eq!(
+        terms[0].match_expressions.as_deref().expect("expressions")[0].key,
+        "corp.example/dns"
+    );
+    assert_eq!(
+        pod.node_selector
+            .as_ref()
+            .map(|s| s["kubernetes.io/os"].as_str()),
+        Some("linux")
+    );
+    assert_eq!(pod.termination_grace_period_seconds, Some(45));
+    // Probes: the given fields over the chart's.
+    let liveness = container.liveness_probe.as_ref().expect("liveness");
+    assert_eq!(
+        (
+            liveness.period_seconds,
+            liveness.timeout_seconds,
+            liveness.failure_threshold
+        ),
+        (Some(20), Some(3), Some(3))
+    );
+    assert_eq!(
+        liveness.http_get.as_ref().and_then(|h| h.path.as_deref()),
+        Some("/healthz")
+    );
+    let readiness = container.readiness_probe.as_ref().expect("readiness");
+    assert_eq!(
+        (readiness.period_seconds, readiness.failure_threshold),
+        (Some(5), Some(6))
+    );
+    assert_eq!(
+        readiness.http_get.as_ref().and_then(|h| h.path.as_deref()),
+        Some("/readyz")
+    );
+    let seccomp = |profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>| {
+        profile.map(|p| (p.type_.clone(), p.localhost_profile.clone()))
+    };
+    let expected = Some((
+        "Localhost".to_owned(),
+        Some("profiles/hostport-dns.json".to_owned()),
+    ));
+    assert_eq!(
+        seccomp(
+            pod.security_context
+                .as_ref()
+                .and_then(|s| s.seccomp_profile.as_ref())
+        ),
+        expected
+    );
+    assert_eq!(
+        seccomp(
+            container
+                .security_context
+                .as_ref()
+                .and_then(|s| s.seccomp_profile.as_ref())
+        ),
+        expected
+    );
+    // The metrics port everywhere it is named.
+    assert!(
+        container
+            .ports
+            .iter()
+            .flatten()
+            .any(|p| p.name.as_deref() == Some("metrics") && p.container_port == 9400)
+    );
+    let service: Service = typed(of_kind(&docs, "Service")[0]);
+    assert_eq!(
+        service.spec.and_then(|s| s.ports).expect("ports")[0].port,
+        9400
+    );
+    // The service account: named, annotated, bound.
+    assert_eq!(pod.service_account_name.as_deref(), Some("corp-dns"));
+    let account: ServiceAccount = typed(of_kind(&docs, "ServiceAccount")[0]);
+    assert_eq!(account.metadata.name.as_deref(), Some("corp-dns"));
+    assert_eq!(
+        account.metadata.annotations.expect("annotations")["corp.example/owner"],
+        "dns-team"
+    );
+    assert!(
+        !granted(&docs).is_empty(),
+        "the RBAC rules bind the named account"
+    );
+}
+
+/// An account the operator made: the chart makes none and binds its rules to that one.
+#[test]
+fn the_chart_binds_an_existing_service_account() {
+    let docs = render("serviceAccount: { create: false, name: corp-existing }\n");
+    assert!(of_kind(&docs, "ServiceAccount").is_empty());
+    assert_eq!(
+        pod_spec(&docs).service_account_name.as_deref(),
+        Some("corp-existing")
+    );
+    for kind in ["ClusterRoleBinding", "RoleBinding"] {
+        for doc in of_kind(&docs, kind) {
+            assert_eq!(doc["subjects"][0]["name"], "corp-existing", "{kind}");
+        }
+    }
+}
+
+/// `helm template` of the chart with `values`: its status and what it said.
+fn try_render(values: &str) -> (bool, String) {
+    let dir = TempDir::new("tryvalues");
+    let file = dir.write("values.yaml", values);
+    let out = Command::new(helm())
+        .args(["template", "x"])
+        .arg(chart())
+        .arg("-f")
+        .arg(file)
+        .output()
+        .expect("helm");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_schema_accepts_the_extension_points_and_still_rejects_unknown_keys() {
+    let (ok, said) = try_render(&extension_values());
+    assert!(ok, "{said}");
+    for (values, key) in [
+        ("imagePullSecret: [x]\n", "imagePullSecret"),
+        ("serviceAccount: { create: true, nam: x }\n", "nam"),
+        ("metrics: { bindAdress: node }\n", "bindAdress"),
+        ("dns: { udpWorker: 2 }\n", "udpWorker"),
+    ] {
+        let (ok, said) = try_render(values);
+        assert!(!ok && said.contains(key), "{values}: {said}");
+    }
+    for values in [
+        "dns: { udpWorkers: -1 }\n",
+        "dns: { listen: [\"\"] }\n",
+        "terminationGracePeriodSeconds: -5\n",
+        "image: { digest: latest }\n",
+        "metrics: { bindAddress: \"\" }\n",
+    ] {
+        let (ok, said) = try_render(values);
+        assert!(!ok, "{values} was accepted: {said}");
+    }
 }

@@ -49,3 +49,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $_ := set $resources "requests" $requests -}}
 {{- toYaml $resources -}}
 {{- end -}}
+
+{{/* The service account the agent runs as (serviceAccount.create/name). */}}
+{{- define "hostport-dns.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{ .Values.serviceAccount.name | default .Release.Name }}
+{{- else -}}
+{{ .Values.serviceAccount.name | default "default" }}
+{{- end -}}
+{{- end -}}
+
+{{/* The image: repository@digest when a digest is given, else repository:tag (appVersion). */}}
+{{- define "hostport-dns.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* --metrics-listen's address: metrics.bindAddress, `node` for the node's address (HOST_IP,
+     which the agent accepts unbracketed when it is IPv6), an IPv6 address in brackets. */}}
+{{- define "hostport-dns.metricsListen" -}}
+{{- $address := .Values.metrics.bindAddress | toString -}}
+{{- if eq $address "node" -}}
+$(HOST_IP):{{ .Values.metrics.port }}
+{{- else if and (contains ":" $address) (not (hasPrefix "[" $address)) -}}
+[{{ $address }}]:{{ .Values.metrics.port }}
+{{- else -}}
+{{ $address }}:{{ .Values.metrics.port }}
+{{- end -}}
+{{- end -}}
