@@ -866,6 +866,24 @@ fn the_chart_installs_the_alert_rules_and_the_service_monitor_when_asked() {
         "kube-prometheus"
     );
     assert_eq!(monitor[0]["spec"]["endpoints"][0]["port"], "metrics");
+    // The job the alert rules select (`up{job=~".*hostport-dns.*"}`) whatever the release's
+    // name, and the node's name as the instance (not nodeIP:port) and as `node`.
+    assert_eq!(monitor[0]["spec"]["jobLabel"], "app.kubernetes.io/name");
+    let service: Service = typed(of_kind(&docs, "Service")[0]);
+    assert_eq!(
+        service.metadata.labels.expect("labels")["app.kubernetes.io/name"],
+        "hostport-dns"
+    );
+    let relabelings = monitor[0]["spec"]["endpoints"][0]["relabelings"]
+        .as_sequence()
+        .expect("relabelings");
+    for target in ["instance", "node"] {
+        assert!(
+            relabelings.iter().any(|r| r["targetLabel"] == target
+                && r["sourceLabels"][0] == "__meta_kubernetes_pod_node_name"),
+            "{target} from the node's name: {relabelings:?}"
+        );
+    }
     // Off by default: clusters without the Prometheus Operator lack these kinds.
     let defaults = render("");
     assert!(of_kind(&defaults, "PrometheusRule").is_empty());
@@ -1638,11 +1656,16 @@ fn try_render(values: &str) -> (bool, String) {
 fn the_schema_accepts_the_extension_points_and_still_rejects_unknown_keys() {
     let (ok, said) = try_render(&extension_values());
     assert!(ok, "{said}");
+    let (ok, said) = try_render(
+        "grafana: { dashboard: { enabled: true, namespace: monitoring, labels: { grafana_dashboard: \"1\" }, annotations: { grafana_folder: DNS } } }\nmetrics: { serviceMonitor: { enabled: true, relabelings: [] } }\n",
+    );
+    assert!(ok, "{said}");
     for (values, key) in [
         ("imagePullSecret: [x]\n", "imagePullSecret"),
         ("serviceAccount: { create: true, nam: x }\n", "nam"),
         ("metrics: { bindAdress: node }\n", "bindAdress"),
         ("dns: { udpWorker: 2 }\n", "udpWorker"),
+        ("grafana: { dashbord: { enabled: true } }\n", "dashbord"),
     ] {
         let (ok, said) = try_render(values);
         assert!(!ok && said.contains(key), "{values}: {said}");
@@ -1657,4 +1680,127 @@ fn the_schema_accepts_the_extension_points_and_still_rejects_unknown_keys() {
         let (ok, said) = try_render(values);
         assert!(!ok, "{values} was accepted: {said}");
     }
+}
+
+/// The dashboard's JSON as the chart ships it (a ConfigMap the Grafana sidecar picks up) and as
+/// the repository offers it for import: one file, twice (Helm does not package symlinks).
+#[test]
+fn the_grafana_dashboard_ships_as_a_sidecar_configmap_when_asked() {
+    let root = workspace_root();
+    let chart_copy =
+        std::fs::read(chart().join("dashboards/hostport-dns.json")).expect("the chart's dashboard");
+    let repo_copy =
+        std::fs::read(root.join("deploy/grafana/hostport-dns.json")).expect("the dashboard");
+    assert!(
+        chart_copy == repo_copy,
+        "deploy/grafana/hostport-dns.json and the chart's dashboards/hostport-dns.json differ: copy one over the other"
+    );
+    let dashboards = |docs: &[Value]| -> Vec<ConfigMap> {
+        of_kind(docs, "ConfigMap")
+            .into_iter()
+            .map(typed::<ConfigMap>)
+            .filter(|c| {
+                c.data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key("hostport-dns.json"))
+            })
+            .collect()
+    };
+    assert!(dashboards(&render("")).is_empty(), "off by default");
+    let docs = render("grafana: { dashboard: { enabled: true } }\n");
+    let found = dashboards(&docs);
+    assert_eq!(found.len(), 1);
+    let labels = found[0].metadata.labels.clone().expect("labels");
+    assert_eq!(
+        labels.get("grafana_dashboard").map(String::as_str),
+        Some("1"),
+        "the sidecar's default label"
+    );
+    assert_eq!(found[0].metadata.namespace.as_deref(), Some("kube-system"));
+    let shipped = &found[0].data.as_ref().expect("data")["hostport-dns.json"];
+    assert_eq!(shipped.as_bytes(), &repo_copy[..]);
+    let docs = render(
+        "grafana: { dashboard: { enabled: true, namespace: monitoring, labels: { corp_dashboards: \"yes\" }, annotations: { grafana_folder: DNS } } }\n",
+    );
+    let found = dashboards(&docs);
+    let meta = &found[0].metadata;
+    assert_eq!(meta.namespace.as_deref(), Some("monitoring"));
+    let labels = meta.labels.clone().expect("labels");
+    assert_eq!(
+        labels.get("corp_dashboards").map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(
+        labels.get("grafana_dashboard").map(String::as_str),
+        Some("1"),
+        "given labels add to the sidecar's"
+    );
+    assert_eq!(
+        meta.annotations.clone().expect("annotations")["grafana_folder"],
+        "DNS"
+    );
+    // A sidecar watching another label: the default one dropped (null), the other given.
+    let docs = render(
+        "grafana: { dashboard: { enabled: true, labels: { grafana_dashboard: null, corp_dashboards: \"1\" } } }\n",
+    );
+    let labels = dashboards(&docs)[0]
+        .metadata
+        .labels
+        .clone()
+        .expect("labels");
+    assert!(!labels.contains_key("grafana_dashboard"), "{labels:?}");
+    assert_eq!(labels.get("corp_dashboards").map(String::as_str), Some("1"));
+}
+
+/// GitHub's anchor of a Markdown heading.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every alert names a runbook: a section of deploy/README.md that exists.
+#[test]
+fn every_alert_links_a_runbook_section_of_the_deploy_readme() {
+    let rules: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(chart().join("rules/hostport-dns.rules.yaml")).expect("rules"),
+    )
+    .expect("YAML");
+    let readme =
+        std::fs::read_to_string(workspace_root().join("deploy/README.md")).expect("README");
+    let anchors: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| anchor(l.trim_start_matches('#')))
+        .collect();
+    const BASE: &str = "https://github.com/hostport-dns/hostport-dns/blob/main/deploy/README.md#";
+    let mut alerts = 0;
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            let Some(alert) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let url = rule["annotations"]["runbook_url"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{alert} has no runbook_url"));
+            let fragment = url
+                .strip_prefix(BASE)
+                .unwrap_or_else(|| panic!("{alert}: {url} is not in deploy/README.md"));
+            assert_eq!(
+                fragment,
+                format!("runbook-{}", alert.to_lowercase()),
+                "{alert}"
+            );
+            assert!(
+                anchors.contains(fragment),
+                "{alert}: no section #{fragment} in deploy/README.md"
+            );
+        }
+    }
+    assert!(alerts >= 11, "{alerts} alerts");
 }

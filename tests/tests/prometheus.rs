@@ -26,20 +26,81 @@ fn rules() -> std::path::PathBuf {
     workspace_root().join("deploy/chart/hostport-dns/rules/hostport-dns.rules.yaml")
 }
 
+/// Every query of the dashboard, with its variables as Grafana substitutes them when "All" is
+/// picked (`.*`) and `$__rate_interval` as Grafana computes it for this test's 1 s scrapes (it
+/// is at least four scrape intervals; one minute holds enough samples here).
 fn dashboard_queries() -> Vec<(String, String)> {
     let path = workspace_root().join("deploy/grafana/hostport-dns.json");
     let text = std::fs::read_to_string(&path).expect("the dashboard");
     let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for name in ["datasource", "cluster", "node"] {
+        assert!(
+            variables.contains(&name),
+            "no ${name} variable: {variables:?}"
+        );
+    }
     let mut queries = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels") {
         let title = panel["title"].as_str().unwrap_or_default().to_owned();
         for target in panel["targets"].as_array().expect("targets") {
             let expr = target["expr"].as_str().expect("an expression").to_owned();
-            queries.push((title.clone(), expr));
+            assert_filtered(&title, &expr);
+            let substituted = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$cluster", ".*")
+                .replace("$node", ".*");
+            queries.push((title.clone(), substituted));
         }
     }
     assert!(queries.len() >= 20, "{} queries", queries.len());
     queries
+}
+
+/// Every series a dashboard query selects is narrowed by the cluster and node variables, and
+/// every rate() takes Grafana's `$__rate_interval` (a fixed window shows nothing, or noise,
+/// at other scrape intervals and zoom levels).
+fn assert_filtered(title: &str, expr: &str) {
+    let mut rest = expr;
+    while let Some(at) = rest.find("hostport_dns_") {
+        let after = &rest[at..];
+        let name_end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        let selector = after[name_end..]
+            .strip_prefix('{')
+            .and_then(|s| s.split_once('}'))
+            .map(|(matchers, _)| matchers)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{title}: {} has no label matchers in {expr}",
+                    &after[..name_end]
+                )
+            });
+        for matcher in ["cluster=~\"$cluster\"", "instance=~\"$node\""] {
+            assert!(
+                selector.contains(matcher),
+                "{title}: {} lacks {matcher} in {expr}",
+                &after[..name_end]
+            );
+        }
+        rest = &after[name_end..];
+    }
+    let mut rest = expr;
+    while let Some(at) = rest.find("rate(") {
+        let after = &rest[at..];
+        let call = after.split_once(')').map_or(after, |(call, _)| call);
+        assert!(
+            call.ends_with("[$__rate_interval]"),
+            "{title}: a rate() without $__rate_interval in {expr}"
+        );
+        rest = &after[5..];
+    }
 }
 
 #[test]
@@ -48,7 +109,7 @@ fn promtool_checks_the_rules_and_their_tests() {
         .args(["check", "rules"])
         .arg(rules()));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 7 rules found"),
+        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 11 rules found"),
         "{out:?}"
     );
     let dir = TempDir::new("rules-test");
@@ -161,7 +222,7 @@ fn a_real_prometheus_scrapes_the_agent_and_every_dashboard_query_returns_data() 
         .iter()
         .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
         .collect();
-    assert_eq!(loaded.len(), 7, "{rules}");
+    assert_eq!(loaded.len(), 11, "{rules}");
     for rule in loaded {
         assert_eq!(rule["health"], "ok", "{rule}\n{}", prometheus.log());
     }
