@@ -74,10 +74,13 @@ pub enum Counter {
     /// The query asks for the server's NSID (RFC 5001): userspace answers it, with the NSID
     /// when it is on, so that both paths send the same bytes.
     PassNsid,
+    /// The lease of the agent that wrote the table ran out (`Generation::lease_until`): no agent
+    /// vouches for it any more (uninstalled, or stopped for longer than the lease).
+    PassNoAgent,
 }
 
 /// Number of counter slots.
-pub const COUNTER_SLOTS: u32 = Counter::PassNsid as u32 + 1;
+pub const COUNTER_SLOTS: u32 = Counter::PassNoAgent as u32 + 1;
 
 /// Things the program counts that are no outcome of their own: a path an answer took. Their
 /// slots follow the outcome counters' in `HPD_COUNTERS` ([`Event::slot`]).
@@ -179,6 +182,7 @@ impl Counter {
         Counter::DropRateLimited,
         Counter::SlipRateLimited,
         Counter::PassNsid,
+        Counter::PassNoAgent,
     ];
 
     /// What happens to the packet.
@@ -256,6 +260,7 @@ impl Counter {
             Counter::DropRateLimited => "rate_limited",
             Counter::SlipRateLimited => "slipped",
             Counter::PassNsid => "nsid",
+            Counter::PassNoAgent => "no_agent",
         }
     }
 }

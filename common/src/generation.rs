@@ -88,7 +88,19 @@ pub struct Generation {
     pub apex_labels: [u16; GENERATIONS as usize],
     /// Puts the size on a multiple of 8 without implicit padding.
     pub reserved: u32,
+    /// Until when (`CLOCK_MONOTONIC_COARSE`, nanoseconds: what `bpf_ktime_get_coarse_ns`
+    /// reads) an agent vouches for this table: past it, the program passes every packet. A
+    /// pinned program outlives its agent; without the lease it would answer the last table for
+    /// ever once the agent is uninstalled. The agent renews it every [`LEASE_RENEW_SECONDS`];
+    /// [`NO_LEASE`]: answered without one (a program that is not pinned ends with its agent).
+    pub lease_until: u64,
 }
+
+/// `Generation::lease_until` of a table whose program needs no lease.
+pub const NO_LEASE: u64 = u64::MAX;
+
+/// How often an agent renews its lease.
+pub const LEASE_RENEW_SECONDS: u64 = 1;
 
 impl Generation {
     /// Nothing published yet.
@@ -99,6 +111,7 @@ impl Generation {
             layout,
             apex_labels: [0; GENERATIONS as usize],
             reserved: 0,
+            lease_until: NO_LEASE,
         }
     }
 
@@ -183,7 +196,7 @@ pub const fn apex_label_bit(labels: usize) -> Option<u16> {
 }
 
 const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
-const _: () = assert!(core::mem::size_of::<Generation>() == 24);
+const _: () = assert!(core::mem::size_of::<Generation>() == 32);
 const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
 const _: () = assert!(core::mem::size_of::<Capacity>() == 16);
 

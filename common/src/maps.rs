@@ -15,7 +15,7 @@ use crate::{
 /// of a pinned map changes: an upgraded agent then starts fresh maps instead of adopting ones that
 /// the running program reads differently (which keeps its own maps until its link is handed
 /// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 
 /// Which generation is active, the hash seed and the layout fingerprint: one
 /// [`Generation`] (see `generation` for the design).

@@ -4,10 +4,11 @@
 //! atomics below are what makes the writer's wait sound, is in
 //! `hostport_dns_common::generation`).
 
+use aya_ebpf::helpers::generated::bpf_ktime_get_coarse_ns;
 use hostport_dns_common::{
     counters::{Counter, Event},
     entry::{BigEntry, NameEntry, ZoneEntry, ZoneId},
-    generation::{Capacity, GENERATIONS, Generation, slot},
+    generation::{Capacity, GENERATIONS, Generation, NO_LEASE, slot},
     host::HostSlot,
     index::Bucket,
     limits::HOST_SLOTS,
@@ -17,6 +18,21 @@ use crate::{
     HPD_BIG, HPD_CAPACITY, HPD_GEN, HPD_HOST, HPD_INDEX, HPD_NAMES, HPD_READERS, HPD_ZONES, atomic,
     stats,
 };
+
+/// Passes everything once the lease of the table's agent has run out; a table without a lease
+/// (its program is not pinned) costs no clock read.
+#[inline(always)]
+fn ensure_leased(lease_until: u64) -> Result<(), Counter> {
+    if lease_until == NO_LEASE {
+        return Ok(());
+    }
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_coarse_ns() };
+    if now > lease_until {
+        return Err(Counter::PassNoAgent);
+    }
+    Ok(())
+}
 
 /// A sanity bound on one CPU's nested runs (a test run interrupted by a packet nests two): a
 /// count above it is a bookkeeping error, and the run stays out.
@@ -44,6 +60,8 @@ impl Section {
         if generation >= GENERATIONS {
             return Err(Counter::PassNoTable);
         }
+        // SAFETY: as above (the agent renews the lease through its mapping).
+        ensure_leased(unsafe { core::ptr::read_volatile(&(*state).lease_until) })?;
         let slot = HPD_READERS.get_ptr_mut(0).ok_or(Counter::PassNoTable)?;
         // SAFETY: this CPU's slot; the index is a generation, checked above.
         let readers = unsafe { (*slot).readers.as_mut_ptr().add(generation as usize) };

@@ -15,7 +15,7 @@ use crate::netns::{Link, NetNs};
 /// How long an agent may take to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where agents in test namespaces serve metrics (each namespace has its own loopback).
-pub const METRICS_ADDR: &str = "127.0.0.1:9253";
+pub const METRICS_ADDR: &str = "127.0.0.1:9354";
 
 /// The agent binary: `HOSTPORT_DNS_BIN`, or the release build in this workspace.
 pub fn binary() -> PathBuf {

@@ -5,7 +5,7 @@ use std::{net::IpAddr, time::Duration};
 
 use aya::{
     Ebpf,
-    maps::Map,
+    maps::{Map, MapData},
     programs::{TestRun, TestRunOptions, Xdp},
 };
 use hostport_dns::{
@@ -16,6 +16,7 @@ use hostport_dns::{
         EbpfLogLevel,
         counters::Counters,
         hostset::HostAddresses,
+        lease::Lease,
         loader::{self, Settings},
         writer::MapWriter,
     },
@@ -43,6 +44,18 @@ impl Program {
         let (table, warnings) = RecordTable::compile(&snapshot.zones, snapshot.records());
         assert!(warnings.is_empty(), "{warnings:?}");
         Self::load_table(table, local, Capacity::DEFAULT)
+    }
+
+    /// Leases the table for `duration` from now, as an agent with a pin directory does (the
+    /// program then reads the clock on every run); renewed by the returned lease only.
+    pub fn lease(&self, duration: Duration) -> Lease {
+        let id = self
+            .map_ids
+            .iter()
+            .find_map(|(name, id)| (*name == maps::GENERATION).then_some(*id))
+            .expect("the generation map");
+        let map = MapData::from_id(id).expect("open the generation map");
+        Lease::take_over_map(&map, duration).expect("map the lease")
     }
 
     /// Loads the program with the client policy of `clients`, and the zones of `records_yaml`.

@@ -12,7 +12,7 @@ use hostport_dns_tests::{TempDir, agent::binary, netns::NetNs, require_root};
 /// Runs `hostport-dns run <args>` in the namespace and returns its output.
 fn run_agent(ns: &NetNs, args: &[&str]) -> Output {
     ns.command(binary().to_str().expect("UTF-8"))
-        .args(["run", "--metrics-listen", "127.0.0.1:9253"])
+        .args(["run", "--metrics-listen", "127.0.0.1:9354"])
         .args(args)
         .output()
         .expect("run the agent")
@@ -134,7 +134,7 @@ fn missing_privileges_are_reported() {
             "--xdp-mode",
             "generic",
             "--metrics-listen",
-            "127.0.0.1:9253",
+            "127.0.0.1:9354",
         ])
         .output()
         .expect("run the agent unprivileged");

@@ -529,3 +529,70 @@ fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
     drop(agent);
     uninstall(&link, pin_dir);
 }
+
+/// One A query from the client side, by plain UDP: the answer's bytes, or None (no answer, or
+/// the port closed once the kernel passes the query up to no one).
+fn ask_once(link: &Link, name: &str) -> Option<Vec<u8>> {
+    let server = std::net::SocketAddr::new(link.server.ipv4.parse().expect("an address"), 1053);
+    let query = hostport_dns_tests::packet::QueryBuilder::new(name, 1).bytes();
+    hostport_dns_tests::clients::udp_exchange(&link.client_ns, server, query)
+}
+
+/// The XDP program's counters, read from the pin directory.
+fn pinned_stats(link: &Link, pin_dir: &str) -> serde_json::Value {
+    let out = sh(link
+        .server_ns
+        .command(binary().to_str().expect("UTF-8"))
+        .args(["stats", "--pin-dir", pin_dir, "--json"]));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_takes_over() {
+    require_root();
+    let _serial = one_at_a_time();
+    let link = Link::new("lease");
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir();
+    let pin_dir = pin_dir.to_str().expect("UTF-8");
+    let dir = TempDir::new("lease");
+    let records = dir.write("records.yaml", RECORDS);
+    let records = records.to_str().expect("UTF-8");
+    let lease = ["--pin-dir", pin_dir, "--pinned-lease", "3"];
+    let first = Agent::start_native(&link, &["--records", records], &lease);
+    assert!(ask_once(&link, "web.prod.coreha.example").is_some());
+    first.stop();
+    // Inside the lease the kernel answers with no agent running (a restart loses nothing)...
+    assert!(
+        ask_once(&link, "web.prod.coreha.example").is_some(),
+        "answered inside the lease"
+    );
+    let stopped = Instant::now();
+    // ...and past it, nothing answers: the program passes every query up, to no one.
+    eventually("the lease runs out", 10, || {
+        ask_once(&link, "web.prod.coreha.example").is_none()
+    });
+    let silent_after = stopped.elapsed();
+    assert!(
+        pinned_stats(&link, pin_dir)["no_agent"].as_u64() > Some(0),
+        "{}",
+        pinned_stats(&link, pin_dir)
+    );
+    assert!(
+        xdp_program_id(&link).is_some(),
+        "the program stays attached (inert) until uninstalled"
+    );
+    // A new agent adopts the expired table, and XDP answers again once its own table is in.
+    let answered_before = pinned_stats(&link, pin_dir)["a"].as_u64();
+    let second = Agent::start_native(&link, &["--records", records], &lease);
+    eventually("XDP answers for the new agent", 10, || {
+        ask_once(&link, "web.prod.coreha.example").is_some()
+            && pinned_stats(&link, pin_dir)["a"].as_u64() > answered_before
+    });
+    drop(second);
+    uninstall(&link, pin_dir);
+    eprintln!(
+        "silent {:.1} s after the stop (lease 3 s)",
+        silent_after.as_secs_f64()
+    );
+}

@@ -292,7 +292,7 @@ fn the_readme_command_answers_dig_on_loopback() {
         .expect("README.md");
     let lines: Vec<&str> = readme
         .lines()
-        .filter(|l| l.starts_with("dig @127.0.0.1") || l.starts_with("curl -s localhost:9253"))
+        .filter(|l| l.starts_with("dig @127.0.0.1") || l.starts_with("curl -s localhost:9354"))
         .collect();
     assert_eq!(
         lines.len(),

@@ -75,7 +75,7 @@ fn native_and_generic_modes_stop_with_the_reason() {
                     "--port",
                     &PORT.to_string(),
                     "--metrics-listen",
-                    "127.0.0.1:9253",
+                    "127.0.0.1:9354",
                 ]);
             if let Some((key, value)) = env {
                 cmd.env(key, value);

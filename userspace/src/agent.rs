@@ -133,6 +133,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             clients: client_policy.clone(),
             capacity: Capacity::for_names(args.kernel_names),
             answer_on: AnswerOn::parse(&args.answer_on),
+            lease: Duration::from_secs(args.pinned_lease),
         });
         match prepared {
             Ok(prepared) => Some(prepared),
@@ -322,7 +323,7 @@ fn stopping(dataplane: &kernel_path::Held, persister: &Persister, shared: &Share
     match dataplane.as_ref().and_then(|d| d.pin_dir()) {
         Some(dir) => info!(
             pin_dir = %dir.display(),
-            "stopping; the XDP program stays attached and keeps answering (pinned): `hostport-dns uninstall` removes it"
+            "stopping; the XDP program stays attached (pinned) and answers until its lease (--pinned-lease) runs out, unless an agent takes over: `hostport-dns uninstall` removes it"
         ),
         None if dataplane.is_some() => info!("stopping: detaching XDP"),
         None => info!("stopping"),

@@ -133,15 +133,19 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub udp_workers: usize,
     /// Address of the metrics and health endpoint (/metrics, /healthz, /readyz).
-    /// An IPv6 address may come without brackets (`fd00::1:9253`), as `$(HOST_IP):PORT` in a
+    /// An IPv6 address may come without brackets (`fd00::1:9354`), as `$(HOST_IP):PORT` in a
     /// pod's arguments gives it.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:9253", value_parser = parse_listen)]
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:9354", value_parser = parse_listen)]
     pub metrics_listen: std::net::SocketAddr,
     /// Pin the XDP program's maps and links in this bpffs directory: a restarted or upgraded
     /// agent adopts them without a gap, and while no agent runs the kernel keeps answering from
-    /// the last table. Without it, stopping the agent detaches the program.
+    /// the last table, for --pinned-lease. Without it, stopping the agent detaches the program.
     #[arg(long, value_name = "DIR", env = "HOSTPORT_DNS_PIN_DIR")]
     pub pin_dir: Option<PathBuf>,
+    /// How long (seconds) a pinned program keeps answering once no agent runs (uninstalled,
+    /// or stopped for good); an agent that starts within it takes over without a gap.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=86_400))]
+    pub pinned_lease: u64,
     /// Names the kernel table holds (per generation; its memory is fixed at start: about 400
     /// bytes a name for both generations, see the README). Zones that do not fit are answered by
     /// userspace.

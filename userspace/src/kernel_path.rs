@@ -6,6 +6,7 @@
 use std::{
     path::PathBuf,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use hostport_dns_common::generation::Capacity;
@@ -21,6 +22,7 @@ use crate::{
     xdp::{
         Dataplane, EbpfLogLevel, XdpError, XdpMode,
         counters::Counters,
+        lease::Lease,
         local_addrs::{AnswerOn, LocalAddrs},
         pins::PinDir,
         writer::MapWriter,
@@ -38,6 +40,8 @@ pub struct Settings {
     pub clients: ClientPolicyTable,
     pub capacity: Capacity,
     pub answer_on: AnswerOn,
+    /// How long a pinned program answers once no agent renews its lease.
+    pub lease: Duration,
 }
 
 /// Everything the XDP path shares with the rest of the agent.
@@ -116,6 +120,14 @@ pub async fn start(
         }
         (None, None) => load(&settings, None)?,
     };
+    // Before the writer takes the maps: a pinned table is leased (see `xdp::lease`).
+    let lease = match &dataplane.pins {
+        Some(_) => Some(
+            Lease::take_over(&dataplane.ebpf, settings.lease)
+                .map_err(|e| XdpError::Load(format!("cannot map the table's lease: {e}")))?,
+        ),
+        None => None,
+    };
     let writer = MapWriter::new(&mut dataplane.ebpf, dataplane.capacity).map_err(load_error)?;
     let counters =
         Counters::new(&mut dataplane.ebpf, writer.zone_counters().names()).map_err(load_error)?;
@@ -149,16 +161,27 @@ pub async fn start(
     // Attached once the kernel table is complete: until then a previous agent's pinned program
     // answers from its own complete table (an upgrade that changed the map layout), or nothing
     // does. With a source that delivers later (Kubernetes), that is after its first full list.
+    if let Some(lease) = lease.clone() {
+        tokio::spawn(lease.keep());
+    }
     if adopted_table {
         dataplane.attach()?;
         note_attachments(&dataplane, &wiring.health);
         let _ = attached_tx.send(());
+        // An adopted table whose lease ran out answers again once this agent's table is in.
+        if let Some(lease) = lease {
+            *after_first_write.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(Box::new(move || lease.vouch()));
+        }
     } else {
         info!("XDP is attached once the first complete table is written");
         let held = held.clone();
         let health = wiring.health.clone();
         *after_first_write.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(move || {
             let mut held = held.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(lease) = &lease {
+                lease.vouch();
+            }
             if let Some(dataplane) = held.as_mut() {
                 match dataplane.attach() {
                     Ok(()) => {

@@ -1,14 +1,14 @@
-//! The kernel side, seen from the agent: loading and attaching the XDP program (`loader`, `pins`),
-//! the table in kernel form (`entries`, `layout`, `hostset`), writing it (`writer`, owned by one
-//! thread: `writer_thread`), checking the kernel first
-//! (`probe`), keeping the node's addresses current (`local_addrs`), reading its
-//! counters (`counters`).
+//! The kernel side, seen from the agent: checking the kernel (`probe`), loading and attaching
+//! the XDP program (`loader`, `pins`, `lease`), the table in kernel form (`entries`, `layout`,
+//! `hostset`), writing it (`writer`, owned by one thread: `writer_thread`), keeping the node's
+//! addresses current (`local_addrs`), reading its counters (`counters`).
 
 pub mod counters;
 pub mod entries;
 mod grace;
 pub mod hostset;
 pub mod layout;
+pub mod lease;
 pub mod loader;
 pub mod local_addrs;
 mod map_error;
