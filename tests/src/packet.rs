@@ -272,6 +272,15 @@ impl QueryBuilder {
         self
     }
 
+    /// Adds the EDNS option `code` with `data` (EDNS on with 1232 bytes unless set before).
+    pub fn option(mut self, code: u16, data: &[u8]) -> Self {
+        let edns = self.edns.get_or_insert((1232, false, 0, Vec::new()));
+        edns.3.extend_from_slice(&code.to_be_bytes());
+        edns.3.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        edns.3.extend_from_slice(data);
+        self
+    }
+
     pub fn bytes(&self) -> Vec<u8> {
         let mut m = Vec::new();
         m.extend_from_slice(&self.id.to_be_bytes());

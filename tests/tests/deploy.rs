@@ -1338,20 +1338,15 @@ fn documented_host_ports() -> BTreeSet<u16> {
 fn the_charts_ports_collide_with_no_common_control_plane_component() {
     let taken = documented_host_ports();
     let container = container(&render(""));
-    let ports: Vec<(String, i32)> = container
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
-        .collect();
-    assert!(ports.iter().any(|(name, _)| name == "metrics"));
-    for (name, port) in ports {
+    // The ports the agent listens on (the pod declares none by default: see the surge test).
+    let args = run_args(&container);
+    assert_eq!(args.metrics_listen.port(), 9354);
+    for (name, port) in [("dns", args.port), ("metrics", args.metrics_listen.port())] {
         assert!(
-            !taken.contains(&u16::try_from(port).expect("a port")),
+            !taken.contains(&port),
             "{name} port {port} is taken by a component of the README's list"
         );
     }
-    assert_eq!(run_args(&container).metrics_listen.port(), 9354);
 }
 
 /// `metrics.bindAddress`: every address by default, the node's address with `node` (HOST_IP,
@@ -1593,12 +1588,13 @@ fn every_extension_point_of_the_chart_renders_into_the_daemonset() {
         expected
     );
     // The metrics port everywhere it is named.
-    assert!(
+    assert_eq!(
         container
-            .ports
-            .iter()
-            .flatten()
-            .any(|p| p.name.as_deref() == Some("metrics") && p.container_port == 9400)
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| h.port.clone()),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9400))
     );
     let service: Service = typed(of_kind(&docs, "Service")[0]);
     assert_eq!(
@@ -1803,4 +1799,67 @@ fn every_alert_links_a_runbook_section_of_the_deploy_readme() {
         }
     }
     assert!(alerts >= 11, "{alerts} alerts");
+}
+
+/// The host ports a pod takes from its node: on the host network every listed container port is
+/// one (the API server sets hostPort to containerPort), and the scheduler's NodePorts filter gives
+/// each to one pod per node.
+fn host_ports(container: &k8s_openapi::api::core::v1::Container) -> Vec<(i32, String)> {
+    container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            (
+                p.host_port.unwrap_or(p.container_port),
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_rollout_is_a_surge_that_the_scheduler_lets_run_beside_the_old_pod() {
+    let docs = render("");
+    let ds: DaemonSet = typed(of_kind(&docs, "DaemonSet")[0]);
+    let rolling = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.update_strategy.as_ref())
+        .and_then(|u| u.rolling_update.clone())
+        .expect("a rolling update");
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    // The new pod beside the old one on the same node: no host port of one is the other's.
+    let old = container(&docs);
+    let new = container(&docs);
+    let taken = host_ports(&old);
+    assert!(
+        host_ports(&new).iter().all(|p| !taken.contains(p)),
+        "the surge pod would stay Pending on {taken:?}"
+    );
+    // The probes reach the metrics port by number (no named port is declared).
+    for probe in [&old.liveness_probe, &old.readiness_probe] {
+        let port = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| h.port.clone());
+        assert_eq!(port, Some(IntOrString::Int(9354)));
+    }
+    // Declared ports, for those who want the scheduler to see them (and roll without a surge).
+    let declared = container(&render("declareHostPorts: true\nmetrics: { port: 9999 }\n"));
+    assert_eq!(
+        host_ports(&declared),
+        [
+            (1053, "UDP".to_owned()),
+            (1053, "TCP".to_owned()),
+            (9999, "TCP".to_owned())
+        ]
+    );
+    let probe_port = declared
+        .readiness_probe
+        .and_then(|p| p.http_get)
+        .map(|h| h.port);
+    assert_eq!(probe_port, Some(IntOrString::Int(9999)));
 }

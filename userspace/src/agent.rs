@@ -46,6 +46,9 @@ use hostport_dns_common::generation::Capacity;
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a stop waits for the UDP workers to answer what their sockets hold, and then for
+/// the open TCP connections to finish their queries.
+const HANDOVER_LIMIT: Duration = Duration::from_secs(1);
 /// How long a stop waits for the records and serials to reach the disk.
 const STOP_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 /// How the embedded example is named in logs.
@@ -232,7 +235,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.saved_records.clone(),
         ));
     }
-    udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
+    let udp_workers =
+        udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
     for listener in tcp_listeners {
         tokio::spawn(tcp::serve(
             listener,
@@ -256,7 +260,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if xdp_wanted {
         tokio::select! {
             () = stop.wait() => {
-                stopping(&dataplane, &persister, &shared);
+                stopping(&dataplane, &persister, &shared, udp_workers).await;
                 return Ok(());
             }
             up = &mut xdp_up => match up {
@@ -283,7 +287,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(mut failed) = attach_failed {
         tokio::select! {
             () = stop.wait() => {
-                stopping(&dataplane, &persister, &shared);
+                stopping(&dataplane, &persister, &shared, udp_workers).await;
                 return Ok(());
             }
             Ok(err) = &mut failed => {
@@ -293,7 +297,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     stop.wait().await;
-    stopping(&dataplane, &persister, &shared);
+    stopping(&dataplane, &persister, &shared, udp_workers).await;
     Ok(())
 }
 
@@ -315,8 +319,21 @@ fn without_xdp(args: &RunArgs, health: &Health, err: XdpError) -> anyhow::Result
 }
 
 /// Lets go of the XDP program: detached, unless its links are pinned.
-fn stopping(dataplane: &kernel_path::Held, persister: &Persister, shared: &Shared) {
+async fn stopping(
+    dataplane: &kernel_path::Held,
+    persister: &Persister,
+    shared: &Shared,
+    udp_workers: udp::UdpWorkers,
+) {
     shared.liveness.stopping();
+    // New queries go to the agent beside this one (a rolling update's), if there is one; those
+    // this one holds are answered first (`server::closing`). The XDP program answers throughout.
+    shared.closing.start();
+    tokio::task::block_in_place(|| udp_workers.hand_over(HANDOVER_LIMIT));
+    let deadline = Instant::now() + HANDOVER_LIMIT;
+    while shared.stats.tcp_open() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // What the last publications left to keep is written before the process ends.
     persister.flush(STOP_FLUSH_LIMIT);
     let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();

@@ -2,6 +2,7 @@
 //! off. UDP on one socket per core (SO_REUSEPORT), TCP with tokio (RFC 7766).
 
 pub mod answer;
+pub mod closing;
 pub mod gate;
 pub mod histogram;
 pub mod identity;
@@ -45,6 +46,8 @@ pub struct Shared {
     pub transfers: Option<Arc<dyn ZoneTransfers>>,
     /// Where each serving thread and task says it still runs (`/healthz`).
     pub liveness: Liveness,
+    /// Set when the agent stops: the server hands its work over (see `closing`).
+    pub closing: closing::Closing,
 }
 
 impl Shared {

@@ -64,10 +64,12 @@ pub enum TcpClose {
     /// Refused at accept: the client had its maximum of connections open.
     ClientCap,
     Error,
+    /// Closed between queries because the agent stops (a new one serves beside it).
+    Stopping,
 }
 
 impl TcpClose {
-    pub const ALL: [TcpClose; 7] = [
+    pub const ALL: [TcpClose; 8] = [
         TcpClose::ByClient,
         TcpClose::Idle,
         TcpClose::WriteTimeout,
@@ -75,6 +77,7 @@ impl TcpClose {
         TcpClose::Queries,
         TcpClose::ClientCap,
         TcpClose::Error,
+        TcpClose::Stopping,
     ];
 
     pub fn label(self) -> &'static str {
@@ -86,6 +89,7 @@ impl TcpClose {
             TcpClose::Queries => "queries",
             TcpClose::ClientCap => "client_cap",
             TcpClose::Error => "error",
+            TcpClose::Stopping => "stopping",
         }
     }
 }

@@ -127,7 +127,13 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        match listener.accept().await {
+        // Stopping: the listener closes, and new connections go to the agent beside this one.
+        let accepted = tokio::select! {
+            biased;
+            () = shared.closing.wait() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
             Ok((stream, peer)) => {
                 if !shared.gate.accepts_connection(peer.ip(), &shared) {
                     drop(stream);
@@ -171,7 +177,15 @@ async fn serve_connection(
     for _ in 0..MAX_QUERIES {
         // The idle timer runs from the last answer, but never past the connection's lifetime.
         let deadline = (Instant::now() + IDLE_TIMEOUT).min(closes_at);
-        let len = match tokio::time::timeout_at(deadline, stream.read_u16()).await {
+        // Between queries, the agent's stop closes the connection (RFC 7766 §6.2.3 lets a
+        // server close idle connections; the client reconnects, to the agent beside this one).
+        // A query already there is read (and answered) first.
+        let len = tokio::select! {
+            biased;
+            len = tokio::time::timeout_at(deadline, stream.read_u16()) => len,
+            () = shared.closing.wait() => return TcpClose::Stopping,
+        };
+        let len = match len {
             Ok(Ok(len)) => len as usize,
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) if deadline == closes_at => return TcpClose::Lifetime,

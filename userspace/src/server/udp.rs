@@ -9,10 +9,11 @@ use std::{
     os::fd::AsRawFd,
     sync::Arc,
     thread,
+    time::Duration,
 };
 
 use socket2::{Domain, Protocol, Socket, Type};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::{
     dns::message::Transport,
@@ -61,18 +62,87 @@ fn bind_one(addr: SocketAddr) -> io::Result<Socket> {
     Ok(socket)
 }
 
-/// Serves each socket on its own thread, until the process exits.
-pub fn serve(sockets: Vec<Socket>, shared: Arc<Shared>) -> io::Result<()> {
+/// The UDP workers: one thread per socket.
+pub struct UdpWorkers {
+    sockets: Vec<Arc<Socket>>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+/// Serves each socket on its own thread, until [`UdpWorkers::hand_over`] or the process exits.
+pub fn serve(sockets: Vec<Socket>, shared: Arc<Shared>) -> io::Result<UdpWorkers> {
+    let mut workers = UdpWorkers {
+        sockets: Vec::new(),
+        threads: Vec::new(),
+    };
     for (i, socket) in sockets.into_iter().enumerate() {
+        let socket = Arc::new(socket);
         let shared = shared.clone();
         let name = format!("dns-udp-{i}");
         let alive = shared.liveness.register(name.clone());
-        thread::Builder::new().name(name).spawn(move || {
-            let _alive = alive;
-            serve_socket(&socket, &shared);
-        })?;
+        let served = socket.clone();
+        workers
+            .threads
+            .push(thread::Builder::new().name(name).spawn(move || {
+                let _alive = alive;
+                serve_socket(&served, &shared);
+            })?);
+        workers.sockets.push(socket);
     }
-    Ok(())
+    Ok(workers)
+}
+
+/// How long a worker waits for the next datagram once its socket is handed over: the queue is
+/// drained by then.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+impl UdpWorkers {
+    /// Leaves the reuse-port groups (each socket connected to a peer that never sends: the
+    /// kernel gives new queries to the other agent's sockets, or refuses them when there is
+    /// none), answers what the sockets already hold, and returns once every worker is done or
+    /// `limit` has passed. Call once [`Shared::closing`] is set.
+    pub fn hand_over(self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        // Held until the process ends: nothing may send from their ports meanwhile.
+        let mut peers = Vec::new();
+        for socket in &self.sockets {
+            match leave_group(socket) {
+                Ok(peer) => peers.push(peer),
+                Err(err) => {
+                    debug!(%err, "cannot take a UDP socket out of its group: closing it as it is")
+                }
+            }
+        }
+        while std::time::Instant::now() < deadline && self.threads.iter().any(|t| !t.is_finished())
+        {
+            thread::sleep(Duration::from_millis(5));
+        }
+        std::mem::forget(peers);
+    }
+}
+
+/// Connects `socket` to a loopback port of its own, bound for this and never sent from but
+/// once: an empty datagram that wakes the worker blocked on the socket, which from then on
+/// reads with a timeout, so it returns once the queue is empty.
+fn leave_group(socket: &Socket) -> io::Result<std::net::UdpSocket> {
+    let local = socket
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("not an IP socket"))?;
+    let (loopback, reach): (IpAddr, IpAddr) = match local.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            (Ipv4Addr::LOCALHOST.into(), Ipv4Addr::LOCALHOST.into())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            (Ipv6Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into())
+        }
+        IpAddr::V4(ip) => (Ipv4Addr::LOCALHOST.into(), ip.into()),
+        IpAddr::V6(ip) => (Ipv6Addr::LOCALHOST.into(), ip.into()),
+    };
+    let peer = std::net::UdpSocket::bind((loopback, 0))?;
+    socket.set_read_timeout(Some(DRAIN_POLL))?;
+    socket.connect(&peer.local_addr()?.into())?;
+    peer.send_to(&[], (reach, local.port()))?;
+    Ok(peer)
 }
 
 /// Datagrams moved per recvmmsg/sendmmsg call under load (one call still returns as soon as one
@@ -93,6 +163,10 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
                     let Some(client) = batch.client(i) else {
                         continue;
                     };
+                    // The empty datagram that wakes a handed-over worker (`leave_group`).
+                    if batch.query(i).is_empty() && shared.closing.is_closing() {
+                        continue;
+                    }
                     if let Some(text) = &panic_on
                         && contains(batch.query(i), text.as_bytes())
                     {
@@ -109,6 +183,15 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
                 }
             }
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            // Only a handed-over socket has a receive timeout: its queue is empty.
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) && shared.closing.is_closing() =>
+            {
+                return;
+            }
             Err(err) => {
                 warn!(%err, "UDP receive failed");
                 thread::sleep(std::time::Duration::from_millis(10));

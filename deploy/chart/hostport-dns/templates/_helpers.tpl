@@ -80,3 +80,13 @@ $(HOST_IP):{{ .Values.metrics.port }}
 {{ $address }}:{{ .Values.metrics.port }}
 {{- end -}}
 {{- end -}}
+
+{{/* A probe with httpGet.port defaulting to the metrics port (no named port: the pod declares
+     none unless declareHostPorts). */}}
+{{- define "hostport-dns.probe" -}}
+{{- $probe := deepCopy .probe -}}
+{{- if and $probe.httpGet (not $probe.httpGet.port) -}}
+{{- $_ := set $probe.httpGet "port" (int .port) -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end -}}
