@@ -1,12 +1,9 @@
-//! Builds the XDP program (the `hostport-dns-ebpf` crate) for bpfel-unknown-none with the nightly
-//! toolchain and bpf-linker (`cargo xtask setup` installs both); the agent embeds the object.
-//!
-//! This does what `aya_build::build_ebpf` does, with two more code-generation flags it has no way
-//! to pass: BPF ISA v3 (32-bit jumps and ALU) and misaligned memory access, which the kernels the
-//! agent supports accept on every architecture with efficient unaligned access. Packet headers are
-//! not aligned: without the flag every two- and four-byte field would be read a byte at a time.
+//! Builds the XDP program (the `hostport-dns-ebpf` crate) for the BPF target of the agent's byte
+//! order, with `bpf_target_arch` the agent's architecture, using the nightly toolchain and
+//! bpf-linker (`cargo xtask setup` installs both); the agent embeds the object. How it is built:
+//! `ebpf/build_object.rs`, shared with xtask.
 
-use std::{env, path::PathBuf, process::Command};
+use std::{env, path::PathBuf};
 
 /// Set to build without the eBPF program (an empty object is embedded), e.g. for `cargo doc`.
 const SKIP: &str = "HOSTPORT_DNS_SKIP_EBPF";
@@ -17,6 +14,7 @@ fn main() {
     for dir in [
         "ebpf/src",
         "ebpf/Cargo.toml",
+        "ebpf/build_object.rs",
         "common/src",
         "common/Cargo.toml",
     ] {
@@ -39,8 +37,7 @@ fn main() {
         (None, "hostport-dns-xdp"),
         (Some("testbed"), "hostport-dns-xdp-testbed"),
     ] {
-        build_object(&root, &target_dir, features);
-        let built = target_dir.join("bpfel-unknown-none/release/hostport-dns-xdp");
+        let built = build_object(&root, &target_dir, features);
         let object = out_dir.join(name);
         std::fs::copy(&built, &object).unwrap_or_else(|e| {
             panic!(
@@ -52,51 +49,16 @@ fn main() {
     }
 }
 
-/// Builds the eBPF crate with `features`.
-fn build_object(root: &std::path::Path, target_dir: &std::path::Path, features: Option<&str>) {
-    let flags = [
-        "--cfg=bpf_target_arch=\"x86_64\"",
-        "-Cdebuginfo=2",
-        "-Clink-arg=--btf",
-        "-Ctarget-cpu=v3",
-        "-Ctarget-feature=+allows-misaligned-mem-access",
-    ]
-    .join("\x1f");
-    let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run",
-        "nightly",
-        "cargo",
-        "build",
-        "--package",
-        "hostport-dns-ebpf",
-        "--bins",
-        "--release",
-    ]);
-    if let Some(features) = features {
-        cmd.args(["--features", features]);
-    }
-    let output = cmd
-        .args([
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--target-dir",
-        ])
-        .arg(target_dir)
-        .current_dir(root)
-        .env("CARGO_ENCODED_RUSTFLAGS", flags)
-        .env_remove("RUSTC")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .env_remove("CARGO")
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run rustup (run `cargo xtask setup`): {e}"));
-    if !output.status.success() {
-        panic!(
-            "building the XDP program failed (is `cargo xtask setup` done?):\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+include!("../ebpf/build_object.rs");
+
+/// Builds the eBPF crate with `features`, for the architecture and byte order this agent is
+/// built for.
+fn build_object(
+    root: &std::path::Path,
+    target_dir: &std::path::Path,
+    features: Option<&str>,
+) -> PathBuf {
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("CARGO_CFG_TARGET_ARCH");
+    let endian = env::var("CARGO_CFG_TARGET_ENDIAN").expect("CARGO_CFG_TARGET_ENDIAN");
+    build_ebpf_object(root, target_dir, features, &arch, &endian).unwrap_or_else(|e| panic!("{e}"))
 }

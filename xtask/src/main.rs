@@ -4,7 +4,12 @@
 mod bench;
 mod cmd;
 mod deploy;
+// The XDP object's build, shared with the agent's build script (a test builds it for aarch64).
+#[cfg(test)]
+#[path = "../../ebpf/build_object.rs"]
+mod ebpf_object;
 mod fuzz;
+mod image;
 mod run;
 mod setup;
 mod test;
@@ -48,6 +53,9 @@ enum Task {
     },
     /// Build the release binary the container image packs, into target/dist.
     Dist,
+    /// Build the container image as an OCI archive (target/image/*.oci.tar): a statically linked
+    /// agent and its license, no base image, no container engine needed.
+    Image,
     /// Render the chart's defaults into deploy/manifests/hostport-dns.yaml.
     Manifests,
 }
@@ -68,6 +76,7 @@ fn main() -> std::process::ExitCode {
         Task::Fuzz(args) => fuzz::run(args),
         Task::Soak { seconds } => bench::soak(seconds),
         Task::Dist => deploy::dist(),
+        Task::Image => image::build().map(drop),
         Task::Manifests => deploy::manifests(),
     };
     match result {

@@ -169,6 +169,10 @@ fn nightly_sysroot() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(sysroot.trim()))
 }
 
+/// The bpf-linker release built (with its own lock file: `--locked`), so that every machine and
+/// the image link the program with the same linker.
+pub const BPF_LINKER_VERSION: &str = "0.13.0";
+
 /// bpf-linker built for the nightly's LLVM. A stamp records which libLLVM it was built
 /// against; a new nightly with another LLVM triggers a rebuild.
 fn bpf_linker() -> anyhow::Result<()> {
@@ -184,7 +188,10 @@ fn bpf_linker() -> anyhow::Result<()> {
     })?;
     let prefix = cache_dir().join("llvm");
     let stamp_path = prefix.join("bpf-linker.stamp");
-    let stamp = format!("llvm-{major} {}\n", libllvm.display());
+    let stamp = format!(
+        "llvm-{major} {} bpf-linker {BPF_LINKER_VERSION}\n",
+        libllvm.display()
+    );
     if have("bpf-linker") && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
         return Ok(());
     }
@@ -200,6 +207,9 @@ fn bpf_linker() -> anyhow::Result<()> {
             .args([
                 "install",
                 "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--locked",
                 "--force",
                 "--no-default-features",
                 "--features",

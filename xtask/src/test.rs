@@ -21,6 +21,8 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
     setup::run()?;
     lint()?;
     let agent = cmd::build_agent()?;
+    // The container image, which a test unpacks and runs the agent from.
+    let image = crate::image::build()?;
     cmd::run(
         cmd::cargo()
             .args([
@@ -32,6 +34,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
             ])
             .args(&args.cargo_test_args)
             .env("HOSTPORT_DNS_BIN", &agent)
+            .env("HOSTPORT_DNS_IMAGE", &image)
             .env("HOSTPORT_DNS_HELM", setup::helm_path()),
     )?;
     // A filtered run is someone looking at some tests: the fuzz slice is for whole runs.

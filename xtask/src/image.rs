@@ -1,0 +1,318 @@
+//! `cargo xtask image`: the agent's container image, as an OCI image archive
+//! (`target/image/hostport-dns-<version>-<arch>.oci.tar`), built without a container engine and
+//! without a base image: one layer holding a statically linked agent (glibc, `crt-static`) and
+//! its LICENSE. `skopeo copy oci-archive:FILE docker://REGISTRY/hostport-dns:TAG` pushes it;
+//! `podman load` and Docker 25+ load it. The tests unpack it and run the agent from it.
+//!
+//! Reproducible: every timestamp is the commit's (`SOURCE_DATE_EPOCH` when set), files are
+//! written in a fixed order with fixed owners and modes.
+
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::Context;
+use sha2::{Digest, Sha256};
+
+use crate::{cmd, setup};
+
+/// The target the image's agent is built for; its triple names the rustup target.
+const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The OCI architecture of that target.
+const OCI_ARCH: &str = "amd64";
+/// Where the agent sits in the image.
+const AGENT_PATH: &str = "usr/local/bin/hostport-dns";
+/// Where the license sits in the image.
+const LICENSE_PATH: &str = "usr/share/doc/hostport-dns/LICENSE";
+/// Where the image's sources are published (the OCI `source` label).
+const SOURCE: &str = "https://github.com/hostport-dns/hostport-dns";
+
+const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+
+/// Builds the static agent and writes the archive; returns its path.
+pub fn build() -> anyhow::Result<PathBuf> {
+    setup::toolchain()?;
+    let agent = build_static_agent()?;
+    let root = cmd::workspace_root();
+    let version = workspace_version(&root)?;
+    let revision = cmd::output(
+        Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(&root),
+    )
+    .map(|r| r.trim().to_owned())
+    .unwrap_or_else(|_| "unknown".into());
+    let epoch = source_date_epoch(&root);
+    let archive = root.join(format!(
+        "target/image/hostport-dns-{version}-{OCI_ARCH}.oci.tar"
+    ));
+    write_archive(
+        &archive,
+        &Contents {
+            agent: std::fs::read(&agent).with_context(|| format!("read {}", agent.display()))?,
+            license: std::fs::read(root.join("LICENSE")).context("read LICENSE")?,
+            version,
+            revision,
+            epoch,
+        },
+    )?;
+    println!("{}", archive.display());
+    Ok(archive)
+}
+
+/// The agent linked statically, so that the image needs no base image (no libc to ship).
+fn build_static_agent() -> anyhow::Result<PathBuf> {
+    let target_dir = cmd::workspace_root().join("target/image-build");
+    cmd::run(
+        cmd::cargo()
+            .args(["build", "--release", "--package", "hostport-dns", "--bin"])
+            .args(["hostport-dns", "--target", TARGET, "--target-dir"])
+            .arg(&target_dir)
+            // With --target, the flag reaches the agent only, not build scripts or proc macros.
+            .env("RUSTFLAGS", "-C target-feature=+crt-static"),
+    )?;
+    Ok(target_dir.join(TARGET).join("release/hostport-dns"))
+}
+
+fn workspace_version(root: &Path) -> anyhow::Result<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml"))?;
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[workspace.package]")
+        .find_map(|l| l.trim().strip_prefix("version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .context("no [workspace.package] version in Cargo.toml")
+}
+
+/// `SOURCE_DATE_EPOCH`, else the commit's time, else 0.
+fn source_date_epoch(root: &Path) -> u64 {
+    std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .or_else(|| {
+            cmd::output(
+                Command::new("git")
+                    .args(["log", "-1", "--format=%ct"])
+                    .current_dir(root),
+            )
+            .ok()
+        })
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// What goes into the image.
+struct Contents {
+    agent: Vec<u8>,
+    license: Vec<u8>,
+    version: String,
+    revision: String,
+    epoch: u64,
+}
+
+/// A blob of the layout: its bytes and their digest.
+struct Blob {
+    bytes: Vec<u8>,
+    digest: String,
+}
+
+impl Blob {
+    fn new(bytes: Vec<u8>) -> Self {
+        let digest = sha256(&bytes);
+        Self { bytes, digest }
+    }
+
+    fn descriptor(&self, media_type: &str) -> serde_json::Value {
+        serde_json::json!({
+            "mediaType": media_type,
+            "digest": self.digest,
+            "size": self.bytes.len(),
+        })
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+fn write_archive(path: &Path, contents: &Contents) -> anyhow::Result<()> {
+    let layer_tar = layer(contents)?;
+    let diff_id = sha256(&layer_tar);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&layer_tar)?;
+    let layer = Blob::new(gz.finish()?);
+    let created = rfc3339(contents.epoch);
+    let labels = serde_json::json!({
+        "org.opencontainers.image.title": "hostport-dns",
+        "org.opencontainers.image.description": "Node-local authoritative DNS for Kubernetes load balancers, answered from XDP",
+        "org.opencontainers.image.version": contents.version,
+        "org.opencontainers.image.revision": contents.revision,
+        "org.opencontainers.image.source": SOURCE,
+        "org.opencontainers.image.licenses": "Apache-2.0",
+        "org.opencontainers.image.created": created,
+    });
+    let config = Blob::new(serde_json::to_vec(&serde_json::json!({
+        "created": created,
+        "architecture": OCI_ARCH,
+        "os": "linux",
+        "config": {
+            // Root inside the container: the capabilities the DaemonSet grants (BPF, NET_ADMIN,
+            // PERFMON) apply to uid 0; nothing else is privileged.
+            "User": "0",
+            "Entrypoint": [format!("/{AGENT_PATH}")],
+            "Cmd": ["run", "--interface", "auto"],
+            "Labels": labels,
+        },
+        "rootfs": { "type": "layers", "diff_ids": [diff_id] },
+        "history": [{ "created": created, "created_by": "cargo xtask image" }],
+    }))?);
+    let manifest = Blob::new(serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": config.descriptor(CONFIG_TYPE),
+        "layers": [layer.descriptor(LAYER_TYPE)],
+        "annotations": labels,
+    }))?);
+    let mut manifest_descriptor = manifest.descriptor(MANIFEST_TYPE);
+    manifest_descriptor["platform"] =
+        serde_json::json!({ "architecture": OCI_ARCH, "os": "linux" });
+    manifest_descriptor["annotations"] =
+        serde_json::json!({ "org.opencontainers.image.ref.name": contents.version });
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": INDEX_TYPE,
+        "manifests": [manifest_descriptor],
+    }))?;
+
+    std::fs::create_dir_all(path.parent().context("a parent directory")?)?;
+    let file = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut archive = tar::Builder::new(file);
+    let mut add =
+        |name: &str, bytes: &[u8]| append(&mut archive, name, bytes, 0o644, contents.epoch);
+    add("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    add("index.json", &index)?;
+    for blob in [&layer, &config, &manifest] {
+        let name = format!("blobs/sha256/{}", &blob.digest["sha256:".len()..]);
+        add(&name, &blob.bytes)?;
+    }
+    archive.into_inner()?.sync_all()?;
+    Ok(())
+}
+
+/// The one layer: the agent and its license (directories first, as a root filesystem lists them).
+fn layer(contents: &Contents) -> anyhow::Result<Vec<u8>> {
+    let mut layer = tar::Builder::new(Vec::new());
+    for dir in [
+        "usr/",
+        "usr/local/",
+        "usr/local/bin/",
+        "usr/share/",
+        "usr/share/doc/",
+        "usr/share/doc/hostport-dns/",
+    ] {
+        let mut header = header(0o755, contents.epoch, 0);
+        header.set_entry_type(tar::EntryType::Directory);
+        layer.append_data(&mut header, dir, std::io::empty())?;
+    }
+    append(
+        &mut layer,
+        AGENT_PATH,
+        &contents.agent,
+        0o755,
+        contents.epoch,
+    )?;
+    append(
+        &mut layer,
+        LICENSE_PATH,
+        &contents.license,
+        0o644,
+        contents.epoch,
+    )?;
+    Ok(layer.into_inner()?)
+}
+
+fn header(mode: u32, epoch: u64, size: u64) -> tar::Header {
+    let mut header = tar::Header::new_ustar();
+    header.set_mode(mode);
+    header.set_mtime(epoch);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_size(size);
+    header
+}
+
+fn append<W: Write>(
+    archive: &mut tar::Builder<W>,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    epoch: u64,
+) -> std::io::Result<()> {
+    let mut header = header(mode, epoch, bytes.len() as u64);
+    header.set_entry_type(tar::EntryType::Regular);
+    archive.append_data(&mut header, name, bytes)
+}
+
+/// Seconds since 1970 as an RFC 3339 UTC time (the OCI `created` format).
+fn rfc3339(epoch: u64) -> String {
+    let days = epoch / 86_400;
+    let secs = epoch % 86_400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf_object;
+
+    #[test]
+    fn created_times_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_220_000), "2026-12-02T14:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    /// The XDP program builds for another architecture than the agent's (the cfg aya-ebpf
+    /// reads), exactly as the agent's build script builds it: a BPF object with the program.
+    #[test]
+    fn the_xdp_object_builds_for_x86_64_and_aarch64() {
+        let root = cmd::workspace_root();
+        let mut programs = Vec::new();
+        for arch in ["x86_64", "aarch64"] {
+            let target_dir = root.join(format!("target/ebpf-{arch}"));
+            let object = ebpf_object::build_ebpf_object(&root, &target_dir, None, arch, "little")
+                .unwrap_or_else(|e| panic!("{arch}: {e}"));
+            let bytes = std::fs::read(&object).expect("the object");
+            // ELF, 64-bit, little-endian, machine EM_BPF (247).
+            assert_eq!(&bytes[..4], b"\x7fELF", "{arch}");
+            assert_eq!(
+                u16::from_le_bytes([bytes[18], bytes[19]]),
+                247,
+                "{arch}: EM_BPF"
+            );
+            programs.push(bytes.windows(16).any(|w| w == b"hostport_dns_xdp"));
+        }
+        assert_eq!(programs, [true, true], "both objects carry the program");
+    }
+}
