@@ -21,6 +21,37 @@ use serde::Deserialize;
 
 const RECORDS: &str = "zones:\n  - name: prod.coreha.example\n    records:\n      web: [198.18.7.1, 198.18.7.2]\n      api: 198.18.7.10\n      old: 198.18.7.20\n";
 
+/// What a pinned-restart test starts from: a link, a bpffs mount with a pin directory, and a
+/// record file holding `records`.
+struct PinnedBed {
+    link: Link,
+    bpffs: BpfFs,
+    dir: TempDir,
+    pin_dir: String,
+    records: String,
+}
+
+impl PinnedBed {
+    fn new(tag: &str, records: &str) -> Self {
+        let link = Link::new(tag);
+        let bpffs = BpfFs::mount();
+        let pin_dir = bpffs.pin_dir().to_str().expect("UTF-8").to_owned();
+        let dir = TempDir::new(tag);
+        let records = dir
+            .write("records.yaml", records)
+            .to_str()
+            .expect("UTF-8")
+            .to_owned();
+        Self {
+            link,
+            bpffs,
+            dir,
+            pin_dir,
+            records,
+        }
+    }
+}
+
 fn start(link: &Link, records: &str, pin_dir: &str) -> Agent {
     Agent::start_native(link, &["--records", records], &["--pin-dir", pin_dir])
 }
@@ -132,13 +163,14 @@ fn xdp_program_id(link: &Link) -> Option<u64> {
 fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
     require_root();
     let _serial = one_at_a_time();
-    let link = Link::new("restart");
-    let bpffs = BpfFs::mount();
-    let pin_dir = bpffs.pin_dir();
-    let pin_dir = pin_dir.to_str().expect("UTF-8");
-    let dir = TempDir::new("restart");
-    let records = dir.write("records.yaml", RECORDS);
-    let records = records.to_str().expect("UTF-8");
+    let PinnedBed {
+        link,
+        bpffs: _bpffs,
+        dir,
+        pin_dir,
+        records,
+    } = PinnedBed::new("restart", RECORDS);
+    let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
     let first = start(&link, records, pin_dir);
     let load = Load::start(&link, &dir);
     thread::sleep(Duration::from_secs(2));
@@ -208,13 +240,14 @@ fn kill_9_and_restart_lose_no_query_and_the_table_is_reconciled() {
 fn a_new_agent_replaces_the_program_under_load_without_losing_a_query() {
     require_root();
     let _serial = one_at_a_time();
-    let link = Link::new("upgrade");
-    let bpffs = BpfFs::mount();
-    let pin_dir = bpffs.pin_dir();
-    let pin_dir = pin_dir.to_str().expect("UTF-8");
-    let dir = TempDir::new("upgrade");
-    let records = dir.write("records.yaml", RECORDS);
-    let records = records.to_str().expect("UTF-8");
+    let PinnedBed {
+        link,
+        bpffs: _bpffs,
+        dir,
+        pin_dir,
+        records,
+    } = PinnedBed::new("upgrade", RECORDS);
+    let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
     let old = start(&link, records, pin_dir);
     let old_program = xdp_program_id(&link).expect("a program attached");
     let load = Load::start(&link, &dir);
@@ -364,13 +397,14 @@ fn pinned_maps_are_adopted_as_one_set_or_not_at_all() {
     use hostport_dns_common::maps;
     require_root();
     let _serial = one_at_a_time();
-    let link = Link::new("pinset");
-    let bpffs = BpfFs::mount();
-    let pin_dir = bpffs.pin_dir();
-    let pin_dir = pin_dir.to_str().expect("UTF-8");
-    let dir = TempDir::new("pinset");
-    let records = dir.write("records.yaml", RECORDS);
-    let records = records.to_str().expect("UTF-8");
+    let PinnedBed {
+        link,
+        bpffs: _bpffs,
+        dir: _dir,
+        pin_dir,
+        records,
+    } = PinnedBed::new("pinset", RECORDS);
+    let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
     drop(start(&link, records, pin_dir));
     let first_set = pinned_map_id(pin_dir, maps::GENERATION);
     // A whole set: the next agent adopts it.
@@ -416,13 +450,14 @@ fn pinned_maps_are_adopted_as_one_set_or_not_at_all() {
 fn a_second_agent_on_one_pin_directory_waits_for_the_first() {
     require_root();
     let _serial = one_at_a_time();
-    let link = Link::new("pinlock");
-    let bpffs = BpfFs::mount();
-    let pin_dir = bpffs.pin_dir();
-    let pin_dir = pin_dir.to_str().expect("UTF-8");
-    let dir = TempDir::new("pinlock");
-    let records = dir.write("records.yaml", RECORDS);
-    let records = records.to_str().expect("UTF-8");
+    let PinnedBed {
+        link,
+        bpffs: _bpffs,
+        dir: _dir,
+        pin_dir,
+        records,
+    } = PinnedBed::new("pinlock", RECORDS);
+    let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
     let first = start(&link, records, pin_dir);
     let first_set = pinned_map_id(pin_dir, hostport_dns_common::maps::GENERATION);
     let second = Agent::start_native_until(
@@ -581,13 +616,14 @@ fn pinned_stats(link: &Link, pin_dir: &str) -> serde_json::Value {
 fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_takes_over() {
     require_root();
     let _serial = one_at_a_time();
-    let link = Link::new("lease");
-    let bpffs = BpfFs::mount();
-    let pin_dir = bpffs.pin_dir();
-    let pin_dir = pin_dir.to_str().expect("UTF-8");
-    let dir = TempDir::new("lease");
-    let records = dir.write("records.yaml", RECORDS);
-    let records = records.to_str().expect("UTF-8");
+    let PinnedBed {
+        link,
+        bpffs: _bpffs,
+        dir: _dir,
+        pin_dir,
+        records,
+    } = PinnedBed::new("lease", RECORDS);
+    let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
     let lease = ["--pin-dir", pin_dir, "--pinned-lease", "3"];
     let first = Agent::start_native(&link, &["--records", records], &lease);
     assert!(ask_once(&link, "web.prod.coreha.example").is_some());
@@ -780,13 +816,14 @@ fn tcp_checker(
 fn a_surge_restart_under_load_loses_no_query_on_either_path() {
     require_root();
     let _serial = one_at_a_time();
-    let link = Link::new("surge");
-    let bpffs = BpfFs::mount();
-    let pin_dir = bpffs.pin_dir();
-    let pin_dir = pin_dir.to_str().expect("UTF-8");
-    let dir = TempDir::new("surge");
-    let records = dir.write("records.yaml", RECORDS_WITH_SRV);
-    let records = records.to_str().expect("UTF-8");
+    let PinnedBed {
+        link,
+        bpffs: _bpffs,
+        dir,
+        pin_dir,
+        records,
+    } = PinnedBed::new("surge", RECORDS_WITH_SRV);
+    let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
     let old = start(&link, records, pin_dir);
     let load = Load::start(&link, &dir);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

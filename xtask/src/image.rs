@@ -18,10 +18,41 @@ use sha2::{Digest, Sha256};
 
 use crate::{cmd, setup};
 
-/// The target the image's agent is built for; its triple names the rustup target.
-const TARGET: &str = "x86_64-unknown-linux-gnu";
-/// The OCI architecture of that target.
-const OCI_ARCH: &str = "amd64";
+/// The architectures an image is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arch {
+    /// x86_64, with the stable toolchain (this machine's).
+    Amd64,
+    /// aarch64, cross-built: the nightly builds the standard library from source (`-Z
+    /// build-std`: no other Rust target can be downloaded here) and links with Debian's cross
+    /// toolchain (gcc-aarch64-linux-gnu, which setup installs).
+    Arm64,
+}
+
+impl Arch {
+    /// The Rust target triple.
+    fn target(self) -> &'static str {
+        match self {
+            Self::Amd64 => "x86_64-unknown-linux-gnu",
+            Self::Arm64 => "aarch64-unknown-linux-gnu",
+        }
+    }
+
+    /// The OCI architecture name.
+    fn oci(self) -> &'static str {
+        match self {
+            Self::Amd64 => "amd64",
+            Self::Arm64 => "arm64",
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct ImageArgs {
+    /// The image's architecture.
+    #[arg(long, value_enum, default_value = "amd64")]
+    pub arch: Arch,
+}
 /// Where the agent sits in the image.
 const AGENT_PATH: &str = "usr/local/bin/hostport-dns";
 /// Where the license sits in the image.
@@ -34,10 +65,13 @@ const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
 const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 
-/// Builds the static agent and writes the archive; returns its path.
-pub fn build() -> anyhow::Result<PathBuf> {
+/// Builds the static agent for `arch` and writes the archive; returns its path.
+pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
     setup::toolchain()?;
-    let agent = build_static_agent()?;
+    if arch == Arch::Arm64 {
+        setup::cross_toolchain()?;
+    }
+    let agent = build_static_agent(arch)?;
     let root = cmd::workspace_root();
     let version = workspace_version(&root)?;
     let revision = cmd::output(
@@ -49,7 +83,8 @@ pub fn build() -> anyhow::Result<PathBuf> {
     .unwrap_or_else(|_| "unknown".into());
     let epoch = source_date_epoch(&root);
     let archive = root.join(format!(
-        "target/image/hostport-dns-{version}-{OCI_ARCH}.oci.tar"
+        "target/image/hostport-dns-{version}-{}.oci.tar",
+        arch.oci()
     ));
     write_archive(
         &archive,
@@ -59,6 +94,7 @@ pub fn build() -> anyhow::Result<PathBuf> {
             version,
             revision,
             epoch,
+            arch,
         },
     )?;
     println!("{}", archive.display());
@@ -66,17 +102,41 @@ pub fn build() -> anyhow::Result<PathBuf> {
 }
 
 /// The agent linked statically, so that the image needs no base image (no libc to ship).
-fn build_static_agent() -> anyhow::Result<PathBuf> {
+fn build_static_agent(arch: Arch) -> anyhow::Result<PathBuf> {
     let target_dir = cmd::workspace_root().join("target/image-build");
-    cmd::run(
-        cmd::cargo()
-            .args(["build", "--release", "--package", "hostport-dns", "--bin"])
-            .args(["hostport-dns", "--target", TARGET, "--target-dir"])
-            .arg(&target_dir)
-            // With --target, the flag reaches the agent only, not build scripts or proc macros.
-            .env("RUSTFLAGS", "-C target-feature=+crt-static"),
-    )?;
-    Ok(target_dir.join(TARGET).join("release/hostport-dns"))
+    let target = arch.target();
+    let mut build = match arch {
+        Arch::Amd64 => cmd::cargo(),
+        Arch::Arm64 => {
+            let mut nightly = Command::new("rustup");
+            nightly
+                .current_dir(cmd::workspace_root())
+                .args(["run", "nightly", "cargo"]);
+            cmd::without_run_environment(&mut nightly);
+            nightly
+                .env_remove("CARGO")
+                .env_remove("RUSTC")
+                .env_remove("RUSTUP_TOOLCHAIN")
+                .env(
+                    "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+                    "aarch64-linux-gnu-gcc",
+                )
+                .env("CC_aarch64_unknown_linux_gnu", "aarch64-linux-gnu-gcc")
+                .env("AR_aarch64_unknown_linux_gnu", "aarch64-linux-gnu-ar");
+            nightly
+        }
+    };
+    build
+        .args(["build", "--release", "--package", "hostport-dns", "--bin"])
+        .args(["hostport-dns", "--target", target, "--target-dir"])
+        .arg(&target_dir)
+        // With --target, the flag reaches the agent only, not build scripts or proc macros.
+        .env("RUSTFLAGS", "-C target-feature=+crt-static");
+    if arch == Arch::Arm64 {
+        build.args(["-Z", "build-std=std,panic_abort"]);
+    }
+    cmd::run(&mut build)?;
+    Ok(target_dir.join(target).join("release/hostport-dns"))
 }
 
 fn workspace_version(root: &Path) -> anyhow::Result<String> {
@@ -112,6 +172,7 @@ struct Contents {
     version: String,
     revision: String,
     epoch: u64,
+    arch: Arch,
 }
 
 /// A blob of the layout: its bytes and their digest.
@@ -159,7 +220,7 @@ fn write_archive(path: &Path, contents: &Contents) -> anyhow::Result<()> {
     });
     let config = Blob::new(serde_json::to_vec(&serde_json::json!({
         "created": created,
-        "architecture": OCI_ARCH,
+        "architecture": contents.arch.oci(),
         "os": "linux",
         "config": {
             // Root inside the container: the capabilities the DaemonSet grants (BPF, NET_ADMIN,
@@ -181,7 +242,7 @@ fn write_archive(path: &Path, contents: &Contents) -> anyhow::Result<()> {
     }))?);
     let mut manifest_descriptor = manifest.descriptor(MANIFEST_TYPE);
     manifest_descriptor["platform"] =
-        serde_json::json!({ "architecture": OCI_ARCH, "os": "linux" });
+        serde_json::json!({ "architecture": contents.arch.oci(), "os": "linux" });
     manifest_descriptor["annotations"] =
         serde_json::json!({ "org.opencontainers.image.ref.name": contents.version });
     let index = serde_json::to_vec(&serde_json::json!({

@@ -55,7 +55,7 @@ enum Task {
     Dist,
     /// Build the container image as an OCI archive (target/image/*.oci.tar): a statically linked
     /// agent and its license, no base image, no container engine needed.
-    Image,
+    Image(image::ImageArgs),
     /// Render the chart's defaults into deploy/manifests/hostport-dns.yaml.
     Manifests,
 }
@@ -76,7 +76,7 @@ fn main() -> std::process::ExitCode {
         Task::Fuzz(args) => fuzz::run(args),
         Task::Soak { seconds } => bench::soak(seconds),
         Task::Dist => deploy::dist(),
-        Task::Image => image::build().map(drop),
+        Task::Image(args) => image::build(args.arch).map(drop),
         Task::Manifests => deploy::manifests(),
     };
     match result {

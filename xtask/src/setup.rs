@@ -140,6 +140,24 @@ fn lint_components() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What cross-building the arm64 image needs: Debian's aarch64 C toolchain (the linker, and the
+/// C compiler ring's build script uses).
+pub fn cross_toolchain() -> anyhow::Result<()> {
+    if have("aarch64-linux-gnu-gcc") {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("missing gcc-aarch64-linux-gnu: run `cargo xtask image --arch arm64` as root");
+    }
+    println!("setup: installing gcc-aarch64-linux-gnu (cross-building the arm64 image)");
+    run_cmd(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"])
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
 /// The nightly toolchain with rust-src.
 fn nightly_rust_src() -> anyhow::Result<()> {
     if Command::new("rustc")

@@ -22,7 +22,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
     lint()?;
     let agent = cmd::build_agent()?;
     // The container image, which a test unpacks and runs the agent from.
-    let image = crate::image::build()?;
+    let image = crate::image::build(crate::image::Arch::Amd64)?;
     cmd::run(
         cmd::cargo()
             .args([

@@ -1,8 +1,8 @@
 //! What the kernel must offer before the program is loaded: XDP programs, and every helper the
 //! program calls. The helpers are read from the object itself (its call instructions), so the
-//! probe cannot fall behind the program. A kernel below the documented floor (Ubuntu 22.04's
-//! 5.15, RHEL 9's 5.14) lacks some of them: the probe names the first one missing, and with
-//! `--xdp-mode auto` the agent then serves from userspace alone.
+//! probe cannot fall behind the program. A kernel below the documented floor (5.12) lacks some
+//! of them: the probe names the first one missing, and with `--xdp-mode auto` the agent then
+//! serves from userspace alone.
 
 use aya::{
     programs::ProgramType,
