@@ -1863,3 +1863,136 @@ fn the_rollout_is_a_surge_that_the_scheduler_lets_run_beside_the_old_pod() {
         .map(|h| h.port);
     assert_eq!(probe_port, Some(IntOrString::Int(9999)));
 }
+
+/// The values schema, parsed.
+fn values_schema() -> serde_json::Value {
+    let text = std::fs::read_to_string(chart().join("values.schema.json")).expect("the schema");
+    serde_json::from_str(&text).expect("the values schema is JSON")
+}
+
+/// The chart's values schema embeds the agent's own configuration schema (`hostport-dns
+/// config-schema`, derived from the types the agent parses its file with), and the values
+/// sections the chart copies into the configuration file refer to it: the chart cannot accept
+/// what the agent rejects. After a change to the agent's configuration: `cargo xtask schema`.
+#[test]
+fn the_values_schema_embeds_the_agents_configuration_schema() {
+    let out = sh(Command::new(hostport_dns_tests::agent::binary()).arg("config-schema"));
+    let generated: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("config-schema prints JSON");
+    let values = values_schema();
+    let (want, have) = (&generated["definitions"], &values["definitions"]);
+    let want = want.as_object().expect("generated definitions");
+    let empty = serde_json::Map::new();
+    let have = have.as_object().unwrap_or(&empty);
+    let differing: Vec<&String> = want
+        .keys()
+        .chain(have.keys())
+        .filter(|k| want.get(*k) != have.get(*k))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "values.schema.json's definitions differ from `hostport-dns config-schema` in {differing:?}: run `cargo xtask schema`"
+    );
+    for (pointer, definition) in [
+        ("/properties/zones/items", "ZoneEntry"),
+        ("/properties/pods/items", "PodEntry"),
+        ("/properties/endpointSlices/items", "EndpointSliceEntry"),
+        ("/properties/reverseZones", "ReverseZonesEntry"),
+        ("/properties/clients/properties/rateLimit", "RateLimitEntry"),
+        ("/properties/clients/properties/outside", "Outside"),
+        ("/properties/transfer/properties/allow/items", "AllowItem"),
+        ("/properties/transfer/properties/notify/items", "NotifyItem"),
+    ] {
+        assert_eq!(
+            values
+                .pointer(&format!("{pointer}/$ref"))
+                .and_then(|r| r.as_str()),
+            Some(format!("#/definitions/{definition}").as_str()),
+            "{pointer} is the configuration file's {definition}"
+        );
+    }
+}
+
+/// Values the agent rejects in the sections the chart copies into its configuration file: the
+/// schema rejects them at `helm install`, not the agent in a crash loop. Each snippet is also a
+/// configuration file, which the agent's parser is asked about.
+#[test]
+fn the_values_schema_rejects_what_the_agent_rejects() {
+    let zone = "zones: [{ name: p.example }]\n";
+    let slices = |service: &str| {
+        format!(
+            "{zone}endpointSlices: [{{ zone: p.example, hostnames: [api], service: {service} }}]\n"
+        )
+    };
+    let zone_with = |field: &str| format!("zones: [{{ name: p.example, {field} }}]\n");
+    let pods = |field: &str| format!("{zone}pods: [{{ zone: p.example, {field} }}]\n");
+    let bad = [
+        slices("default/my.service"),
+        slices("Default/kubernetes"),
+        slices("kubernetes"),
+        slices("default/kube_api"),
+        format!("{zone}endpointSlices: [{{ zone: p.example, hostnames: [] }}]\n"),
+        format!("{zone}endpointSlices: [{{ zone: p.example, hostnames: [\"a b\"] }}]\n"),
+        "zones: [{ name: \"bad name.example\" }]\n".to_owned(),
+        "zones: [{ name: p.example, ttl: 2147483648 }]\n".to_owned(),
+        zone_with("records: { web: [not-an-address] }"),
+        zone_with("records: { web: 192.0.2.300 }"),
+        zone_with("records: { \"web server\": [192.0.2.1] }"),
+        zone_with("records: { web: { address: 192.0.2.1 } }"),
+        zone_with("soa: { serial: 5 }"),
+        zone_with("soa: { minimum: -1 }"),
+        zone_with("soa: { mname: \"ns 1\" }"),
+        zone_with("soa: { refresh: 1h }"),
+        zone_with("nameservers: [ns1]"),
+        zone_with("nameservers: [{ addresses: [192.0.2.53] }]"),
+        zone_with("nameservers: [{ name: ns1, addresses: [ns1.example] }]"),
+        zone_with("nameservers: [{ name: ns1, glue: [192.0.2.53] }]"),
+        zone_with("srv: { _x._tcp: [{ port: 70000, target: web }] }"),
+        pods("labelKey: Ingress.Cluster/name"),
+        pods("labelValue: \"-edge\""),
+        pods("namespaces: [Bad_NS]"),
+        pods("address: node"),
+        format!("{zone}reverseZones: {{ zones: [198.18.0.0] }}\n"),
+        "clients: { allow: [nonsense] }\n".to_owned(),
+        "clients: { rateLimit: { responsesPerSecond: 5, slip: 1000 } }\n".to_owned(),
+        "clients: { rateLimit: { responsesPerSecond: 5, negativePerSecond: 0 } }\n".to_owned(),
+    ];
+    for values in &bad {
+        assert!(
+            hostport_dns::agent_config::parse(values, "values.yaml".as_ref()).is_err(),
+            "the agent accepts {values}"
+        );
+        let (ok, said) = try_render(values);
+        assert!(
+            !ok,
+            "the schema accepts what the agent rejects: {values}{said}"
+        );
+    }
+    // And still accepts what the agent does, beyond the chart's defaults and the values of the
+    // other tests (rendered there).
+    let good = [
+        slices("kube-system/kube-apiserver"),
+        zone_with(
+            "ttl: 30, records: { web: [192.0.2.10, \"2001:db8::10\"], \"@\": 192.0.2.1, _acme.web: [] }, \
+             srv: { _https._tcp: [{ port: 443, target: web }] }, \
+             nameservers: [{ name: ns1, addresses: [192.0.2.53] }, { name: ns2.p.example. }], \
+             soa: { rname: hostmaster.other.example., refresh: 600, minimum: 30 }",
+        ),
+        pods("labelKey: app.example.com/edge, labelValue: Edge.Public_1, namespaces: [a-b]"),
+        format!(
+            "{zone}reverseZones: {{ zones: [198.18.0.0/16, \"2001:db8::/48\"], leaveOut: [nodes.p.example] }}\n"
+        ),
+        "clients: { rateLimit: { responsesPerSecond: 0, negativePerSecond: 0 } }\n".to_owned(),
+    ];
+    for values in &good {
+        hostport_dns::agent_config::parse(values, "values.yaml".as_ref())
+            .unwrap_or_else(|e| panic!("the agent rejects {values}: {e}"));
+        let (ok, said) = try_render(values);
+        assert!(
+            ok,
+            "the schema rejects what the agent accepts: {values}{said}"
+        );
+    }
+}

@@ -23,6 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use hickory_proto::rr::Name;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use hostport_dns_common::limits::MAX_CLIENT_PREFIXES;
@@ -30,7 +31,7 @@ use ipnet::IpNet;
 
 use crate::{
     clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
-    dns::grammar::{RelativeName, parse_name},
+    dns::grammar::{DnsName, RelativeName, parse_name},
     sources::{Snapshot, file::FileError, kube::syntax},
     table::{Network, ReverseConfig},
     transfer::config::{TransferConfig, TransferEntry},
@@ -72,7 +73,7 @@ impl AgentConfig {
 }
 
 /// How to reach the API server; without any field: in-cluster, else the default kubeconfig.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubernetesAccess {
     /// A kubeconfig file.
@@ -139,7 +140,7 @@ pub struct PodSource {
 }
 
 /// What a label value with dots (`edge.public`, a valid label value) becomes.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum DottedLabelValues {
     /// Skipped and counted (`hostport_dns_dropped_records{reason="invalid_dns_label"}`): one
@@ -151,7 +152,7 @@ pub enum DottedLabelValues {
 }
 
 /// Which address a pod is published under.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum PodAddress {
     /// The node's for hostPort and hostNetwork pods (where the load balancer connects), the
@@ -182,14 +183,14 @@ pub struct EndpointSliceSource {
     pub ttl: u32,
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 pub enum AddressType {
     #[default]
     IPv4,
     IPv6,
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum AddressSource {
     #[default]
@@ -199,8 +200,10 @@ pub enum AddressSource {
     NodeExternal,
 }
 
-#[derive(Deserialize)]
+/// The agent's configuration file (`run --config`).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "hostport-dns configuration file")]
 struct ConfigFile {
     #[serde(default)]
     zones: Vec<ZoneEntry>,
@@ -219,11 +222,12 @@ struct ConfigFile {
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ClientsEntry {
     /// Source prefixes (or single addresses) served; empty: everyone.
     #[serde(default)]
+    #[schemars(with = "Vec<schema::Prefix>")]
     allow: Vec<String>,
     #[serde(default)]
     outside: Outside,
@@ -233,16 +237,29 @@ struct ClientsEntry {
     cookies: CookieConfig,
 }
 
-#[derive(Deserialize)]
+/// Response rate limiting per /24 (IPv4) or /56 (IPv6) and kind of answer. With
+/// `responsesPerSecond` above 0, a `negativePerSecond` or `errorsPerSecond` of 0 is refused.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(extend(
+    "if" = { "properties": { "responsesPerSecond": { "minimum": 1 } }, "required": ["responsesPerSecond"] },
+    "then" = { "properties": { "negativePerSecond": { "minimum": 1 }, "errorsPerSecond": { "minimum": 1 } } }
+))]
 struct RateLimitEntry {
+    /// Answers per second (0: off).
     #[serde(default)]
     responses_per_second: u32,
+    /// NXDOMAIN/NODATA answers per second; default `responsesPerSecond`.
     negative_per_second: Option<u32>,
+    /// Error answers per second; default `responsesPerSecond`.
     errors_per_second: Option<u32>,
+    /// Every n-th limited answer goes out truncated (TC=1); 0: all are dropped.
     #[serde(default = "default_slip")]
+    #[schemars(range(max = MAX_SLIP))]
     slip: u32,
+    /// Prefixes (or addresses) never limited.
     #[serde(default)]
+    #[schemars(with = "Vec<schema::Prefix>")]
     exempt: Vec<String>,
 }
 
@@ -336,27 +353,43 @@ fn prefixes(list: &[String], what: &str) -> Result<Vec<IpNet>, String> {
 /// `reverseZones`: `zones` (networks on octet or nibble boundaries; absent: the /24 and /64 of
 /// every served address; `[]`: none) and `leaveOut` (names, with the names below them, that
 /// get no PTR record).
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ReverseZonesEntry {
+    /// Networks on octet (IPv4) or nibble (IPv6) boundaries; absent: the /24 and /64 of every
+    /// served address; `[]`: none.
+    #[schemars(with = "Option<Vec<schema::ReverseNetwork>>")]
     zones: Option<Vec<String>>,
+    /// Names (with the names below them) that get no PTR record.
     #[serde(default)]
+    #[schemars(with = "Vec<schema::DomainName>")]
     leave_out: Vec<String>,
 }
 
-#[derive(Deserialize)]
+/// Pods selected by a label become `<label value>.<namespace>.<zone>`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct PodEntry {
+    /// One of `zones`.
+    #[schemars(with = "DnsName")]
     zone: String,
+    /// The label pods are selected by.
     #[serde(default = "default_label_key")]
+    #[schemars(with = "schema::LabelKey")]
     label_key: String,
+    /// Only pods whose label has this value.
+    #[schemars(with = "Option<schema::LabelValue>")]
     label_value: Option<String>,
+    /// Only pods in these namespaces (all when empty).
     #[serde(default)]
+    #[schemars(with = "Vec<schema::Namespace>")]
     namespaces: Vec<String>,
+    /// Only pods that declare a hostPort.
     #[serde(default)]
     strict_host_port: bool,
     #[serde(default)]
     address: PodAddress,
+    /// SRV records for named hostPorts, targets `<node>.nodes.<zone>`.
     #[serde(default = "yes")]
     srv: bool,
     #[serde(default)]
@@ -371,16 +404,23 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Deserialize)]
+/// A Service's EndpointSlices become configured hostnames.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EndpointSliceEntry {
+    /// Names the output in metrics and logs (default `<first hostname>/<address type>`); unique.
     #[serde(default)]
     name: Option<String>,
+    /// One of `zones`.
+    #[schemars(with = "DnsName")]
     zone: String,
     /// Relative to the zone, "@" for the apex, or absolute (inside the zone) with a final dot,
     /// as record names are written in the record file.
+    #[schemars(length(min = 1))]
     hostnames: Vec<RelativeName>,
+    /// `<namespace>/<name>` of the Service.
     #[serde(default = "default_service")]
+    #[schemars(with = "schema::ServiceRef")]
     service: String,
     #[serde(default)]
     address_type: AddressType,
@@ -395,6 +435,127 @@ struct EndpointSliceEntry {
 
 fn default_service() -> String {
     "default/kubernetes".to_owned()
+}
+
+/// The configuration file's grammar as JSON Schema (draft-07, the dialect Helm checks values
+/// with): what `hostport-dns config-schema` prints, and what the chart's values schema embeds.
+pub fn json_schema() -> serde_json::Value {
+    schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<ConfigFile>()
+        .to_value()
+}
+
+/// Schemas of the strings the configuration file holds, as `parse` checks them (the
+/// Kubernetes syntax of `sources::kube::syntax`, addresses and prefixes).
+pub mod schema {
+    use std::borrow::Cow;
+
+    use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+    use crate::dns::grammar::NAME_PATTERN;
+
+    /// A Kubernetes DNS label (RFC 1123), unanchored.
+    macro_rules! rfc1123 {
+        () => {
+            "[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+        };
+    }
+
+    /// A label name or value (63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends), unanchored.
+    macro_rules! label_name {
+        () => {
+            "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+        };
+    }
+
+    macro_rules! string_schema {
+        ($(#[$doc:meta])* $ty:ident, $description:expr, { $($extra:tt)* }) => {
+            $(#[$doc])*
+            pub struct $ty;
+
+            impl JsonSchema for $ty {
+                fn schema_name() -> Cow<'static, str> {
+                    stringify!($ty).into()
+                }
+
+                fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                    json_schema!({
+                        "description": $description,
+                        "type": "string",
+                        $($extra)*
+                    })
+                }
+            }
+        };
+    }
+
+    string_schema!(
+        /// `check_namespace`.
+        Namespace,
+        "A namespace: a DNS label (RFC 1123), 1 to 63 lowercase letters, digits and '-', not at either end.",
+        { "pattern": concat!("^", rfc1123!(), "$") }
+    );
+    string_schema!(
+        /// `<namespace>/<name>`, both `check_namespace`.
+        ServiceRef,
+        "A Service as <namespace>/<name>, both DNS labels (RFC 1123): no dots, no uppercase.",
+        { "pattern": concat!("^", rfc1123!(), "/", rfc1123!(), "$") }
+    );
+    string_schema!(
+        /// `check_label_key`.
+        LabelKey,
+        "A label key: an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends.",
+        {
+            "maxLength": 317,
+            "pattern": concat!("^(", rfc1123!(), "(\\.", rfc1123!(), ")*/)?", label_name!(), "$"),
+        }
+    );
+    string_schema!(
+        /// `check_label_value`.
+        LabelValue,
+        "A label value: empty, or at most 63 letters, digits, '-', '_' and '.', alphanumeric at both ends.",
+        { "pattern": concat!("^(", label_name!(), ")?$") }
+    );
+    string_schema!(
+        /// `parse_name`, absolute.
+        DomainName,
+        "A name: labels of letters, digits, '-' and '_' (1 to 63 each), with or without the final dot.",
+        { "maxLength": 254, "pattern": NAME_PATTERN }
+    );
+    string_schema!(
+        /// An `IpAddr`.
+        IpAddress,
+        "An IPv4 or IPv6 address.",
+        {
+            "pattern": "^[0-9A-Fa-f:.]+$",
+            "anyOf": [{ "format": "ipv4" }, { "format": "ipv6" }],
+        }
+    );
+    string_schema!(
+        /// An `IpNet` or an `IpAddr` (a /32 or /128).
+        Prefix,
+        "An address or a prefix in CIDR notation.",
+        { "pattern": "^[0-9A-Fa-f:.]+(/[0-9]{1,3})?$" }
+    );
+    string_schema!(
+        /// `Network::parse_zone`.
+        ReverseNetwork,
+        "A network <address>/<prefix>, the prefix a multiple of 8 (IPv4) or 4 (IPv6), no host bits set.",
+        { "pattern": "^[0-9A-Fa-f:.]+/[0-9]{1,3}$" }
+    );
+    string_schema!(
+        /// A `SocketAddr` or an `IpAddr`.
+        SocketAddress,
+        "An address, or an address and port (IPv6 in brackets then).",
+        { "pattern": "^([0-9A-Fa-f:.]+|\\[[0-9A-Fa-f:.]+\\]:[0-9]{1,5})$" }
+    );
+    string_schema!(
+        /// A TSIG key's name (`Name::from_ascii`).
+        KeyName,
+        "A TSIG key's name, as the secondary names it.",
+        { "minLength": 1, "maxLength": 254 }
+    );
 }
 
 /// Reads and validates a configuration file.
@@ -554,6 +715,30 @@ mod tests {
 
     fn parse_str(text: &str) -> Result<AgentConfig, FileError> {
         parse(text, Path::new("agent.yaml"))
+    }
+
+    #[test]
+    fn the_schema_refuses_unknown_keys_wherever_the_parser_does() {
+        let schema = json_schema();
+        assert_eq!(schema["additionalProperties"], false);
+        let definitions = schema["definitions"].as_object().expect("definitions");
+        for (name, definition) in definitions {
+            if definition.get("properties").is_some() {
+                assert_eq!(
+                    definition["additionalProperties"], false,
+                    "{name} (deny_unknown_fields)"
+                );
+            }
+        }
+        for name in [
+            "ZoneEntry",
+            "SoaEntry",
+            "NameServerEntry",
+            "ServiceRef",
+            "DnsName",
+        ] {
+            assert!(definitions.contains_key(name), "{name}");
+        }
     }
 
     #[test]

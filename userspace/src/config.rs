@@ -61,6 +61,9 @@ pub enum Command {
     /// Check a configuration file (and a record file) as `run` would read them, without
     /// serving: for GitOps pipelines. Exits non-zero with the first error.
     CheckConfig(CheckConfigArgs),
+    /// Print the configuration file's JSON Schema (draft-07; the chart's values schema embeds
+    /// it).
+    ConfigSchema,
 }
 
 #[derive(Clone, Debug, Args)]

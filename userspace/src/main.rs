@@ -41,6 +41,10 @@ fn main() -> std::process::ExitCode {
             hostport_dns::agent::check_config(a.config.as_deref(), a.records.as_deref())
                 .map(|said| println!("{said}"))
         }
+        Command::ConfigSchema => {
+            println!("{:#}", hostport_dns::agent_config::json_schema());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

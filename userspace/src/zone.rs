@@ -5,9 +5,11 @@ use std::{collections::BTreeMap, fmt, net::IpAddr};
 
 use hickory_proto::rr::Name;
 use hostport_dns_common::limits::DEFAULT_TTL;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, de};
 
 use crate::{
+    agent_config::schema::IpAddress,
     dns::{
         WireName,
         grammar::{DnsName, RelativeName},
@@ -101,23 +103,28 @@ pub fn check_zones_do_not_overlap(zones: &[ZoneSpec]) -> Result<(), String> {
 }
 
 /// One zone as written in a record file or in the agent's configuration file.
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ZoneEntry {
+    /// The zone's apex.
     name: DnsName,
+    /// TTL of every record in the zone (and the SOA minimum); default 5.
     #[serde(default)]
     ttl: Option<Ttl>,
+    /// Static A/AAAA records: name (relative, "@" or absolute in the zone) to addresses.
     #[serde(default)]
     records: BTreeMap<RelativeName, Addresses>,
+    /// Static SRV records: name to targets.
     #[serde(default)]
     srv: BTreeMap<RelativeName, Vec<SrvEntry>>,
+    /// The apex NS records (default `ns.<zone>`); the first is the SOA's MNAME.
     #[serde(default)]
     nameservers: Option<Vec<NameServerEntry>>,
     #[serde(default)]
     soa: Option<SoaEntry>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SrvEntry {
     #[serde(default)]
@@ -132,15 +139,20 @@ fn default_weight() -> u16 {
     1
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct NameServerEntry {
+    /// Relative to the zone or absolute (with a final dot).
     name: RelativeName,
+    /// Glue for a name server inside the zone.
     #[serde(default)]
+    #[schemars(with = "Vec<IpAddress>")]
     addresses: Vec<IpAddr>,
 }
 
-#[derive(Deserialize)]
+/// SOA fields; each left out keeps its default (refresh 3600, retry 600, expire 86400, minimum:
+/// the zone's TTL).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct SoaEntry {
     mname: Option<RelativeName>,
@@ -153,6 +165,21 @@ struct SoaEntry {
 
 /// One address or a list of them; each bad address is reported where it stands.
 struct Addresses(Vec<IpAddr>);
+
+/// What [`Addresses`] accepts: an IP address or a list of them.
+impl JsonSchema for Addresses {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Addresses".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let one = generator.subschema_for::<IpAddress>();
+        json_schema!({
+            "description": "An IP address or a list of IP addresses.",
+            "anyOf": [one, { "type": "array", "items": one }],
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for Addresses {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -256,6 +283,22 @@ impl ZoneEntry {
 /// A TTL: at most 2^31 - 1 seconds (RFC 2181 §8).
 #[derive(Clone, Copy, Debug)]
 pub struct Ttl(pub u32);
+
+/// What [`Ttl`] accepts: 0 to 2^31 - 1.
+impl JsonSchema for Ttl {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Ttl".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A TTL in seconds: at most 2147483647 (RFC 2181).",
+            "type": "integer",
+            "minimum": 0,
+            "maximum": i32::MAX,
+        })
+    }
+}
 
 impl<'de> Deserialize<'de> for Ttl {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -11,6 +11,7 @@ mod ebpf_object;
 mod fuzz;
 mod image;
 mod run;
+mod schema;
 mod setup;
 mod test;
 
@@ -58,6 +59,9 @@ enum Task {
     Image(image::ImageArgs),
     /// Render the chart's defaults into deploy/manifests/hostport-dns.yaml.
     Manifests,
+    /// Regenerate the chart's values schema from the agent's configuration schema
+    /// (`hostport-dns config-schema`).
+    Schema,
 }
 
 fn main() -> std::process::ExitCode {
@@ -78,6 +82,7 @@ fn main() -> std::process::ExitCode {
         Task::Dist => deploy::dist(),
         Task::Image(args) => image::build(args.arch).map(drop),
         Task::Manifests => deploy::manifests(),
+        Task::Schema => schema::run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -34,7 +34,7 @@ const MAX_AGE_SECONDS: i64 = 3600;
 const MAX_AHEAD_SECONDS: i64 = 300;
 
 /// `clients.cookies` in the configuration.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CookieConfig {
     /// Answer with server cookies and check returned ones.

@@ -20,7 +20,7 @@ use serde::Deserialize;
 pub use prefixes::Prefixes;
 
 /// What happens to a client outside the allow-list.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub enum Outside {
     /// Not answered at all (nothing to reflect, nothing to learn).

@@ -7,6 +7,7 @@ use std::fmt;
 
 use hickory_proto::rr::Name;
 use hostport_dns_common::limits::MAX_ZONE_LABELS;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, de};
 
 /// Whether a label may hold `_`.
@@ -74,6 +75,41 @@ impl<'de> Deserialize<'de> for DnsName {
     }
 }
 
+/// One label of a written name ([`check_label`] with underscores allowed), unanchored.
+macro_rules! label_pattern {
+    () => {
+        "[A-Za-z0-9_-]{1,63}"
+    };
+}
+
+/// A written name (`parse_name`): labels separated by dots, an optional final dot, at most 254
+/// characters (255 bytes on the wire).
+pub const NAME_PATTERN: &str = concat!("^", label_pattern!(), "(\\.", label_pattern!(), ")*\\.?$");
+
+/// What [`DnsName`] accepts, as JSON Schema: `parse_name`'s labels, at most
+/// `MAX_ZONE_LABELS` of them, not the root.
+impl JsonSchema for DnsName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DnsName".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let pattern = format!(
+            "^{label}(\\.{label}){{0,{more}}}\\.?$",
+            label = label_pattern!(),
+            more = MAX_ZONE_LABELS - 1
+        );
+        json_schema!({
+            "description": format!(
+                "A zone: up to {MAX_ZONE_LABELS} labels of letters, digits, '-' and '_' (1 to 63 each), with or without the final dot."
+            ),
+            "type": "string",
+            "maxLength": 254,
+            "pattern": pattern,
+        })
+    }
+}
+
 /// A record name as written: relative to its zone, "@" for the apex, or absolute with a final
 /// dot.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,6 +122,23 @@ impl<'de> Deserialize<'de> for RelativeName {
             parse_name(&text, false).map_err(de::Error::custom)?;
         }
         Ok(Self(text))
+    }
+}
+
+/// What [`RelativeName`] accepts, as JSON Schema: "@" or a name of `parse_name`'s labels.
+impl JsonSchema for RelativeName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RelativeName".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let pattern = format!("^(@|{})$", &NAME_PATTERN[1..NAME_PATTERN.len() - 1]);
+        json_schema!({
+            "description": "A name relative to the zone, \"@\" for the apex, or absolute with a final dot: labels of letters, digits, '-' and '_' (1 to 63 each).",
+            "type": "string",
+            "maxLength": 254,
+            "pattern": pattern,
+        })
     }
 }
 

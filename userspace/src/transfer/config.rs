@@ -21,7 +21,10 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use hickory_proto::rr::{Name, rdata::tsig::TsigAlgorithm};
 use ipnet::IpNet;
+use schemars::JsonSchema;
 use serde::Deserialize;
+
+use crate::agent_config::schema::{KeyName, Prefix, SocketAddress};
 
 /// Versions kept for IXFR when the configuration does not say.
 pub const DEFAULT_HISTORY: usize = 64;
@@ -59,40 +62,68 @@ pub struct NotifyTarget {
     pub key: Option<Name>,
 }
 
-#[derive(Deserialize)]
+/// Zone transfers to secondaries (absent: AXFR and IXFR are refused).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TransferEntry {
+    /// TSIG keys; names are unique.
     #[serde(default)]
     keys: Vec<KeyEntry>,
+    /// Who may transfer.
     #[serde(default)]
     allow: Vec<AllowItem>,
+    /// Secondaries told of every change.
     #[serde(default)]
     notify: Vec<NotifyItem>,
+    /// Versions IXFR can start from (default 64).
+    #[schemars(range(max = MAX_HISTORY))]
     history: Option<usize>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct KeyEntry {
+    #[schemars(with = "KeyName")]
     name: String,
+    /// Default hmac-sha256.
     #[serde(default)]
+    #[schemars(with = "Option<TsigAlgorithmName>")]
     algorithm: Option<String>,
+    /// The key's base64 secret, as tsig-keygen prints it.
     secret_file: PathBuf,
 }
 
-#[derive(Deserialize)]
+/// The TSIG algorithms `compile` accepts.
+#[derive(JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+#[allow(dead_code, clippy::enum_variant_names)]
+enum TsigAlgorithmName {
+    HmacSha256,
+    HmacSha384,
+    HmacSha512,
+}
+
+/// Transfers from `from` are allowed; signed with `key` if it names one.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct AllowItem {
+    #[schemars(with = "Prefix")]
     from: String,
+    /// One of `keys`.
     #[serde(default)]
+    #[schemars(with = "Option<KeyName>")]
     key: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A secondary told of every change (port 53 unless given).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct NotifyItem {
+    #[schemars(with = "SocketAddress")]
     address: String,
+    /// One of `keys`.
     #[serde(default)]
+    #[schemars(with = "Option<KeyName>")]
     key: Option<String>,
 }
 
