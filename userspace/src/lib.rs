@@ -7,6 +7,7 @@ pub mod agent_config;
 pub mod atomic_file;
 pub mod clients;
 pub mod config;
+pub mod config_schema;
 pub mod dns;
 pub mod exposition;
 pub mod health;

@@ -9,7 +9,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, de};
 
 use crate::{
-    agent_config::schema::IpAddress,
+    config_schema::IpAddress,
     dns::{
         WireName,
         grammar::{DnsName, RelativeName},

@@ -24,7 +24,7 @@ use ipnet::IpNet;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::agent_config::schema::{KeyName, Prefix, SocketAddress};
+use crate::config_schema::{KeyName, Prefix, SocketAddress};
 
 /// Versions kept for IXFR when the configuration does not say.
 pub const DEFAULT_HISTORY: usize = 64;
