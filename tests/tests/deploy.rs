@@ -783,8 +783,17 @@ fn chart_api_server_url_reaches_the_api_server(host_ip: &str, tag: &str) {
     );
 
     let ns = NetNs::new(tag);
-    let prefix = if host_ip.contains(':') { 128 } else { 32 };
-    ns.ip(&["addr", "add", &format!("{host_ip}/{prefix}"), "dev", "lo"]);
+    let address = if host_ip.contains(':') {
+        format!("{host_ip}/128")
+    } else {
+        format!("{host_ip}/32")
+    };
+    // No duplicate address detection: a tentative IPv6 address cannot be bound yet.
+    let mut add = vec!["addr", "add", &address, "dev", "lo"];
+    if host_ip.contains(':') {
+        add.push("nodad");
+    }
+    ns.ip(&add);
     let dir = TempDir::new(tag);
     let credentials = ApiCredentials::generate_for(&dir, &["kubernetes.default.svc"]);
     let ip: std::net::IpAddr = host_ip.parse().expect("an address");
