@@ -1,10 +1,11 @@
 //! A protocol-faithful fake Kubernetes API server, for the real `kube` client in the agent: list
 //! and watch over HTTP with resource versions, label selectors, bookmarks, 410 Gone as an ERROR
-//! event inside the watch stream (what a real API server sends), and knobs to drop connections,
-//! refuse service, or answer slowly.
+//! event inside the watch stream (what a real API server sends), each watch ended after its
+//! `timeoutSeconds` (as the API server does), and knobs to drop connections, refuse service,
+//! answer slowly, or hang (see [`FakeApi::freeze`]).
 //!
 //! Serves Pods (`/api/v1/pods`, namespaced too), Nodes (`/api/v1/nodes`), EndpointSlices
-//! (`/apis/discovery.k8s.io/v1/...`) and `/version`.
+//! (`/apis/discovery.k8s.io/v1/...`), `/version` and `/readyz`.
 
 use std::{
     collections::BTreeMap,
@@ -84,6 +85,8 @@ struct ApiState {
     compacted_below: u64,
     /// Everything answers 503 and open watches close.
     outage: bool,
+    /// A hung API server (see [`FakeApi::freeze`]).
+    frozen: bool,
     /// Lists wait while this is set (see [`FakeApi::hold_lists`]).
     lists_held: bool,
     /// Kinds whose lists and watches get 403 Forbidden, as RBAC answers (see [`FakeApi::forbid`]).
@@ -296,6 +299,15 @@ impl FakeApi {
         let _ = self.changes.send(());
     }
 
+    /// Freezes the server as a half-open connection or an API server whose storage hangs would:
+    /// open watches stay open but carry nothing (no event, no bookmark, no end at their
+    /// timeout), and every new request is accepted and read but not answered. Unfrozen, held
+    /// requests are answered and open watches go on. An outage or the server's end closes them.
+    pub fn freeze(&self, frozen: bool) {
+        self.lock().frozen = frozen;
+        let _ = self.changes.send(());
+    }
+
     /// Makes every list (not watches) wait until [`FakeApi::release_lists`]: a slow API server
     /// whose first answer comes exactly when the test says.
     pub fn hold_lists(&self) {
@@ -330,6 +342,7 @@ impl Drop for FakeApi {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        self.freeze(false);
         self.set_outage(true);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -382,6 +395,7 @@ async fn authenticate(
 fn routes(state: AppState) -> Router {
     Router::new()
         .route("/version", get(version))
+        .route("/readyz", get(readyz))
         .route(
             "/api/v1/pods",
             get(|s, q| list_or_watch(s, q, Kind::Pod, None)),
@@ -405,19 +419,47 @@ fn routes(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Holds a request while the server is frozen (not during an outage, which answers at once).
+async fn wait_while_frozen(state: &Mutex<ApiState>) {
+    loop {
+        {
+            let s = state.lock().unwrap_or_else(|p| p.into_inner());
+            if !s.frozen || s.outage {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn version(State((state, _)): State<AppState>) -> Response {
-    let outage = {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        s.requests.push("GET /version".into());
-        s.outage
-    };
-    if outage {
+    state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .requests
+        .push("GET /version".into());
+    wait_while_frozen(&state).await;
+    if state.lock().unwrap_or_else(|p| p.into_inner()).outage {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
     }
     json_response(json!({
         "major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "gitCommit": "0", "gitTreeState": "clean",
         "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64",
     }))
+}
+
+/// The API server's readiness, as `/readyz` answers it: `ok`, or 503 during an outage.
+async fn readyz(State((state, _)): State<AppState>) -> Response {
+    state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .requests
+        .push("GET /readyz".into());
+    wait_while_frozen(&state).await;
+    if state.lock().unwrap_or_else(|p| p.into_inner()).outage {
+        return (StatusCode::SERVICE_UNAVAILABLE, "[-]etcd failed").into_response();
+    }
+    (StatusCode::OK, "ok").into_response()
 }
 
 fn json_response(value: Value) -> Response {
@@ -446,6 +488,8 @@ async fn list_or_watch(
         ));
         (s.outage, s.forbidden.contains(&kind))
     };
+    wait_while_frozen(&state).await;
+    let outage = outage || state.lock().unwrap_or_else(|p| p.into_inner()).outage;
     if outage {
         return (StatusCode::SERVICE_UNAVAILABLE, "outage").into_response();
     }
@@ -544,7 +588,7 @@ fn watch(
                 return None;
             }
             loop {
-                let (out, closed, current) = {
+                let (out, closed, current, frozen) = {
                     let s = state.lock().unwrap_or_else(|p| p.into_inner());
                     if sent < s.compacted_below.saturating_sub(1) && s.compacted_below > 0 {
                         let gone = json!({"type": "ERROR", "object": {
@@ -565,9 +609,17 @@ fn watch(
                             json!({"type": e.kind_of_change, "object": e.object}).to_string() + "\n"
                         })
                         .collect();
-                    (out, s.outage || s.forbidden.contains(&kind), s.rv)
+                    (out, s.outage || s.forbidden.contains(&kind), s.rv, s.frozen)
                 };
-                if closed || tokio::time::Instant::now() >= deadline {
+                if closed {
+                    return None;
+                }
+                if frozen {
+                    // Hung: nothing goes out, not even the end at the timeout.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                if tokio::time::Instant::now() >= deadline {
                     return None;
                 }
                 if !out.is_empty() {
