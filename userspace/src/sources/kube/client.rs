@@ -57,6 +57,24 @@ pub async fn connect(
         .build())
 }
 
+/// How long the API server has to answer a readiness probe.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `server` answers its readiness endpoint (`/readyz`: 200 once its storage works) within
+/// [`PROBE_TIMEOUT`], with the configured credentials: a server worth moving the watchers to.
+pub async fn answers(access: &KubernetesAccess, server: &str, contact: &ContactLog) -> bool {
+    let Ok(client) = connect(access, Some(server), contact).await else {
+        return false;
+    };
+    let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, client.request_text(request)).await,
+        Ok(Ok(_))
+    )
+}
+
 /// `server` with an IPv6 address put in brackets: the chart's `https://$(HOST_IP):6443` on an
 /// IPv6 node reads `https://2001:db8::1:6443`, which no URL parser takes. A URL has no other
 /// way to hold a bare IPv6 address, so the last `:` is the port's.

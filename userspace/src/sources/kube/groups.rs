@@ -207,6 +207,33 @@ impl State {
         }
     }
 
+    /// Whether the group `key` (of this run, or read back from saved records) comes from
+    /// watchers that have all listed: its live records can replace the saved ones. A key of no
+    /// known group is not live (it goes once every watcher has listed).
+    pub fn group_is_live(&self, config: &AgentConfig, key: &str) -> bool {
+        if let Some(rest) = key.strip_prefix("pod/") {
+            let watcher = rest
+                .split_once('/')
+                .and_then(|(i, _)| i.parse::<usize>().ok());
+            return watcher
+                .and_then(|i| self.pods.get(i))
+                .is_some_and(Store::synced);
+        }
+        let Some(i) = key
+            .strip_prefix("endpoints/")
+            .and_then(|i| i.parse::<usize>().ok())
+        else {
+            return false;
+        };
+        let (Some(slices), Some(source)) = (self.slices.get(i), config.endpoint_slices.get(i))
+        else {
+            return false;
+        };
+        let nodes_listed = source.address_source == AddressSource::EndpointSlice
+            || self.nodes.as_ref().is_some_and(Store::synced);
+        slices.synced() && nodes_listed
+    }
+
     /// The objects of the EndpointSlice output `i`'s watcher.
     pub fn slices(&self, i: usize) -> &BTreeMap<String, SliceInfo> {
         self.slices[i].objects()

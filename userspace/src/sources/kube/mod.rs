@@ -8,8 +8,11 @@
 //! A watcher that fails before its first list does not hold the others back: the snapshot is
 //! published with that watcher's zones pending (SERVFAIL, Not Ready), and every other zone is
 //! served. During an outage the last known records stay in service; how current they are comes
-//! from the watchers themselves ([`watch_state`]). With a saved table ([`saved`]), a restarted
-//! agent serves the records it last published, stale, until every watcher has listed again.
+//! from the watchers themselves ([`watch_state`]); a watcher that hears nothing for the silence
+//! bound (80 s) fails and is restarted alone. With a saved table ([`saved`]), a restarted agent
+//! serves the records it last published, stale, until every watcher has listed again; the groups
+//! of each watcher that has listed replace their saved ones as soon as it has, so that a watcher
+//! that cannot list holds back only its own records.
 
 pub mod client;
 pub mod compile;
@@ -30,23 +33,27 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use futures::{FutureExt, StreamExt};
+use futures::{
+    FutureExt, StreamExt,
+    stream::{BoxStream, SelectAll},
+};
 use hickory_proto::rr::Name;
 use kube::Client;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     agent_config::AgentConfig,
     health::Health,
     metrics::{Metrics, ServerLabel, SourceErrorLabel, SourceLabel},
+    records::RecordGroup,
     sources::{
-        Delta, Snapshot, Update,
+        Delta, GroupKey, Snapshot, Update,
         kube::{
-            failover::{Failover, another_server_may_help},
+            failover::{Failover, Move, another_server_may_help},
             groups::State,
             watch_state::{Transition, WatchState, failure_reason},
-            watchers::{Outcome, Watchers},
+            watchers::{Outcome, RevisionProbe, Watchers},
         },
     },
 };
@@ -56,11 +63,32 @@ pub const SOURCE: &str = "kubernetes";
 /// How often the watchers' state reaches readiness and metrics.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Every watcher's events, as one stream.
+type Changes = SelectAll<BoxStream<'static, Outcome>>;
+
+/// What the watchers run on, and how long they may be silent.
+struct Driver {
+    config: Arc<AgentConfig>,
+    /// The client of the API server in use.
+    client: Client,
+    contact: contact::ContactLog,
+    metrics: Arc<Metrics>,
+    failover: Failover,
+    /// The scheme of the configured servers (that of the learned ones).
+    scheme: String,
+    /// How long a watcher may hear nothing before it fails and is restarted.
+    silence: Duration,
+}
+
 /// Where the source stands between events.
 struct Progress {
     watch: Vec<WatchState>,
     /// Serving records saved by an earlier run until every watcher has listed.
     restored: bool,
+    /// The saved groups, while they are served.
+    saved: Vec<(GroupKey, RecordGroup)>,
+    /// Per watcher, whether its live groups have replaced the saved ones (while restored).
+    live: Vec<bool>,
     /// The whole state has been sent since the watchers started (after that, what changed).
     published: bool,
     /// Freed memory was handed back after the first complete snapshot.
@@ -123,13 +151,19 @@ pub async fn run(
         .and_then(|s| s.split_once("://"))
         .map_or("https", |(scheme, _)| scheme)
         .to_owned();
-    let mut failover = Failover::new(configured, Instant::now());
-    show_active_server(&failover, &metrics);
-    let mut watchers = Watchers::start(&config, &client);
+    let silence = watch_state::silence_bound();
+    let mut watchers = Watchers::start(&config, &client, watch_state::watch_timeout(silence));
     let mut state = State::new(&config, &watchers);
+    let started = Instant::now();
     let mut progress = Progress {
-        watch: watchers.ids.iter().cloned().map(WatchState::new).collect(),
+        watch: watchers
+            .ids
+            .iter()
+            .map(|id| WatchState::new(id.clone(), started))
+            .collect(),
         restored: false,
+        saved: Vec::new(),
+        live: vec![false; watchers.ids.len()],
         published: false,
         trimmed: false,
         pending: Vec::new(),
@@ -139,6 +173,9 @@ pub async fn run(
     if let Some(path) = &saved
         && let Some(update) = restore(path, &health, &metrics)
     {
+        if let Delta::Whole(snapshot) = &update.delta {
+            progress.saved = snapshot.groups.clone();
+        }
         if updates.send(update).await.is_err() {
             return;
         }
@@ -147,6 +184,16 @@ pub async fn run(
     let label = SourceLabel {
         source: SOURCE.to_owned(),
     };
+    let mut driver = Driver {
+        failover: Failover::new(configured, started),
+        config: config.clone(),
+        client,
+        contact,
+        metrics: metrics.clone(),
+        scheme,
+        silence,
+    };
+    show_active_server(&driver.failover, &metrics);
     let mut changes = futures::stream::select_all(std::mem::take(&mut watchers.streams));
     let mut report = tokio::time::interval(REPORT_INTERVAL);
     loop {
@@ -156,26 +203,10 @@ pub async fn run(
                 None => return,
             },
             _ = report.tick() => {
-                notice_accepted_watches(&mut progress, &contact);
-                if config.kubernetes.learn_api_servers {
-                    failover.learn(learned_api_servers(&config, &state, &scheme));
-                    show_active_server(&failover, &metrics);
-                }
-                let all_failing = progress.watch.iter().all(|w| {
-                    w.failure.as_ref().is_some_and(|f| another_server_may_help(f.reason))
-                });
-                if let Some(server) = failover.next(all_failing, Instant::now()) {
-                    match client::connect(&config.kubernetes, Some(&server), &contact).await {
-                        Ok(client) => {
-                            warn!(%server, "the watches move to another API server");
-                            let moved = Watchers::start(&config, &client);
-                            watchers.probes = moved.probes;
-                            changes = futures::stream::select_all(moved.streams);
-                        }
-                        Err(err) => warn!(%server, %err, "cannot use this API server"),
-                    }
-                    show_active_server(&failover, &metrics);
-                }
+                notice_accepted_watches(&mut progress, &driver.contact);
+                restart_silent_watchers(&driver, &mut watchers, &mut changes, &mut progress);
+                follow_failover(&mut driver, &state, &mut progress, &mut watchers, &mut changes)
+                    .await;
                 report_progress(&state, &progress, &health, &metrics, &label);
                 continue;
             }
@@ -203,6 +234,25 @@ pub async fn run(
             );
         }
         let all_synced = (0..watchers.ids.len()).all(|i| state.synced(i));
+        if progress.restored && !all_synced {
+            if let Some(delta) =
+                restored_delta(&mut state, &config, &mut progress, changed, &metrics)
+            {
+                probe_revision(&mut progress, &watchers.probes).await;
+                let update = Update {
+                    source: SOURCE,
+                    delta,
+                    observed,
+                    complete: false,
+                    revision: progress.revision,
+                };
+                if updates.send(update).await.is_err() {
+                    return;
+                }
+            }
+            report_progress(&state, &progress, &health, &metrics, &label);
+            continue;
+        }
         // Before every watcher has listed: publish what the others have (their zones served,
         // the rest pending) once every unlisted watcher has failed, unless saved records are
         // being served (they cover every zone, and stay until the watchers have listed).
@@ -225,11 +275,7 @@ pub async fn run(
                 }
                 progress.pending = pending.clone();
             }
-            if let Some(index) = progress.listed.take()
-                && let Some(revision) = watchers.probes[index].revision().await
-            {
-                progress.raise_revision(revision);
-            }
+            probe_revision(&mut progress, &watchers.probes).await;
             // The whole state the first time, and in place of saved records; else what changed.
             let delta = if !progress.published || (progress.restored && all_synced) {
                 let mut snapshot = state.snapshot(&config, &metrics);
@@ -251,6 +297,7 @@ pub async fn run(
                 if progress.restored {
                     info!("every watch has listed: the saved records are replaced");
                     progress.restored = false;
+                    progress.saved = Vec::new();
                     health.source_restored(SOURCE, None);
                     metrics.source_restored.get_or_create(&label).set(0);
                 }
@@ -269,6 +316,57 @@ pub async fn run(
         }
         report_progress(&state, &progress, &health, &metrics, &label);
     }
+}
+
+/// Asks for the revision of the collection whose list just ended, if one did.
+async fn probe_revision(progress: &mut Progress, probes: &[RevisionProbe]) {
+    if let Some(index) = progress.listed.take()
+        && let Some(probe) = probes.get(index)
+        && let Some(revision) = probe.revision().await
+    {
+        progress.raise_revision(revision);
+    }
+}
+
+/// While saved records are served and some watcher has not listed: what to publish. Once a
+/// watcher has listed, its live groups replace its saved ones (the whole state, mixed, once per
+/// watcher that lists); after that its changes go out as they come. So a watcher that cannot list
+/// (forbidden, say) keeps only its own saved records, and freezes no other.
+fn restored_delta(
+    state: &mut State,
+    config: &AgentConfig,
+    progress: &mut Progress,
+    changed: bool,
+    metrics: &Metrics,
+) -> Option<Delta> {
+    let live: Vec<bool> = (0..progress.live.len()).map(|i| state.synced(i)).collect();
+    if live != progress.live {
+        progress.live = live;
+        let mut snapshot = state.snapshot(config, metrics);
+        snapshot
+            .groups
+            .retain(|(key, _)| state.group_is_live(config, key));
+        let saved = progress.saved.iter();
+        snapshot.groups.extend(
+            saved
+                .filter(|(key, _)| !state.group_is_live(config, key))
+                .cloned(),
+        );
+        return Some(Delta::Whole(snapshot));
+    }
+    if !changed {
+        return None;
+    }
+    // Marks of a watcher that has not listed are dropped: its groups go out whole once it has.
+    let changes: Vec<_> = state
+        .take_changes(config, metrics)
+        .into_iter()
+        .filter(|(key, _)| state.group_is_live(config, key))
+        .collect();
+    (!changes.is_empty()).then_some(Delta::Groups {
+        changes,
+        pending_zones: None,
+    })
 }
 
 /// The update that serves the records saved at `path`, if there are any.
@@ -318,19 +416,16 @@ fn apply(
     (index, outcome, seen): Outcome,
     metrics: &Metrics,
 ) -> bool {
-    let watch = &mut progress.watch[index];
+    let Some(watch) = progress.watch.get_mut(index) else {
+        return false;
+    };
+    // Anything from the stream, an error included, is news: the watch is not silent.
+    watch.heard_at(seen);
     let change = match outcome {
         Ok(change) => change,
         Err(err) => {
             let reason = failure_reason(&err);
-            metrics
-                .source_errors
-                .get_or_create(&SourceErrorLabel {
-                    source: SOURCE.to_owned(),
-                    resource: watch.id.resource.to_owned(),
-                    reason: reason.to_owned(),
-                })
-                .inc();
+            count_error(metrics, watch, reason);
             if watch.failed(reason, err.to_string(), seen) == Transition::Failing {
                 warn!(watch = %watch.id, reason, %err, "the watch fails; retrying, the last known records stay in service");
             }
@@ -344,6 +439,91 @@ fn apply(
         log_recovery(watch, transition);
     }
     state.apply(config, watchers, change)
+}
+
+/// Counts a failure of `watch` for `reason`.
+fn count_error(metrics: &Metrics, watch: &WatchState, reason: &str) {
+    metrics
+        .source_errors
+        .get_or_create(&SourceErrorLabel {
+            source: SOURCE.to_owned(),
+            resource: watch.id.resource.to_owned(),
+            reason: reason.to_owned(),
+        })
+        .inc();
+}
+
+/// Watchers that heard nothing for the silence bound fail (as of when they were last heard
+/// from) and start again: a connection that carries nothing ends no other way before kube's own
+/// idle timeout, and that one restarts silently.
+fn restart_silent_watchers(
+    driver: &Driver,
+    watchers: &mut Watchers,
+    changes: &mut Changes,
+    progress: &mut Progress,
+) {
+    let now = Instant::now();
+    for (i, watch) in progress.watch.iter_mut().enumerate() {
+        if !watch.silent(driver.silence, now) {
+            continue;
+        }
+        count_error(&driver.metrics, watch, watch_state::SILENT);
+        let silent_s = now.saturating_duration_since(watch.heard).as_secs();
+        if watch.fell_silent(now) == Transition::Failing {
+            warn!(watch = %watch.id, silent_s, "the watch carries nothing; restarting it, the last known records stay in service");
+        }
+        if let Some(stream) = watchers.restart(&driver.config, &driver.client, i) {
+            changes.push(stream);
+        }
+        // The restart is a new attempt: its silence counts from now.
+        watch.heard_at(now);
+    }
+}
+
+/// Moves the watchers to another API server when every watch fails here, and back to the first
+/// once it answers.
+async fn follow_failover(
+    driver: &mut Driver,
+    state: &State,
+    progress: &mut Progress,
+    watchers: &mut Watchers,
+    changes: &mut Changes,
+) {
+    if driver.config.kubernetes.learn_api_servers {
+        let learned = learned_api_servers(&driver.config, state, &driver.scheme);
+        driver.failover.learn(learned);
+        show_active_server(&driver.failover, &driver.metrics);
+    }
+    let all_failing = progress.watch.iter().all(|w| {
+        w.failure
+            .as_ref()
+            .is_some_and(|f| another_server_may_help(f.reason))
+    });
+    let server = match driver.failover.next(all_failing, Instant::now()) {
+        None => return,
+        Some(Move::Away(server)) => server,
+        Some(Move::Back(server)) => {
+            if !client::answers(&driver.config.kubernetes, &server, &driver.contact).await {
+                debug!(%server, "the first API server does not answer yet: the watches stay");
+                return;
+            }
+            driver.failover.moved(server.clone(), Instant::now());
+            server
+        }
+    };
+    match client::connect(&driver.config.kubernetes, Some(&server), &driver.contact).await {
+        Ok(client) => {
+            warn!(%server, "the watches move to another API server");
+            *changes = futures::stream::select_all(watchers.move_to(&driver.config, &client));
+            driver.client = client;
+            let now = Instant::now();
+            for watch in &mut progress.watch {
+                watch.heard_at(now);
+            }
+        }
+        Err(err) => warn!(%server, %err, "cannot use this API server"),
+    }
+    show_active_server(&driver.failover, &driver.metrics);
 }
 
 /// The API servers `default/kubernetes` names now, as URLs with `scheme`.
@@ -401,7 +581,11 @@ fn log_recovery(watch: &WatchState, transition: Transition) {
 fn notice_accepted_watches(progress: &mut Progress, contact: &contact::ContactLog) {
     let now = Instant::now();
     for watch in &mut progress.watch {
-        if watch.watch_accepted_since_failure(contact.watch_accepted(&watch.id.watch_key)) {
+        let accepted = contact.watch_accepted(&watch.id.watch_key);
+        if let Some(at) = accepted {
+            watch.heard_at(at);
+        }
+        if watch.watch_accepted_since_failure(accepted) {
             let transition = watch.succeeded(now);
             log_recovery(watch, transition);
         }

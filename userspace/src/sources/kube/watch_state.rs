@@ -3,9 +3,14 @@
 //! while a watch is refused), why it fails, and when to say so in the log: once when a watcher
 //! starts failing, once with a count when it recovers.
 //!
-//! A watcher whose stream has not failed since its last list is current: kube's watcher ends an
-//! idle watch after its timeout and watches again from the last resource version, and a failed
-//! watch comes back as an error; so silence from a healthy watcher means nothing changed.
+//! A watcher whose stream has not failed since its last list is current, as long as the API
+//! server is heard from: every watch is asked to end after [`watch_timeout`] seconds (a healthy
+//! API server ends it then, and the watcher watches again from the last resource version, a
+//! request the [`super::contact::ContactLog`] notes), and a failed watch comes back as an error.
+//! A watcher that has heard nothing (no event, no error, no accepted watch) for the silence bound
+//! ([`SILENCE_BOUND`], 80 s) is on a connection that carries nothing (half-open, or an API server
+//! whose storage hangs, which kube's own idle timeout of 295 s would notice only silently): it
+//! counts as failing from the last time it was heard, and is restarted.
 
 use std::{
     fmt,
@@ -13,6 +18,31 @@ use std::{
 };
 
 use kube::runtime::watcher;
+
+/// How long a watcher may hear nothing from the API server before it counts as failing and is
+/// restarted. A healthy watch is heard from every [`watch_timeout`] (60 s for this bound): the
+/// 20 s between them are for an API server under load to answer the next watch request.
+pub const SILENCE_BOUND: Duration = Duration::from_secs(80);
+
+/// Overrides [`SILENCE_BOUND`] (whole seconds), for tests that cannot wait that long.
+const SILENCE_BOUND_ENV: &str = "HOSTPORT_DNS_WATCH_SILENCE_SECONDS";
+
+/// The silence bound in force: [`SILENCE_BOUND`], unless the environment sets a positive one.
+pub fn silence_bound() -> Duration {
+    std::env::var(SILENCE_BOUND_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(SILENCE_BOUND, Duration::from_secs)
+}
+
+/// The `timeoutSeconds` of every watch request for a silence bound: three quarters of it, so
+/// that a healthy API server ends each watch (and is heard from again) well within the bound.
+pub fn watch_timeout(bound: Duration) -> u32 {
+    u32::try_from(bound.as_secs() * 3 / 4)
+        .unwrap_or(u32::MAX)
+        .max(1)
+}
 
 /// What a watcher watches, for metrics, logs and readiness.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +87,9 @@ pub fn failure_reason(err: &watcher::Error) -> &'static str {
     }
 }
 
+/// The failure reason of a watcher that heard nothing for the silence bound.
+pub const SILENT: &str = "silent";
+
 fn status_reason(code: u16) -> &'static str {
     match code {
         400 => "bad_request",
@@ -96,11 +129,45 @@ pub enum Transition {
 pub struct WatchState {
     pub id: WatcherId,
     pub failure: Option<Failure>,
+    /// When the API server was last heard from on this watcher's behalf (or the watcher last
+    /// started): an event, an error, an accepted watch.
+    pub heard: Instant,
 }
 
 impl WatchState {
-    pub fn new(id: WatcherId) -> Self {
-        Self { id, failure: None }
+    pub fn new(id: WatcherId, now: Instant) -> Self {
+        Self {
+            id,
+            failure: None,
+            heard: now,
+        }
+    }
+
+    /// The API server was heard from at `at` (or the watcher started again then).
+    pub fn heard_at(&mut self, at: Instant) {
+        self.heard = self.heard.max(at);
+    }
+
+    /// Whether nothing has been heard for longer than `bound`.
+    pub fn silent(&self, bound: Duration, now: Instant) -> bool {
+        now.saturating_duration_since(self.heard) > bound
+    }
+
+    /// The watcher heard nothing for too long: it fails, since it was last heard from (its data
+    /// is current as of then, not as of now).
+    pub fn fell_silent(&mut self, now: Instant) -> Transition {
+        let silence = now.saturating_duration_since(self.heard);
+        let detail = format!(
+            "nothing from the API server for {:.0} s (a watch that carries nothing)",
+            silence.as_secs_f64()
+        );
+        let transition = self.failed(SILENT, detail, now);
+        if let Some(failure) = self.failure.as_mut()
+            && failure.count == 1
+        {
+            failure.since = self.heard;
+        }
+        transition
     }
 
     /// The stream delivered something.
@@ -180,12 +247,58 @@ mod tests {
     use super::*;
 
     fn state() -> WatchState {
-        WatchState::new(WatcherId {
-            resource: "pods",
-            namespace: Some("edge".into()),
-            selector: Some("ingress.cluster/name".into()),
-            watch_key: "/api/v1/namespaces/edge/pods?labelSelector=ingress.cluster%2Fname".into(),
-        })
+        state_at(Instant::now())
+    }
+
+    fn state_at(now: Instant) -> WatchState {
+        WatchState::new(
+            WatcherId {
+                resource: "pods",
+                namespace: Some("edge".into()),
+                selector: Some("ingress.cluster/name".into()),
+                watch_key: "/api/v1/namespaces/edge/pods?labelSelector=ingress.cluster%2Fname"
+                    .into(),
+            },
+            now,
+        )
+    }
+
+    #[test]
+    fn silence_past_the_bound_fails_as_of_the_last_contact() {
+        let t0 = Instant::now();
+        let bound = Duration::from_secs(80);
+        let mut s = state_at(t0);
+        s.heard_at(t0 + Duration::from_secs(50));
+        assert!(
+            !s.silent(bound, t0 + Duration::from_secs(130)),
+            "80 s exactly"
+        );
+        let now = t0 + Duration::from_secs(131);
+        assert!(s.silent(bound, now));
+        assert_eq!(s.fell_silent(now), Transition::Failing);
+        assert_eq!(
+            s.current_as_of(true, now),
+            Some(t0 + Duration::from_secs(50)),
+            "current as of the last contact"
+        );
+        assert!(s.problem(true, now).is_some_and(|p| p.contains("silent")));
+        s.heard_at(now);
+        assert_eq!(
+            s.fell_silent(now + Duration::from_secs(81)),
+            Transition::Quiet,
+            "still the same failure"
+        );
+        assert_eq!(
+            s.current_as_of(true, now + Duration::from_secs(81)),
+            Some(t0 + Duration::from_secs(50))
+        );
+    }
+
+    #[test]
+    fn a_healthy_watch_ends_well_within_the_bound() {
+        assert_eq!(watch_timeout(SILENCE_BOUND), 60);
+        assert_eq!(watch_timeout(Duration::from_secs(8)), 6);
+        assert_eq!(watch_timeout(Duration::from_secs(1)), 1);
     }
 
     #[test]

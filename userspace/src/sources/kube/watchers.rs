@@ -1,11 +1,16 @@
 //! The watchers the configuration asks for: one per pod source and namespace (cluster-wide only
 //! when no namespace is named, so that RBAC can be namespaced), one per EndpointSlice output, and
 //! one on Nodes when an output takes node addresses. Each comes with what it watches and the
-//! zones whose names depend on it.
+//! zones whose names depend on it. Every watch request asks the API server to end the watch
+//! after `timeoutSeconds` (see [`super::watch_state::watch_timeout`]), and each watcher can be
+//! restarted alone ([`Watchers::restart`]) when it goes silent.
 
 use std::time::Instant;
 
-use futures::{StreamExt, stream::BoxStream};
+use futures::{
+    StreamExt,
+    stream::{AbortHandle, Abortable, BoxStream},
+};
 use hickory_proto::rr::Name;
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -115,6 +120,10 @@ pub struct Watchers {
     pub streams: Vec<BoxStream<'static, Outcome>>,
     /// Per watcher, how to ask for its collection's current revision.
     pub probes: Vec<RevisionProbe>,
+    /// Per watcher, what ends its stream (when it is restarted).
+    aborts: Vec<AbortHandle>,
+    /// The `timeoutSeconds` of every watch request.
+    timeout: u32,
 }
 
 /// Asks the API server for the current revision of one watcher's collection (a list of at most
@@ -150,14 +159,19 @@ impl RevisionProbe {
 }
 
 impl Watchers {
-    pub fn start(config: &AgentConfig, client: &Client) -> Self {
+    /// Every watcher the configuration asks for, on `client`, each watch request asking the API
+    /// server to end it after `timeout` seconds. Nothing is asked before the streams are polled.
+    pub fn start(config: &AgentConfig, client: &Client, timeout: u32) -> Self {
         let mut watchers = Watchers {
             ids: Vec::new(),
             zones: Vec::new(),
             pod_sources: Vec::new(),
             streams: Vec::new(),
             probes: Vec::new(),
+            aborts: Vec::new(),
+            timeout,
         };
+        let watch_config = || watcher::Config::default().timeout(timeout);
         for (i, source) in config.pods.iter().enumerate() {
             let selector = match &source.label_value {
                 Some(value) => format!("{}={value}", source.label_key),
@@ -176,7 +190,7 @@ impl Watchers {
                 let pod_watcher = watchers.pod_sources.len();
                 watchers.pod_sources.push(i);
                 watchers.probes.push(RevisionProbe::Pods(api.clone()));
-                let stream = watcher(api, watcher::Config::default().labels(&selector))
+                let stream = watcher(api, watch_config().labels(&selector))
                     .backoff(backoff())
                     .map(move |r| r.map(|e| Change::Pod(pod_watcher, Box::new(e))));
                 let path = match namespace {
@@ -199,7 +213,7 @@ impl Watchers {
             let api: Api<EndpointSlice> = Api::namespaced(client.clone(), &source.namespace);
             let selector = format!("{SERVICE_NAME_LABEL}={}", source.service);
             watchers.probes.push(RevisionProbe::Slices(api.clone()));
-            let stream = watcher(api, watcher::Config::default().labels(&selector))
+            let stream = watcher(api, watch_config().labels(&selector))
                 .backoff(backoff())
                 .map(move |r| r.map(|e| Change::Slice(i, Box::new(e))));
             let path = format!(
@@ -220,7 +234,7 @@ impl Watchers {
         if config.needs_nodes() {
             let api: Api<Node> = Api::all(client.clone());
             watchers.probes.push(RevisionProbe::Nodes(api.clone()));
-            let stream = watcher(api, watcher::Config::default())
+            let stream = watcher(api, watch_config())
                 .backoff(backoff())
                 .map(|r| r.map(|e| Change::Node(Box::new(e))));
             let zones = config
@@ -243,6 +257,41 @@ impl Watchers {
         watchers
     }
 
+    /// Starts every watcher again on `client` (another API server), ending the old streams;
+    /// returns the new ones.
+    pub fn move_to(
+        &mut self,
+        config: &AgentConfig,
+        client: &Client,
+    ) -> Vec<BoxStream<'static, Outcome>> {
+        let moved = Watchers::start(config, client, self.timeout);
+        for abort in &self.aborts {
+            abort.abort();
+        }
+        self.probes = moved.probes;
+        self.aborts = moved.aborts;
+        moved.streams
+    }
+
+    /// Ends the stream of watcher `index` and returns a new one on `client`, which lists and
+    /// watches from the start (a relist: the store replaces what it held only once it is whole).
+    pub fn restart(
+        &mut self,
+        config: &AgentConfig,
+        client: &Client,
+        index: usize,
+    ) -> Option<BoxStream<'static, Outcome>> {
+        // Building them all is cheap (nothing is asked before a stream is polled) and keeps one
+        // definition of each watcher.
+        let fresh = Watchers::start(config, client, self.timeout);
+        let (stream, abort) = fresh.streams.into_iter().zip(fresh.aborts).nth(index)?;
+        if let Some(old) = self.aborts.get_mut(index) {
+            old.abort();
+            *old = abort;
+        }
+        Some(stream)
+    }
+
     fn add(
         &mut self,
         id: WatcherId,
@@ -252,7 +301,10 @@ impl Watchers {
         let index = self.ids.len();
         self.ids.push(id);
         self.zones.push(zones);
+        let (abort, registration) = AbortHandle::new_pair();
+        self.aborts.push(abort);
+        let stream = stream.map(move |r| (index, r, Instant::now()));
         self.streams
-            .push(stream.map(move |r| (index, r, Instant::now())).boxed());
+            .push(Abortable::new(stream, registration).boxed());
     }
 }
