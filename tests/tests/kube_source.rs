@@ -394,6 +394,98 @@ fn a_watch_refused_after_its_list_is_stale_although_the_api_server_answers() {
     eventually("ready again", 15, || c.agent.http_get("/readyz").0 == 200);
 }
 
+/// The silence bound the tests set (the agent's default, 80 s, is too long to wait for).
+const SILENCE_S: &str = "8";
+
+/// An agent on `config` (XDP generic on lo) with a short silence bound and `extra` arguments.
+fn agent_with_short_silence(ns: &NetNs, config: &std::path::Path, extra: &[&str]) -> Agent {
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("a UTF-8 path"),
+        "--interface",
+        "lo",
+        "--xdp-mode",
+        "generic",
+    ];
+    args.extend_from_slice(extra);
+    Agent::start_wrapped(
+        ns,
+        &["env"],
+        &[("HOSTPORT_DNS_WATCH_SILENCE_SECONDS", SILENCE_S)],
+        &args,
+    )
+}
+
+/// A hung API server: its open watches carry nothing and new requests are accepted but never
+/// answered (a half-open connection, storage that hangs). Within the silence bound the agent
+/// counts a source error and its data is stale as of the last contact (not ready past
+/// `--max-staleness`), while the last records stay in service; once the server answers again it
+/// catches up with what changed meanwhile and is ready.
+#[test]
+fn watches_that_go_silent_fail_and_recover_once_the_api_server_answers() {
+    require_root();
+    let ns = NetNs::new("ksilent");
+    let api = FakeApi::start(Some(&ns));
+    ingress_pods(&api);
+    let dir = TempDir::new("ksilent");
+    let file = dir.write("agent.yaml", &config(&api, ""));
+    let agent = agent_with_short_silence(&ns, &file, &["--max-staleness", "3"]);
+    let name = format!("default-nginx.ingress.{ZONE}");
+    eventually("both pods", 10, || addresses_of(&ns, &name) == 2);
+    eventually("ready", 10, || agent.http_get("/readyz").0 == 200);
+    // Healthy watches that end at their timeout are not silence: nothing is counted.
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    let silent = |agent: &Agent| {
+        agent.metric(
+            "hostport_dns_source_errors",
+            &[("source", "kubernetes"), ("reason", "silent")],
+        )
+    };
+    let metrics = agent.metrics();
+    assert!(
+        !metrics.contains("reason=\"silent\""),
+        "a healthy watch counted as silent:\n{metrics}"
+    );
+    assert_eq!(agent.http_get("/readyz").0, 200);
+    api.freeze(true);
+    // The bound is 8 s; generous for a noisy machine.
+    eventually("a source error for the silent watches", 40, || {
+        agent.metrics().contains("reason=\"silent\"") && silent(&agent) >= 1.0
+    });
+    eventually("not ready: the data is stale", 10, || {
+        agent.http_get("/readyz").0 == 503
+    });
+    let (_, body) = agent.http_get("/readyz");
+    assert!(body.contains("silent"), "{body}");
+    assert!(
+        agent.metric(
+            "hostport_dns_source_staleness_seconds",
+            &[("source", "kubernetes")]
+        ) >= 3.0
+    );
+    assert_eq!(
+        agent.metric("hostport_dns_source_connected", &[("source", "kubernetes")]),
+        0.0
+    );
+    assert_eq!(
+        addresses_of(&ns, &name),
+        2,
+        "the last records stay in service"
+    );
+    // A change the agent cannot see while the server hangs...
+    api.delete(Kind::Pod, "ingress", "nginx-1");
+    api.freeze(false);
+    // ...is served once it answers again.
+    eventually("the change made while the server hung", 30, || {
+        dig(&ns, "127.0.0.1", 1053, &[&name, "A"]).answer_data() == ["198.18.0.11"]
+    });
+    eventually("ready again", 15, || agent.http_get("/readyz").0 == 200);
+    assert_eq!(
+        agent.metric("hostport_dns_source_connected", &[("source", "kubernetes")]),
+        1.0
+    );
+}
+
 /// An agent restarted while the API server is down serves the records its predecessor saved,
 /// from both paths (A from XDP, SRV from userspace), marked stale, until its watches list.
 #[test]
@@ -448,6 +540,61 @@ fn a_restart_while_the_api_server_is_down_serves_the_saved_records() {
         second.metric("hostport_dns_source_restored", &[("source", "kubernetes")]),
         0.0
     );
+}
+
+/// An agent restarted from saved records while every EndpointSlice request is forbidden (a
+/// hand-edited RBAC rule): the pod watch lists, and its live records replace the saved ones at
+/// once (a new ingress pod is published) while the EndpointSlice output keeps its saved records;
+/// allowed again, every watch has listed and the agent is ready.
+#[test]
+fn a_failing_watch_freezes_only_its_own_saved_records() {
+    require_root();
+    let ns = NetNs::new("ksavedpart");
+    let api = FakeApi::start(Some(&ns));
+    ingress_pods(&api);
+    let dir = TempDir::new("ksavedpart");
+    let file = dir.write("agent.yaml", &config(&api, ""));
+    let saved = dir.path.join("kubernetes-records.json");
+    let saved_arg = saved.to_str().expect("UTF-8");
+    let pods = format!("default-nginx.ingress.{ZONE}");
+    let api_name = format!("api.{ZONE}");
+    let first = Agent::start_on_lo(&ns, &file, &["--saved-records", saved_arg]);
+    eventually("both pods and the API server", 10, || {
+        addresses_of(&ns, &pods) == 2 && addresses_of(&ns, &api_name) == 1
+    });
+    eventually("the records are saved", 10, || saved.exists());
+    drop(first);
+    api.forbid(Kind::EndpointSlice, true);
+    let second = Agent::start_on_lo(&ns, &file, &["--saved-records", saved_arg]);
+    eventually("the saved records are served", 10, || {
+        addresses_of(&ns, &pods) == 2 && addresses_of(&ns, &api_name) == 1
+    });
+    api.apply(
+        Kind::Pod,
+        PodSpec::ingress("nginx-2", "ingress", "default-nginx", "cp-2", "198.18.0.13").to_json(),
+    );
+    eventually(
+        "the new pod, though the slices cannot be listed",
+        20,
+        || addresses_of(&ns, &pods) == 3,
+    );
+    assert_eq!(
+        dig(&ns, "127.0.0.1", 1053, &[&api_name, "A"]).answer_data(),
+        ["198.18.0.11"],
+        "the EndpointSlice output keeps its saved records"
+    );
+    let (status, body) = second.http_get("/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("endpointslices"), "{body}");
+    api.forbid(Kind::EndpointSlice, false);
+    eventually("ready once every watch has listed", 20, || {
+        second.http_get("/readyz").0 == 200
+    });
+    assert_eq!(
+        second.metric("hostport_dns_source_restored", &[("source", "kubernetes")]),
+        0.0
+    );
+    assert_eq!(addresses_of(&ns, &pods), 3);
 }
 
 /// The pods as each of two API servers tells them: the second knows one more, so that the
@@ -543,6 +690,58 @@ fn the_api_servers_default_kubernetes_names_are_fallbacks_too() {
         addresses_of(&ns, &name) == 3
     });
     assert_eq!(active(&agent, &second), 1.0);
+}
+
+/// On the fallback, the first API server is probed before the watches go back to it: while it is
+/// down they stay (no relist on the fallback, no move), and once it answers they go back.
+#[test]
+fn the_watches_go_back_to_the_first_api_server_only_once_it_answers() {
+    require_root();
+    let ns = NetNs::new("kfailback");
+    let (first, second) = two_api_servers(&ns);
+    let dir = TempDir::new("kfailback");
+    let file = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\n  fallbackApiServers: [{}]\npods:\n  - zone: {ZONE}\n",
+            first.url(),
+            second.url()
+        ),
+    );
+    let agent = Agent::start_on_lo(&ns, &file, &[]);
+    let name = format!("default-nginx.ingress.{ZONE}");
+    eventually("the first server's pods", 10, || {
+        addresses_of(&ns, &name) == 2
+    });
+    first.set_outage(true);
+    eventually("the second server's pods", 20, || {
+        addresses_of(&ns, &name) == 3 && active(&agent, &second) == 1.0
+    });
+    let lists = second.list_requests();
+    // Past the failback delay (30 s) and a failover after it (3 s), with room to spare.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while std::time::Instant::now() < until {
+        assert_eq!(
+            active(&agent, &second),
+            1.0,
+            "moved back to a server that is down"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(
+        second.list_requests(),
+        lists,
+        "no relist on the fallback: {:?}",
+        second.requests()
+    );
+    assert!(
+        first.requests().iter().any(|r| r == "GET /readyz"),
+        "the first server was probed"
+    );
+    first.set_outage(false);
+    eventually("back on the first server once it answers", 30, || {
+        active(&agent, &first) == 1.0 && addresses_of(&ns, &name) == 2
+    });
 }
 
 #[test]
