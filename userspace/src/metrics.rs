@@ -23,7 +23,13 @@ use prometheus_client::{
 use crate::{
     health::Health,
     server::{Shared, stats::ZoneSlot},
-    transfer::{Transfers, stats::TransferStats},
+    table::RecordTable,
+    transfer::{
+        Transfers,
+        secondaries::{MAX_SECONDARIES, Secondaries},
+        stats::TransferStats,
+        zone_data::ServedZone,
+    },
     xdp::counters::Counters,
 };
 use hostport_dns_common::counters::{Counter as XdpCounter, Verdict};
@@ -447,8 +453,10 @@ impl Collector for LiveCollector {
             ConstGauge::new(seconds)
                 .encode(staleness.encode_family(&[("source", source.as_str())])?)?;
         }
+        encode_zone_serials(self.shared.table().as_deref(), &mut encoder)?;
         if let Some(transfers) = &self.transfers {
             encode_transfers(&transfers.stats, &mut encoder)?;
+            encode_secondaries(&transfers.stats.secondaries, &mut encoder)?;
         }
         self.encode_requests(xdp.as_deref(), &xdp_zones, &mut encoder)?;
         encode_histograms(&self.shared.stats, &mut encoder)?;
@@ -633,5 +641,67 @@ fn encode_transfers(
     for (result, count) in stats.notifies() {
         ConstCounter::new(count).encode(notifies.encode_family(&[("result", result)])?)?;
     }
+    Ok(())
+}
+
+/// The serial every zone served has now, forward and reverse, from the table being answered
+/// (what a secondary should come to hold; zones still pending have none yet).
+fn encode_zone_serials(
+    table: Option<&RecordTable>,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let mut serials = encoder.encode_descriptor(
+        "zone_serial",
+        "The SOA serial each served zone (forward and reverse) has now",
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for zone in table.map(ServedZone::all).unwrap_or_default() {
+        let apex = zone.apex().to_ascii();
+        ConstGauge::new(i64::from(zone.serial()))
+            .encode(serials.encode_family(&[("zone", apex.as_str())])?)?;
+    }
+    Ok(())
+}
+
+/// Per zone and secondary (the client address of its transfers): the serial it holds and when
+/// that was learnt (`transfer::secondaries` says what counts).
+fn encode_secondaries(
+    secondaries: &Secondaries,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let snapshot = secondaries.snapshot();
+    let mut serials = encoder.encode_descriptor(
+        "secondary_serial",
+        "The serial a secondary (by the address its transfers come from) holds of a zone: the one in its IXFR request, or the zone's once a transfer was sent to it in full",
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (zone, address, held) in &snapshot {
+        let address = address.to_string();
+        let labels = [("zone", zone.as_str()), ("secondary", address.as_str())];
+        ConstGauge::new(i64::from(held.serial)).encode(serials.encode_family(&labels)?)?;
+    }
+    let mut when = encoder.encode_descriptor(
+        "secondary_serial_timestamp_seconds",
+        "When hostport_dns_secondary_serial was last learnt (its last transfer request or transfer), seconds since the epoch",
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (zone, address, held) in &snapshot {
+        let address = address.to_string();
+        let labels = [("zone", zone.as_str()), ("secondary", address.as_str())];
+        ConstGauge::new(held.at).encode(when.encode_family(&labels)?)?;
+    }
+    let help = format!(
+        "Transfer requests from admitted addresses beyond the {MAX_SECONDARIES} secondaries followed: their serials are not shown"
+    );
+    let mut untracked = encoder.encode_descriptor(
+        "secondary_untracked",
+        &help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    ConstCounter::new(secondaries.untracked()).encode(untracked.encode_family(&NO_LABELS)?)?;
     Ok(())
 }

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod history;
 pub mod notify;
+pub mod secondaries;
 pub mod stats;
 pub mod tsig;
 pub mod zone_data;
@@ -186,6 +187,9 @@ impl Transfers {
                     send(error(ResponseCode::FormErr, response));
                     return Some(kind);
                 };
+                // What it holds now, whatever it is sent next.
+                let apex = zone.apex().to_ascii();
+                self.stats.secondaries.holds(&apex, client, client_serial);
                 if transport == Transport::Udp || !serial_gt(zone.serial(), client_serial) {
                     // Up to date (or UDP): the current SOA alone.
                     self.stats.count(kind.label(), Outcome::UpToDate);
@@ -199,7 +203,9 @@ impl Transfers {
                     self.stats.count(kind.label(), Outcome::Ixfr);
                     let records = incremental(&found, table, &zone);
                     debug!(%client, zone = %zone.apex(), serial = zone.serial(), records = records.len(), "IXFR");
-                    split(response, records.into_iter(), &mut send);
+                    if split(response, records.into_iter(), &mut send) {
+                        self.stats.secondaries.holds(&apex, client, zone.serial());
+                    }
                     return Some(kind);
                 }
                 Outcome::AxfrFallback
@@ -207,7 +213,10 @@ impl Transfers {
         };
         debug!(%client, zone = %zone.apex(), serial = zone.serial(), ?how, "transfer of the whole zone");
         self.stats.count(kind.label(), how);
-        split(response, whole_zone(table, &zone), &mut send);
+        if split(response, whole_zone(table, &zone), &mut send) {
+            let apex = zone.apex().to_ascii();
+            self.stats.secondaries.holds(&apex, client, zone.serial());
+        }
         Some(kind)
     }
 }
@@ -337,12 +346,13 @@ fn client_serial(request: &Message) -> Option<u32> {
 
 /// The records in messages of at most [`MESSAGE_BUDGET`] bytes and [`MESSAGE_NAMES`] names
 /// each, each handed to `send` as soon as it is full; every message repeats the question (RFC
-/// 5936 §2.2 allows it; Knot does the same). Stops when `send` says false.
+/// 5936 §2.2 allows it; Knot does the same). Stops when `send` says false; true: every message
+/// was sent.
 fn split(
     skeleton: Message,
     records: impl Iterator<Item = Record>,
     send: &mut dyn FnMut(Message) -> bool,
-) {
+) -> bool {
     let mut current = skeleton.clone();
     let (mut size, mut names) = (0, 0);
     for record in records {
@@ -351,7 +361,7 @@ fn split(
         let full = size + len > MESSAGE_BUDGET || names + record_names > MESSAGE_NAMES;
         if full && !current.answers.is_empty() {
             if !send(std::mem::replace(&mut current, skeleton.clone())) {
-                return;
+                return false;
             }
             (size, names) = (0, 0);
         }
@@ -359,7 +369,7 @@ fn split(
         names += record_names;
         current.add_answer(record);
     }
-    send(current);
+    send(current)
 }
 
 /// The bytes `record` takes uncompressed, counted without encoding it: its owner, the fixed

@@ -2,6 +2,8 @@
 
 use std::{collections::BTreeMap, sync::Mutex};
 
+use super::secondaries::Secondaries;
+
 /// How a transfer request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
@@ -67,6 +69,8 @@ pub struct TransferStats {
     requests: Mutex<BTreeMap<(&'static str, Outcome), u64>>,
     bytes: Mutex<BTreeMap<&'static str, u64>>,
     notifies: Mutex<BTreeMap<NotifyOutcome, u64>>,
+    /// The serial each secondary holds of each zone.
+    pub secondaries: Secondaries,
 }
 
 impl TransferStats {

@@ -404,3 +404,43 @@ fn axfr_messages_are_made_one_at_a_time_and_stop_when_the_client_is_gone() {
     assert!(handled);
     assert_eq!(made, whole[..2], "two messages made, then it stopped");
 }
+
+/// What a secondary is known to hold: the serial of its IXFR request, the zone's once a
+/// transfer went in full; nothing for a refused client, nor for a transfer cut short.
+#[test]
+fn the_serial_each_secondary_holds_is_followed() {
+    let (t, _dir) = transfers(false);
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    builder.add(&hosts(20_000));
+    let v1 = table(&mut builder, 10);
+    t.record(&v1, None);
+    let held = |from: &str| {
+        let from: IpAddr = from.parse().unwrap();
+        t.stats
+            .secondaries
+            .snapshot()
+            .into_iter()
+            .find(|(zone, a, _)| zone == "example." && *a == from)
+            .map(|(_, _, held)| held.serial)
+    };
+    let axfr = request(RecordType::AXFR, None).to_vec().unwrap();
+    ask(&t, &v1, &axfr, "127.0.0.1");
+    assert_eq!(held("127.0.0.1"), Some(10));
+    // Outside the ACL: not followed.
+    ask(&t, &v1, &axfr, "198.18.0.9");
+    assert_eq!(held("198.18.0.9"), None);
+    // Cut short: it holds nothing new.
+    let client = "127.0.0.2".parse().unwrap();
+    t.stream(&axfr, Some(&v1), client, Transport::Tcp, &mut |_| false);
+    assert_eq!(held("127.0.0.2"), None);
+    // An IXFR from an old serial the history does not know: the whole zone, then it holds 10.
+    let ixfr = |serial| request(RecordType::IXFR, Some(serial)).to_vec().unwrap();
+    ask(&t, &v1, &ixfr(3), "127.0.0.3");
+    assert_eq!(held("127.0.0.3"), Some(10));
+    // An IXFR cut short leaves the serial it asked from.
+    t.stream(&ixfr(4), Some(&v1), client, Transport::Tcp, &mut |_| false);
+    assert_eq!(held("127.0.0.2"), Some(4));
+    // A newer serial (another node's): what it says it holds.
+    ask(&t, &v1, &ixfr(12), "127.0.0.1");
+    assert_eq!(held("127.0.0.1"), Some(12));
+}
