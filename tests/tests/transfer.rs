@@ -2,7 +2,8 @@
 //! (AXFR, then IXFR after changes), learn of changes by NOTIFY, and answer the new records;
 //! transfers with a wrong key, from outside the ACL and over UDP are refused as the RFCs say;
 //! two agents give the same serials, and a secondary of both never goes backwards through their
-//! restarts.
+//! restarts; the primary shows the serial each secondary holds, and the alert on a secondary
+//! left behind holds for a stopped one, in a real Prometheus.
 
 use std::net::SocketAddr;
 
@@ -14,8 +15,10 @@ use hostport_dns_tests::{
     fake_api::{FakeApi, Kind},
     k8s::PodSpec,
     netns::NetNs,
+    prometheus::Prometheus,
     require_root,
     secondary::{Flavor, Secondary, TsigKey},
+    workspace_root,
 };
 
 const ZONE: &str = "prod.coreha.example.";
@@ -81,7 +84,7 @@ impl Bed {
         let serials = self.dir.path.join(serials);
         Agent::start_with_metrics(
             &self.ns,
-            &format!("127.0.0.1:{}", 9300 + port % 100),
+            &metrics_addr(port),
             &[
                 "--config",
                 config.to_str().expect("UTF-8"),
@@ -354,4 +357,115 @@ fn two_agents_give_the_same_serials_and_a_secondary_of_both_never_goes_back() {
 /// `a` is greater than `b` in serial number arithmetic (RFC 1982).
 fn serial_gt(a: u32, b: u32) -> bool {
     a != b && a.wrapping_sub(b) < 1 << 31
+}
+
+/// The agent's metrics address in [`Bed::agent`] for `port`.
+fn metrics_addr(port: u16) -> String {
+    format!("127.0.0.1:{}", 9300 + port % 100)
+}
+
+/// `hostport_dns_secondary_serial` of `zone` for the secondary at 127.0.0.1 (0: none yet).
+fn secondary_serial(agent: &Agent, zone: &str) -> f64 {
+    agent.metric(
+        "hostport_dns_secondary_serial",
+        &[("zone", zone), ("secondary", "127.0.0.1")],
+    )
+}
+
+fn zone_serial(agent: &Agent, zone: &str) -> f64 {
+    agent.metric("hostport_dns_zone_serial", &[("zone", zone)])
+}
+
+/// The expression of the chart's alert on a secondary left behind, without its `offset`: the
+/// alert waits for a serial 10 minutes old, which a test does not (promtool's rule tests check
+/// the timing).
+fn secondary_behind_expr() -> String {
+    let path = workspace_root().join("deploy/chart/hostport-dns/rules/hostport-dns.rules.yaml");
+    let text = std::fs::read_to_string(&path).expect("the rules");
+    let rules: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+    let expr = rules["groups"][0]["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .find(|r| r["alert"].as_str() == Some("HostportDnsSecondaryBehind"))
+        .and_then(|r| r["expr"].as_str())
+        .expect("the HostportDnsSecondaryBehind alert");
+    assert!(expr.contains(" offset 10m"), "{expr}");
+    expr.replace(" offset 10m", "")
+}
+
+/// Whether the alert's expression holds for the secondary at 127.0.0.1 on `zone`.
+fn behind_in_prometheus(prometheus: &Prometheus, expr: &str, zone: &str) -> bool {
+    prometheus.query(expr).iter().any(|r| {
+        r["metric"]["secondary"].as_str() == Some("127.0.0.1")
+            && r["metric"]["zone"].as_str() == Some(zone)
+    })
+}
+
+/// Secondaries seen from the primary: a knotd secondary transfers both zones and the agent
+/// shows it holding each zone's serial; stopped, it misses a change: it stays at the old serial,
+/// below the zone's, and the alert's expression holds for it in a real Prometheus scraping the
+/// agent; started again, it catches up and the expression no longer holds.
+#[test]
+fn the_primary_shows_each_secondarys_serial_and_the_alert_sees_one_left_behind() {
+    let bed = Bed::new("xfr-behind");
+    bed.pod(0, "198.18.0.11");
+    let config = bed.config(&[KNOT]);
+    let agent = bed.agent(&config, 1053, "serials.json");
+    let prometheus = Prometheus::start(
+        &bed.ns,
+        SocketAddr::from(([127, 0, 0, 1], 9090)),
+        &[&metrics_addr(1053)],
+        &[],
+    );
+    let expr = secondary_behind_expr();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    let knot = bed.secondary(Flavor::Knot, KNOT, &[1053]);
+    wait_for(&knot, &["198.18.0.11"]);
+    for zone in [ZONE, REVERSE] {
+        eventually(
+            &format!("the agent shows knotd holding {zone}'s serial"),
+            20,
+            || secondary_serial(&agent, zone) == zone_serial(&agent, zone),
+        );
+    }
+    let old = bed.serial_at(1053);
+    assert_eq!(zone_serial(&agent, ZONE), f64::from(old));
+    assert_eq!(knot.serial(ZONE), Some(old));
+    let when = agent.metric(
+        "hostport_dns_secondary_serial_timestamp_seconds",
+        &[("zone", ZONE), ("secondary", "127.0.0.1")],
+    );
+    assert!(when >= started.floor(), "{when} before {started}");
+    // Stopped, it misses a change.
+    drop(knot);
+    bed.pod(1, "198.18.0.12");
+    eventually("the zone's serial goes up", 20, || {
+        zone_serial(&agent, ZONE) != f64::from(old)
+    });
+    assert_eq!(
+        secondary_serial(&agent, ZONE),
+        f64::from(old),
+        "{}",
+        agent.metrics()
+    );
+    eventually("Prometheus sees the secondary behind", 20, || {
+        behind_in_prometheus(&prometheus, &expr, ZONE)
+    });
+    // Started again, it catches up.
+    let knot = bed.secondary(Flavor::Knot, KNOT, &[1053]);
+    wait_for(&knot, &["198.18.0.11", "198.18.0.12"]);
+    for zone in [ZONE, REVERSE] {
+        eventually(&format!("knotd catches up on {zone}"), 20, || {
+            secondary_serial(&agent, zone) == zone_serial(&agent, zone)
+        });
+    }
+    assert_eq!(knot.serial(ZONE), Some(bed.serial_at(1053)));
+    eventually("Prometheus no longer sees it behind", 20, || {
+        !behind_in_prometheus(&prometheus, &expr, ZONE)
+            && !behind_in_prometheus(&prometheus, &expr, REVERSE)
+    });
 }
