@@ -78,6 +78,8 @@ struct Driver {
     scheme: String,
     /// How long a watcher may hear nothing before it fails and is restarted.
     silence: Duration,
+    /// A probe of the first API server under way (a task: the loop does not wait for it).
+    probe: Option<(String, tokio::task::JoinHandle<bool>)>,
 }
 
 /// Where the source stands between events.
@@ -192,6 +194,7 @@ pub async fn run(
         metrics: metrics.clone(),
         scheme,
         silence,
+        probe: None,
     };
     show_active_server(&driver.failover, &metrics);
     let mut changes = futures::stream::select_all(std::mem::take(&mut watchers.streams));
@@ -500,16 +503,18 @@ async fn follow_failover(
             .is_some_and(|f| another_server_may_help(f.reason))
     });
     let server = match driver.failover.next(all_failing, Instant::now()) {
-        None => return,
-        Some(Move::Away(server)) => server,
-        Some(Move::Back(server)) => {
-            if !client::answers(&driver.config.kubernetes, &server, &driver.contact).await {
-                debug!(%server, "the first API server does not answer yet: the watches stay");
-                return;
-            }
-            driver.failover.moved(server.clone(), Instant::now());
+        Some(Move::Away(server)) => {
+            driver.probe = None;
             server
         }
+        Some(Move::Back(server)) => {
+            start_probe(driver, server);
+            return;
+        }
+        None => match answered_probe(driver) {
+            Some(server) => server,
+            None => return,
+        },
     };
     match client::connect(&driver.config.kubernetes, Some(&server), &driver.contact).await {
         Ok(client) => {
@@ -524,6 +529,30 @@ async fn follow_failover(
         Err(err) => warn!(%server, %err, "cannot use this API server"),
     }
     show_active_server(&driver.failover, &driver.metrics);
+}
+
+/// Probes `server` (the first API server) in a task of its own: up to 2 s the loop would
+/// otherwise spend not publishing.
+fn start_probe(driver: &mut Driver, server: String) {
+    let config = driver.config.clone();
+    let contact = driver.contact.clone();
+    let probed = server.clone();
+    let handle =
+        tokio::spawn(async move { client::answers(&config.kubernetes, &probed, &contact).await });
+    driver.probe = Some((server, handle));
+}
+
+/// The first API server, once a finished probe says it answers (the watchers are then moved to
+/// it); None while the probe runs or when it did not answer.
+fn answered_probe(driver: &mut Driver) -> Option<String> {
+    let (server, handle) = driver.probe.take_if(|(_, handle)| handle.is_finished())?;
+    let answered = handle.now_or_never().and_then(Result::ok).unwrap_or(false);
+    if !answered {
+        debug!(%server, "the first API server does not answer yet: the watches stay");
+        return None;
+    }
+    driver.failover.moved(server.clone(), Instant::now());
+    Some(server)
 }
 
 /// The API servers `default/kubernetes` names now, as URLs with `scheme`.
