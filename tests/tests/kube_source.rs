@@ -692,6 +692,39 @@ fn the_api_servers_default_kubernetes_names_are_fallbacks_too() {
     assert_eq!(active(&agent, &second), 1.0);
 }
 
+/// The pods of `first`, with `second` as the fallback API server.
+fn with_fallback(first: &FakeApi, second: &FakeApi) -> String {
+    format!(
+        "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\n  fallbackApiServers: [{}]\npods:\n  - zone: {ZONE}\n",
+        first.url(),
+        second.url()
+    )
+}
+
+/// A hung first API server (watches that carry nothing, requests never answered) is left for
+/// the fallback as one that is down is: its silent watches fail for a server's reason.
+#[test]
+fn a_hung_api_server_is_left_for_the_fallback() {
+    require_root();
+    let ns = NetNs::new("khung");
+    let (first, second) = two_api_servers(&ns);
+    let dir = TempDir::new("khung");
+    let file = dir.write("agent.yaml", &with_fallback(&first, &second));
+    let agent = agent_with_short_silence(&ns, &file, &[]);
+    let name = format!("default-nginx.ingress.{ZONE}");
+    eventually("the first server's pods", 10, || {
+        addresses_of(&ns, &name) == 2
+    });
+    first.freeze(true);
+    // The bound is 8 s, then 3 s of every watch failing; generous for a noisy machine.
+    eventually("the second server's pods", 40, || {
+        addresses_of(&ns, &name) == 3 && active(&agent, &second) == 1.0
+    });
+    eventually("ready on the fallback", 15, || {
+        agent.http_get("/readyz").0 == 200
+    });
+}
+
 /// On the fallback, the first API server is probed before the watches go back to it: while it is
 /// down they stay (no relist on the fallback, no move), and once it answers they go back.
 #[test]
@@ -700,14 +733,7 @@ fn the_watches_go_back_to_the_first_api_server_only_once_it_answers() {
     let ns = NetNs::new("kfailback");
     let (first, second) = two_api_servers(&ns);
     let dir = TempDir::new("kfailback");
-    let file = dir.write(
-        "agent.yaml",
-        &format!(
-            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\n  fallbackApiServers: [{}]\npods:\n  - zone: {ZONE}\n",
-            first.url(),
-            second.url()
-        ),
-    );
+    let file = dir.write("agent.yaml", &with_fallback(&first, &second));
     let agent = Agent::start_on_lo(&ns, &file, &[]);
     let name = format!("default-nginx.ingress.{ZONE}");
     eventually("the first server's pods", 10, || {
