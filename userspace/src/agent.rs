@@ -2,7 +2,9 @@
 //!
 //! Start-up order makes failures clean: the records are validated and the sockets bound before
 //! anything is attached, so a bad file or a port in use leaves nothing behind. The XDP program
-//! is detached when the agent stops (dropping the dataplane closes its links).
+//! is detached when the agent stops (dropping the dataplane closes its links). A stop is bounded
+//! whatever the agent is doing: `stop` takes the signals on a thread of its own and ends the
+//! process itself once `stop::DEADLINE` has passed.
 //!
 //! Sources send what changed to the publisher (see `publisher`), the only task that compiles
 //! the table; one thread (`xdp::writer_thread`) writes the kernel maps, another
@@ -39,6 +41,7 @@ use crate::{
         file_watch::FileWatch,
         kube as kube_source,
     },
+    stop::Stop,
     transfer::Transfers,
     xdp::{XdpError, XdpMode, loader::resolve_interfaces, local_addrs::AnswerOn},
 };
@@ -54,7 +57,7 @@ const STOP_FLUSH_LIMIT: Duration = Duration::from_secs(5);
 /// How the embedded example is named in logs.
 const EMBEDDED_SOURCE: &str = "<embedded example>";
 
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     // Everything that can be wrong with the input is found before anything is bound or attached.
     let mut sources = Sources::load(&args)?;
     let contact = kube_source::contact::ContactLog::default();
@@ -119,8 +122,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {} (metrics)", args.metrics_listen))?;
 
-    // From here on a stop signal must detach what gets attached, so the handlers go in first.
-    let mut stop = StopSignals::install()?;
+    // From here on a stop signal must detach what gets attached: the agent stops in order (within
+    // `stop::DEADLINE`); until now it ended the process at once.
+    stop.arm();
     let health = Arc::new(Health::new(
         (args.max_staleness > 0).then(|| Duration::from_secs(args.max_staleness)),
     ));
@@ -511,29 +515,6 @@ async fn explain_hangups(mut hangup: Signal) {
         warn!(
             "SIGHUP: nothing to reload (no record file; the configuration file is read at start, restart to apply a change)"
         );
-    }
-}
-
-/// SIGTERM and SIGINT, caught from the moment they are installed (until then they end the
-/// process at once, which is right while nothing is attached yet).
-struct StopSignals {
-    terminate: Signal,
-    interrupt: Signal,
-}
-
-impl StopSignals {
-    fn install() -> anyhow::Result<Self> {
-        Ok(Self {
-            terminate: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
-            interrupt: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
-        })
-    }
-
-    async fn wait(&mut self) {
-        tokio::select! {
-            _ = self.terminate.recv() => {}
-            _ = self.interrupt.recv() => {}
-        }
     }
 }
 

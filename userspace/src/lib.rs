@@ -23,6 +23,7 @@ pub mod records;
 pub mod serials;
 pub mod server;
 pub mod sources;
+pub mod stop;
 pub mod table;
 pub mod transfer;
 pub mod xdp;

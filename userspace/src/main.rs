@@ -1,11 +1,15 @@
 //! The `hostport-dns` binary: parses the command line and runs the chosen command.
 
+use anyhow::Context;
 use clap::Parser;
 use hostport_dns::{
-    config::{Cli, Command, LogFormat},
+    config::{Cli, Command, LogFormat, RunArgs},
     ops,
 };
 use tracing_subscriber::EnvFilter;
+
+/// How long the runtime's leftover tasks get once the agent has stopped.
+const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn main() -> std::process::ExitCode {
     hostport_dns::heap::limit_arenas();
@@ -18,15 +22,8 @@ fn main() -> std::process::ExitCode {
         filter.push_str(&format!(",{}=trace", hostport_dns::EBPF_LOG_TARGET));
     }
     init_logging(&filter, cli.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(err) => {
-            eprintln!("hostport-dns: cannot start the runtime: {err}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
-        Command::Run(args) => runtime.block_on(hostport_dns::agent::run(*args)),
+        Command::Run(args) => run(*args),
         Command::Records(a) => ops::records(&a.pin.pin_dir, a.json),
         Command::Stats(a) => ops::stats(&a.pin.pin_dir, a.json),
         Command::Query(q) => ops::query(
@@ -53,6 +50,19 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `hostport-dns run`: the agent, on a runtime of its own.
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Before the runtime starts its threads: each must leave the stop signals to the one thread
+    // that takes them (`stop`).
+    let stop = hostport_dns::stop::install().context("cannot take the stop signals")?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the runtime")?;
+    let result = runtime.block_on(hostport_dns::agent::run(args, stop));
+    // Dropping the runtime would wait for every blocking task, however long it blocks (one that
+    // waits for the pin directory, a transfer's maker): the stop is done, what is left is cut.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    result
 }
 
 fn init_logging(filter: &str, format: LogFormat) {
