@@ -223,9 +223,30 @@ fn a_real_prometheus_scrapes_the_agent_and_every_dashboard_query_returns_data() 
         .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
         .collect();
     assert_eq!(loaded.len(), 12, "{rules}");
-    for rule in loaded {
+    for rule in &loaded {
         assert_eq!(rule["health"], "ok", "{rule}\n{}", prometheus.log());
     }
+    // A healthy agent meets no alert's condition, whatever its `for:` (longer than this test,
+    // it would leave a firing alert unseen): each expression, evaluated now in this Prometheus
+    // against this agent's series, selects nothing; but the NOTIFY one (its secondary is absent).
+    let alerting: Vec<&serde_json::Value> =
+        loaded.iter().filter(|r| r["type"] == "alerting").collect();
+    assert_eq!(alerting.len(), 12, "every rule is an alert");
+    let holding: Vec<String> = alerting
+        .iter()
+        .filter(|rule| rule["name"] != "HostportDnsNotifyFailing")
+        .filter_map(|rule| {
+            let expr = rule["query"].as_str().expect("a rule's expression");
+            let result = prometheus.query(expr);
+            (!result.is_empty())
+                .then(|| format!("{}: {expr}\n  holds for {result:?}", rule["name"]))
+        })
+        .collect();
+    assert!(
+        holding.is_empty(),
+        "alert conditions a healthy agent meets:\n{}",
+        holding.join("\n")
+    );
     // A healthy agent raises none of the alerts but the NOTIFY one (its secondary is absent).
     let firing: Vec<String> = prometheus
         .query("ALERTS{alertstate=\"firing\"}")
