@@ -442,3 +442,69 @@ fn a_flood_from_every_cpu_at_once_is_held_to_the_rate() {
         );
     });
 }
+
+/// Negative answers (NXDOMAIN, NODATA) have a budget of their own: a kernel path that limited
+/// them at the positive rate (or positive answers at the negative one) fails this.
+#[test]
+fn negative_answers_are_limited_at_their_own_rate_not_the_positive_one() {
+    require_root();
+    let (positive_rate, negative_rate) = (20u32, 3u32);
+    let clients = ClientsConfig {
+        rate_limit: RateLimit {
+            responses_per_second: positive_rate,
+            negative_per_second: negative_rate,
+            errors_per_second: negative_rate,
+            slip: 0,
+            exempt: Vec::new(),
+        },
+        ..ClientsConfig::default()
+    };
+    let program = Program::load_with_clients(ZONE, &local(), clients);
+    let nxdomain = QueryBuilder::new("missing.prod.coreha.example", 1).bytes();
+    let nxdomain_aaaa = QueryBuilder::new("missing.prod.coreha.example", 28).bytes();
+    let (a, aaaa) = (
+        query(),
+        QueryBuilder::new("one.prod.coreha.example", 28).bytes(),
+    );
+    let expected = |q: &[u8]| {
+        respond(q, Some(&program.table), Transport::Udp)
+            .expect("an answer")
+            .bytes
+    };
+    // Interleaved from one client (A and AAAA answers, NXDOMAIN for both types): each class is
+    // counted apart.
+    let kinds = [
+        (&a, expected(&a), true),
+        (&aaaa, expected(&aaaa), true),
+        (&nxdomain, expected(&nxdomain), false),
+        (&nxdomain_aaaa, expected(&nxdomain_aaaa), false),
+    ];
+    let (mut positive, mut negative) = (0u32, 0u32);
+    for _ in 0..60 {
+        for (q, full, is_positive) in &kinds {
+            let frame = from("198.18.5.9", SERVER_V4).build(q);
+            let (verdict, out) = program.run_on(&frame, LOOPBACK_IFINDEX);
+            match verdict {
+                XDP_TX => {
+                    assert_eq!(&parse_checked(&out).dns, full, "the full answer");
+                    if *is_positive {
+                        positive += 1;
+                    } else {
+                        negative += 1;
+                    }
+                }
+                XDP_DROP => {}
+                other => panic!("verdict {other}"),
+            }
+        }
+    }
+    // One budget a second: a run across a second boundary gets two.
+    assert!(
+        (positive_rate..=2 * positive_rate).contains(&positive),
+        "{positive} positive answers at {positive_rate}/s"
+    );
+    assert!(
+        (negative_rate..=2 * negative_rate).contains(&negative),
+        "{negative} NXDOMAIN answers at {negative_rate}/s"
+    );
+}
