@@ -18,7 +18,6 @@ use hickory_proto::{
     op::Message,
     rr::rdata::opt::{EdnsCode, EdnsOption},
 };
-use hostport_dns::clients::cookies::{CookieState, Cookies};
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
@@ -292,6 +291,55 @@ fn dig_cookie(ns: &NetNs, server: &str, cookie: &str) -> (String, bool) {
     (hex, line.contains("(good)"))
 }
 
+/// RFC 9018 §4.4, computed here and not by the agent's code: the secret (of `secrets`) whose
+/// SipHash-2-4 over client cookie | version | reserved | timestamp | client IP is the cookie's
+/// hash, if the cookie (client cookie and server cookie, 24 bytes) is an RFC 9018 cookie for
+/// `client`, version 1, reserved bytes zero, stamped within the last minute.
+fn rfc9018_secret(cookie: &[u8], client: IpAddr, secrets: &[[u8; 16]]) -> Option<usize> {
+    use std::hash::Hasher;
+    if cookie.len() != 24 || cookie[8] != 1 || cookie[9..12] != [0, 0, 0] {
+        return None;
+    }
+    let stamp = u32::from_be_bytes(cookie[12..16].try_into().ok()?);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    if u64::from(stamp) + 60 < now || u64::from(stamp) > now + 5 {
+        return None;
+    }
+    secrets.iter().position(|secret| {
+        let mut hasher = siphasher::sip::SipHasher24::new_with_key(secret);
+        hasher.write(&cookie[..16]);
+        match client {
+            IpAddr::V4(a) => hasher.write(&a.octets()),
+            IpAddr::V6(a) => hasher.write(&a.octets()),
+        }
+        // SipHash's 64 bits in the reference implementation's (little-endian) byte order.
+        hasher.finish().to_le_bytes() == cookie[16..24]
+    })
+}
+
+fn hex_of(text: &str) -> Vec<u8> {
+    (0..text.len() / 2)
+        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// The computation above gives RFC 9018's own test vector (Appendix A.1), at its time.
+#[test]
+fn the_tests_rfc_9018_computation_gives_the_rfcs_test_vector() {
+    use std::hash::Hasher;
+    let secret: [u8; 16] = hex_of("e5e973e5a6b2a43f48e7dc849e37bfcf")
+        .try_into()
+        .expect("16 bytes");
+    let cookie = hex_of("2464c4abcf10c957010000005cf79f111f8130c3eee29480");
+    let mut hasher = siphasher::sip::SipHasher24::new_with_key(&secret);
+    hasher.write(&cookie[..16]);
+    hasher.write(&[198, 51, 100, 100]);
+    assert_eq!(hasher.finish().to_le_bytes(), cookie[16..24]);
+}
+
 #[test]
 fn cookies_are_made_and_checked_with_dig_and_kdig_and_survive_a_rotation() {
     require_root();
@@ -315,21 +363,30 @@ fn cookies_are_made_and_checked_with_dig_and_kdig_and_survive_a_rotation() {
         48,
         "client cookie and an RFC 9018 server cookie: {first}"
     );
+    // dig's "(good)" only says its client cookie came back: the server cookie is checked here.
+    let known = [secret(SECRET_1), secret(SECRET_2)];
+    assert_eq!(
+        rfc9018_secret(&hex_of(&first), client, &known),
+        Some(0),
+        "dig's server cookie is RFC 9018's with the configured secret: {first}"
+    );
     // Returned, it checks out (dig sends it back with +cookie=<hex>).
-    let (_, good_again) = dig_cookie(
+    let (again, good_again) = dig_cookie(
         &link.client_ns,
         link.server.ipv4,
         &format!("+cookie={first}"),
     );
     assert!(good_again);
+    assert_eq!(
+        rfc9018_secret(&hex_of(&again), client, &known),
+        Some(0),
+        "{again}"
+    );
     // kdig: the server cookie verifies with the shared secret for this client.
     let from_kdig = kdig_cookie(&link.client_ns, link.server.ipv4);
-    let checker = Cookies::with_secrets(vec![secret(SECRET_1)]);
-    assert!(
-        matches!(
-            checker.check(Some(&from_kdig), client),
-            CookieState::Valid(_)
-        ),
+    assert_eq!(
+        rfc9018_secret(&from_kdig, client, &known),
+        Some(0),
         "{from_kdig:02x?}"
     );
     // A cookie option of an impossible length: FORMERR.
@@ -353,15 +410,11 @@ fn cookies_are_made_and_checked_with_dig_and_kdig_and_survive_a_rotation() {
     // Rotation step 1 and 2 at once on this node: the new secret makes cookies, the old one is
     // still accepted.
     std::fs::write(&secrets, format!("{SECRET_2}\n{SECRET_1}\n")).expect("rotate");
-    let new_checker = Cookies::with_secrets(vec![secret(SECRET_2)]);
     eventually("cookies made with the new secret", 30, || {
         let cookie = kdig_cookie(&link.client_ns, link.server.ipv4);
-        matches!(
-            new_checker.check(Some(&cookie), client),
-            CookieState::Valid(_)
-        )
+        rfc9018_secret(&cookie, client, &known) == Some(1)
     });
-    let (_, old_still_good) = dig_cookie(
+    let (renewed_by_dig, old_still_good) = dig_cookie(
         &link.client_ns,
         link.server.ipv4,
         &format!("+cookie={first}"),
@@ -369,6 +422,11 @@ fn cookies_are_made_and_checked_with_dig_and_kdig_and_survive_a_rotation() {
     assert!(
         old_still_good,
         "a cookie made with the old secret is still valid"
+    );
+    assert_eq!(
+        rfc9018_secret(&hex_of(&renewed_by_dig), client, &known),
+        Some(1),
+        "after the rotation, cookies are made with the new secret: {renewed_by_dig}"
     );
     let raw = QueryBuilder {
         edns: Some((
@@ -387,10 +445,11 @@ fn cookies_are_made_and_checked_with_dig_and_kdig_and_survive_a_rotation() {
         Duration::from_secs(2),
     );
     let renewed = cookie_of(&answers[0]).expect("a cookie back");
-    assert!(matches!(
-        new_checker.check(Some(&renewed), client),
-        CookieState::Valid(_)
-    ));
+    assert_eq!(
+        rfc9018_secret(&renewed, client, &known),
+        Some(1),
+        "{renewed:02x?}"
+    );
 }
 
 fn hex_bytes(hex: &str) -> Vec<u8> {
@@ -717,4 +776,59 @@ fn link_local_of(ns: &NetNs, ifname: &str) -> String {
         .and_then(|cidr| cidr.split('/').next())
         .unwrap_or_else(|| panic!("a link-local address on {ifname}: {text}"))
         .to_owned()
+}
+
+/// Negative answers have their own budget on both paths: with `negativePerSecond` far below
+/// `responsesPerSecond`, a path limiting NXDOMAIN at the positive rate answers too many of them,
+/// and one limiting positive answers at the negative rate too few.
+#[test]
+fn negative_answers_are_limited_at_their_own_rate_on_either_path() {
+    require_root();
+    let (positive_rate, negative_rate) = (20usize, 3usize);
+    for with_xdp in [true, false] {
+        let link = Link::new("nrrl");
+        let dir = TempDir::new("nrrl");
+        let config = config(
+            &dir,
+            &format!(
+                "  rateLimit:\n    responsesPerSecond: {positive_rate}\n    negativePerSecond: {negative_rate}\n    slip: 0\n"
+            ),
+        );
+        let agent = start(&link, &config, with_xdp);
+        let server = server_v4(&link);
+        let positive = QueryBuilder::new(NAME, 1).bytes();
+        let negative = QueryBuilder::new("missing.prod.coreha.example", 1).bytes();
+        let queries: Vec<Vec<u8>> = (0..60)
+            .flat_map(|_| [positive.clone(), negative.clone()])
+            .collect();
+        let answers = udp_from(
+            &link.client_ns,
+            link.client.ipv4,
+            server,
+            queries,
+            Duration::from_secs(1),
+        );
+        let nxdomain = answers.iter().filter(|a| rcode(a) == 3).count();
+        let answered = answers.iter().filter(|a| rcode(a) == 0 && a[7] > 0).count();
+        let path = if with_xdp { "xdp" } else { "userspace" };
+        assert_eq!(
+            nxdomain + answered,
+            answers.len(),
+            "{path}: nothing but answers and NXDOMAIN"
+        );
+        // One budget a second: a burst across a second boundary gets two.
+        assert!(
+            (positive_rate..=2 * positive_rate).contains(&answered),
+            "{path}: {answered} positive answers at {positive_rate}/s"
+        );
+        assert!(
+            (negative_rate..=2 * negative_rate).contains(&nxdomain),
+            "{path}: {nxdomain} NXDOMAIN answers at {negative_rate}/s"
+        );
+        let limited = agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", path), ("decision", "rate_limited")],
+        );
+        assert!(limited > 0.0, "{path}: the limits were counted");
+    }
 }
