@@ -4,8 +4,15 @@
 //! - every PASS leaves the packet byte for byte untouched;
 //! - every TX is a well-formed answer (IPv4 header and UDP checksums verified, addresses and
 //!   ports turned around) whose DNS bytes equal the userspace server's answer to the same query;
-//! - every DROP is a martian decision the oracle reaches on its own (a group MAC, destination or
-//!   source; port 0; a source no one sends from, on that interface).
+//! - every TX leaves from the queried address and port for the sender's;
+//! - every verdict is the one the oracle predicts on its own, both ways: what must be dropped (a
+//!   martian: a group MAC, destination or source; port 0; a source no one sends from, on that
+//!   interface; a client outside the allow-list) is dropped, and nothing else is but a
+//!   rate-limited query; what is no query to this host is passed;
+//! - the queries the kernel holds the answer to are answered (before the mutations);
+//! - a quarter of the campaign runs with an allow-list and rate limiting (slips on): a limited
+//!   client's answer is the full one, userspace's slip (TC=1, empty), or a drop, each counted
+//!   under the reason the oracle gives it; an exempt client is never limited.
 //!
 //! The first packet that breaks a rule stops the campaign with its bytes in hex.
 
@@ -14,7 +21,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hostport_dns::{dns::message::Transport, server::answer::respond};
+use hickory_proto::op::Message;
+use hostport_dns::{
+    clients::{ClientsConfig, Outside, RateLimit},
+    dns::message::Transport,
+    server::answer::{Asker, Shape, respond, respond_for},
+};
 use hostport_dns_common::counters::{Counter, Verdict};
 
 use crate::{
@@ -53,6 +65,10 @@ pub struct Tally {
     pub answered: u64,
     pub passed: u64,
     pub dropped: u64,
+    /// Answers that were rate-limited slips (TC=1, empty).
+    pub slipped: u64,
+    /// Packets run through the program with an allow-list and rate limiting.
+    pub guarded: u64,
     pub elapsed: Duration,
     /// Packets by the counter the program counted them under.
     pub by_counter: Vec<(Counter, u64)>,
@@ -198,46 +214,191 @@ struct Headers {
     dst_mac: [u8; 6],
     src_mac: [u8; 6],
     src: IpAddr,
+    dst: IpAddr,
     src_port: u16,
+    dst_port: u16,
     dns: Vec<u8>,
 }
 
-fn headers(frame: &[u8]) -> Option<Headers> {
+/// What the oracle says must become of a frame: every verdict is checked both ways (what must
+/// be dropped is dropped, and nothing else is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    /// Not a UDP datagram to the served port of an answering address, in a frame the program
+    /// reads: passed untouched.
+    Passed,
+    /// A source that cannot have sent it: dropped.
+    Martian,
+    /// A client outside the allow-list (drop mode): dropped.
+    NotAllowed,
+    /// A query from a client: answered (as userspace answers it) or passed untouched; when its
+    /// prefix is rate limited (not exempt), also slipped (TC=1, empty) or dropped.
+    Query { limited: bool },
+}
+
+/// The client policy of a campaign's program, as the oracle reads it: prefixes (address,
+/// length).
+struct Guard {
+    allow: Vec<(IpAddr, u8)>,
+    exempt: Vec<(IpAddr, u8)>,
+}
+
+/// Positive, negative and error answers a second per prefix in the guarded campaign (the
+/// campaign runs far faster: most of its queries are limited).
+const GUARD_RATE: u32 = 100;
+/// Every second limited answer is a slip.
+const GUARD_SLIP: u32 = 2;
+
+impl Guard {
+    /// The seed clients' prefixes are allowed; the IPv6 one is exempt from rate limiting.
+    fn new() -> Self {
+        let prefix = |a: &str, len: u8| (a.parse().expect("an address"), len);
+        Self {
+            allow: vec![prefix("198.18.0.0", 24), prefix("2001:db8::", 64)],
+            exempt: vec![prefix("2001:db8::", 64)],
+        }
+    }
+
+    fn clients(&self) -> ClientsConfig {
+        let nets = |list: &[(IpAddr, u8)]| {
+            list.iter()
+                .map(|(a, len)| format!("{a}/{len}").parse().expect("a prefix"))
+                .collect()
+        };
+        ClientsConfig {
+            allow: nets(&self.allow),
+            outside: Outside::Drop,
+            rate_limit: RateLimit {
+                responses_per_second: GUARD_RATE,
+                negative_per_second: GUARD_RATE,
+                errors_per_second: GUARD_RATE,
+                slip: GUARD_SLIP,
+                exempt: nets(&self.exempt),
+            },
+            ..ClientsConfig::default()
+        }
+    }
+}
+
+fn in_prefix(addr: IpAddr, (net, len): &(IpAddr, u8)) -> bool {
+    let len = u32::from(*len);
+    match (addr, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            len == 0 || (u32::from(a) ^ u32::from(*n)) >> (32 - len) == 0
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            len == 0 || (u128::from(a) ^ u128::from(*n)) >> (128 - len) == 0
+        }
+        _ => false,
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is (this host's address sets hold both
+/// forms as one).
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn be16(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]))
+}
+
+/// The headers of a UDP datagram to the served port that the program reads (one VLAN tag at
+/// most; IPv4 without options or fragments; IPv6 without extension headers; lengths that
+/// agree; an IPv6 UDP checksum), or None: a frame to pass.
+fn read(frame: &[u8]) -> Option<Headers> {
     let dst_mac: [u8; 6] = frame.get(0..6)?.try_into().ok()?;
     let src_mac: [u8; 6] = frame.get(6..12)?.try_into().ok()?;
     let mut at = 12;
-    let mut ether_type = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
+    let mut ether_type = be16(frame, at)?;
     if ether_type == 0x8100 || ether_type == 0x88a8 {
         at += 4;
-        ether_type = u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]);
+        ether_type = be16(frame, at)?;
     }
     at += 2;
-    let (src, udp_at) = match ether_type {
+    let (src, dst, payload_len, udp_at, v6) = match ether_type {
         0x0800 => {
             let h = frame.get(at..at + 20)?;
+            let fragment = be16(h, 6)? & 0x3fff;
+            if h[0] >> 4 != 4 || h[9] != 17 || h[0] & 0x0f != 5 || fragment != 0 {
+                return None;
+            }
+            let total = be16(h, 2)? as usize;
+            if total < 20 || at + total > frame.len() {
+                return None;
+            }
             let src = IpAddr::from(<[u8; 4]>::try_from(&h[12..16]).ok()?);
-            (src, at + 20)
+            let dst = IpAddr::from(<[u8; 4]>::try_from(&h[16..20]).ok()?);
+            (src, dst, total - 20, at + 20, false)
         }
         0x86dd => {
             let h = frame.get(at..at + 40)?;
+            if h[0] >> 4 != 6 || h[6] != 17 {
+                return None;
+            }
+            let payload = be16(h, 4)? as usize;
+            if at + 40 + payload > frame.len() {
+                return None;
+            }
             let src = IpAddr::from(<[u8; 16]>::try_from(&h[8..24]).ok()?);
-            (src, at + 40)
+            let dst = IpAddr::from(<[u8; 16]>::try_from(&h[24..40]).ok()?);
+            (src, dst, payload, at + 40, true)
         }
         _ => return None,
     };
     let udp = frame.get(udp_at..udp_at + 8)?;
-    let udp_len = u16::from_be_bytes([udp[4], udp[5]]) as usize;
-    let dns = frame.get(udp_at + 8..udp_at + udp_len.max(8))?.to_vec();
+    let udp_len = be16(udp, 4)? as usize;
+    if be16(udp, 2)? != 1053 || udp_len != payload_len || udp_len < 8 || (v6 && udp[6..8] == [0, 0])
+    {
+        return None;
+    }
     Some(Headers {
         dst_mac,
         src_mac,
         src,
-        src_port: u16::from_be_bytes([udp[0], udp[1]]),
-        dns,
+        dst,
+        src_port: be16(udp, 0)?,
+        dst_port: 1053,
+        dns: frame.get(udp_at + 8..udp_at + udp_len)?.to_vec(),
     })
 }
 
-/// Whether the oracle would drop this frame arriving on `ifindex`.
+/// What must become of `frame` arriving on `ifindex`, with `guard` the program's client policy
+/// (None: every client, unlimited).
+fn fate(
+    frame: &[u8],
+    ifindex: u32,
+    local: &[IpAddr],
+    guard: Option<&Guard>,
+) -> (Fate, Option<Headers>) {
+    let Some(h) = read(frame) else {
+        return (Fate::Passed, None);
+    };
+    // Loopback destinations are this host's only on lo; other addresses only if they answer.
+    let loopback = match h.dst {
+        IpAddr::V4(a) => a.octets()[0] == 127,
+        IpAddr::V6(a) => a.is_loopback(),
+    };
+    if (loopback && ifindex != LOOPBACK_IFINDEX) || !local.contains(&canonical(h.dst)) {
+        return (Fate::Passed, Some(h));
+    }
+    if is_martian(&h, ifindex, local) {
+        return (Fate::Martian, Some(h));
+    }
+    let Some(guard) = guard else {
+        return (Fate::Query { limited: false }, Some(h));
+    };
+    if !guard.allow.iter().any(|p| in_prefix(h.src, p)) {
+        return (Fate::NotAllowed, Some(h));
+    }
+    let exempt = guard.exempt.iter().any(|p| in_prefix(h.src, p));
+    (Fate::Query { limited: !exempt }, Some(h))
+}
+
+/// Whether the oracle would drop this query arriving on `ifindex` as a martian.
 fn is_martian(h: &Headers, ifindex: u32, local: &[IpAddr]) -> bool {
     // A group bit in either MAC: a broadcast or multicast frame, or a forged source (no station
     // sends from a group address).
@@ -245,14 +406,13 @@ fn is_martian(h: &Headers, ifindex: u32, local: &[IpAddr]) -> bool {
         return true;
     }
     let on_lo = ifindex == LOOPBACK_IFINDEX;
+    let own = local.contains(&canonical(h.src));
     match h.src {
         IpAddr::V4(a) => {
-            a.octets()[0] >= 224
-                || (!on_lo && (a.is_loopback() || a.octets()[0] == 0 || local.contains(&h.src)))
+            a.octets()[0] >= 224 || (!on_lo && (a.is_loopback() || a.octets()[0] == 0 || own))
         }
         IpAddr::V6(a) => {
-            a.is_multicast()
-                || (!on_lo && (a.is_loopback() || a.is_unspecified() || local.contains(&h.src)))
+            a.is_multicast() || (!on_lo && (a.is_loopback() || a.is_unspecified() || own))
         }
     }
 }
@@ -262,7 +422,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Runs `packets` mutated frames (or until `budget` passes), alternating between lo and a veth
-/// of a namespace of its own as the ingress interface. Panics at the first broken rule.
+/// of a namespace of its own as the ingress interface: three quarters through a program open to
+/// every client, a quarter through one with an allow-list and rate limiting (slips on). Panics
+/// at the first broken rule.
 pub fn run(packets: u64, budget: Duration, seed: u64) -> Tally {
     let ns = NetNs::new("fuzz");
     ns.ip(&["link", "add", "fz0", "type", "veth", "peer", "name", "fz1"]);
@@ -275,59 +437,257 @@ fn campaign(packets: u64, budget: Duration, seed: u64) -> Tally {
         .iter()
         .map(|a| a.parse().expect("an address"))
         .collect();
-    let program = Program::load(&zone(), &local);
     // SAFETY: a NUL-terminated interface name.
     let veth = unsafe { libc::if_nametoindex(c"fz0".as_ptr()) };
     assert_ne!(veth, 0, "the campaign's veth exists");
-    let seeds = seeds();
+    let started = Instant::now();
+    let open = Program::load(&zone(), &local);
+    must_answer(&open, veth);
+    let open_packets = packets - packets / 4;
+    let mut seeds = seeds();
+    let mut tally = mutations(
+        &open,
+        None,
+        &seeds,
+        &local,
+        veth,
+        (open_packets, budget.mul_f64(0.75)),
+        seed,
+    );
+    let guard = Guard::new();
+    let guarded = Program::load_with_clients(&zone(), &local, guard.clients());
+    must_answer_guarded(&guarded, veth);
+    // Queries from outside the allow-list, to be dropped, among the seeds.
+    for query in [
+        QueryBuilder::new("default-nginx.ingress.prod.coreha.example", 1).bytes(),
+        QueryBuilder::new("dual.prod.coreha.example", 28)
+            .edns(1232, false)
+            .bytes(),
+    ] {
+        seeds.push(Frame::between(OUTSIDER_V4, SERVER_V4).build(&query));
+        seeds.push(Frame::between(OUTSIDER_V6, SERVER_V6).build(&query));
+    }
+    let rest = budget.saturating_sub(started.elapsed());
+    let second = mutations(
+        &guarded,
+        Some(&guard),
+        &seeds,
+        &local,
+        veth,
+        (packets - open_packets, rest),
+        seed.rotate_left(32),
+    );
+    tally.guarded = second.packets;
+    tally.packets += second.packets;
+    tally.answered += second.answered;
+    tally.passed += second.passed;
+    tally.dropped += second.dropped;
+    tally.slipped += second.slipped;
+    for (counter, n) in second.by_counter {
+        match tally.by_counter.iter_mut().find(|(c, _)| *c == counter) {
+            Some((_, total)) => *total += n,
+            None => tally.by_counter.push((counter, n)),
+        }
+    }
+    tally.elapsed = started.elapsed();
+    tally
+}
+
+/// Clients outside the guarded campaign's allow-list.
+const OUTSIDER_V4: &str = "198.18.5.2";
+const OUTSIDER_V6: &str = "2001:db8:1::2";
+
+/// Frames the program must answer (XDP_TX, userspace's answer), on both interfaces: A and AAAA
+/// queries (with and without EDNS, over IPv4 and IPv6, with and without a VLAN tag) for names
+/// the kernel holds, for a missing name (NXDOMAIN) and for an empty non-terminal (NODATA).
+fn must_answer_frames() -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for name in [
+        "default-nginx.ingress.prod.coreha.example",
+        "dual.prod.coreha.example",
+        "missing.prod.coreha.example",
+        "deep.ent.prod.coreha.example",
+    ] {
+        for qtype in [1u16, 28] {
+            for query in [
+                QueryBuilder::new(name, qtype).bytes(),
+                QueryBuilder::new(name, qtype).edns(1232, false).bytes(),
+            ] {
+                for base in [Frame::v4(SERVER_V4), Frame::v6(SERVER_V6)] {
+                    frames.push(base.build(&query));
+                    frames.push(
+                        Frame {
+                            vlan: Some(42),
+                            ..base
+                        }
+                        .build(&query),
+                    );
+                }
+            }
+        }
+    }
+    frames
+}
+
+/// Runs `frame` through `program` and checks that it is answered in full.
+fn expect_answered(program: &Program, frame: &[u8], ifindex: u32) {
+    let (verdict, out) = program.run_on(frame, ifindex);
+    let h = read(frame).expect("a frame the oracle reads");
+    let result = match verdict {
+        XDP_TX => check_answer(program, &h, &out, false).map(|_| ()),
+        other => Err(format!("verdict {other} where an answer is due")),
+    };
+    if let Err(why) = result {
+        panic!(
+            "interface {ifindex}: {why}\n in: {}\nout: {}",
+            hex(frame),
+            hex(&out)
+        );
+    }
+}
+
+/// What must be answered is answered (the mutation campaign alone would let a program that
+/// passed everything up through).
+fn must_answer(program: &Program, veth: u32) {
+    for frame in must_answer_frames() {
+        for ifindex in [LOOPBACK_IFINDEX, veth] {
+            expect_answered(program, &frame, ifindex);
+        }
+    }
+}
+
+/// The guarded program: the exempt client is answered every time, clients outside the
+/// allow-list are dropped, and a flood from a limited client is answered up to the rate, then
+/// slipped (TC=1, empty) and dropped in turn.
+fn must_answer_guarded(program: &Program, veth: u32) {
+    let frames = must_answer_frames();
+    let exempt: Vec<&Vec<u8>> = frames
+        .iter()
+        .filter(|f| matches!(read(f), Some(h) if h.src.is_ipv6()))
+        .collect();
+    for _ in 0..4 {
+        for frame in &exempt {
+            for ifindex in [LOOPBACK_IFINDEX, veth] {
+                expect_answered(program, frame, ifindex);
+            }
+        }
+    }
+    let query = QueryBuilder::new("default-nginx.ingress.prod.coreha.example", 1).bytes();
+    for outsider in [
+        Frame::between(OUTSIDER_V4, SERVER_V4),
+        Frame::between(OUTSIDER_V6, SERVER_V6),
+    ] {
+        let frame = outsider.build(&query);
+        let (verdict, _) = program.run_on(&frame, veth);
+        assert_eq!(
+            verdict, XDP_DROP,
+            "a client outside the allow-list: {outsider:?}"
+        );
+    }
+    let frame = Frame::v4(SERVER_V4).build(&query);
+    let h = read(&frame).expect("a frame the oracle reads");
+    let (mut full, mut slips, mut drops) = (0u32, 0u32, 0u32);
+    for _ in 0..3 * GUARD_RATE {
+        match program.run_on(&frame, veth) {
+            (XDP_TX, out) => match check_answer(program, &h, &out, true) {
+                Ok(true) => slips += 1,
+                Ok(false) => full += 1,
+                Err(why) => panic!("the flood: {why}"),
+            },
+            (XDP_DROP, _) => drops += 1,
+            (other, _) => panic!("the flood: verdict {other}"),
+        }
+    }
+    // One budget a second: a flood across a second boundary gets two.
+    assert!(
+        (GUARD_RATE..=2 * GUARD_RATE).contains(&full) && slips > 0 && drops > 0,
+        "a flood at {} queries: {full} answered, {slips} slipped, {drops} dropped",
+        3 * GUARD_RATE
+    );
+}
+
+/// Runs up to `packets` mutated frames through `program` (or until the time is up), each
+/// checked against the oracle for the policy `guard`.
+fn mutations(
+    program: &Program,
+    guard: Option<&Guard>,
+    seeds: &[Vec<u8>],
+    local: &[IpAddr],
+    veth: u32,
+    (packets, budget): (u64, Duration),
+    seed: u64,
+) -> Tally {
+    let before: Vec<u64> = Counter::ALL
+        .iter()
+        .map(|c| program.counters.get(*c))
+        .collect();
     let mut rng = Rng(seed | 1);
     let mut tally = Tally::default();
+    let (mut martians, mut not_allowed, mut limited) = (0u64, 0u64, 0u64);
     let started = Instant::now();
     while tally.packets < packets && started.elapsed() < budget {
         let mut frame = seeds[rng.index(seeds.len())].clone();
-        mutate(&mut rng, &mut frame, &seeds);
+        mutate(&mut rng, &mut frame, seeds);
         let ifindex = if rng.index(2) == 0 {
             LOOPBACK_IFINDEX
         } else {
             veth
         };
+        let (fate, headers) = fate(&frame, ifindex, local, guard);
         let (verdict, out) = program.run_on(&frame, ifindex);
+        let policy = if guard.is_some() { "guarded" } else { "open" };
         let fail = |why: &str| -> ! {
             panic!(
-                "packet {} (seed {seed}, interface {ifindex}): {why}\n in: {}\nout: {}",
+                "packet {} of the {policy} campaign (seed {seed}, interface {ifindex}): {why}\n in: {}\nout: {}",
                 tally.packets,
                 hex(&frame),
                 hex(&out)
             )
         };
-        match verdict {
-            XDP_PASS => {
+        match (verdict, fate, &headers) {
+            (XDP_PASS, Fate::Passed | Fate::Query { .. }, _) => {
                 if out != frame {
                     fail("a passed packet was changed");
                 }
                 tally.passed += 1;
             }
-            XDP_TX => {
-                check_answer(&program, &frame, &out).unwrap_or_else(|why| fail(&why));
+            (XDP_TX, Fate::Query { limited }, Some(h)) => {
+                let slip = check_answer(program, h, &out, limited).unwrap_or_else(|why| fail(&why));
                 tally.answered += 1;
+                tally.slipped += u64::from(slip);
             }
-            XDP_DROP => {
-                let martian = headers(&frame).is_some_and(|h| is_martian(&h, ifindex, &local));
-                if !martian {
-                    fail("dropped without being a martian");
-                }
-                tally.dropped += 1;
+            (XDP_DROP, Fate::Martian, _) => martians += 1,
+            (XDP_DROP, Fate::NotAllowed, _) => not_allowed += 1,
+            (XDP_DROP, Fate::Query { limited: true }, _) => limited += 1,
+            (verdict, fate, _) => {
+                let verdict = match verdict {
+                    XDP_PASS => "passed".to_owned(),
+                    XDP_TX => "answered".to_owned(),
+                    XDP_DROP => "dropped".to_owned(),
+                    other => format!("verdict {other}"),
+                };
+                fail(&format!("{verdict}, where the oracle says {fate:?}"))
             }
-            other => fail(&format!("verdict {other}")),
+        }
+        if verdict == XDP_DROP {
+            tally.dropped += 1;
         }
         tally.packets += 1;
     }
     tally.elapsed = started.elapsed();
     tally.by_counter = Counter::ALL
         .iter()
-        .map(|c| (*c, program.counters.get(*c)))
+        .zip(&before)
+        .map(|(c, before)| (*c, program.counters.get(*c) - before))
         .filter(|(_, n)| *n > 0)
         .collect();
+    let count = |counter: Counter| {
+        tally
+            .by_counter
+            .iter()
+            .find(|(c, _)| *c == counter)
+            .map_or(0, |(_, n)| *n)
+    };
     let counted: u64 = tally.by_counter.iter().map(|(_, n)| n).sum();
     assert_eq!(counted, tally.packets, "every packet counted exactly once");
     for (verdict, seen) in [
@@ -346,28 +706,74 @@ fn campaign(packets: u64, budget: Duration, seed: u64) -> Tally {
             "{verdict:?}: the counters agree with the verdicts"
         );
     }
+    // Each drop and slip under the reason the oracle gave it.
+    assert_eq!(
+        (
+            count(Counter::DropMartian),
+            count(Counter::DropNotAllowed),
+            count(Counter::DropRateLimited),
+            count(Counter::SlipRateLimited)
+        ),
+        (martians, not_allowed, limited, tally.slipped),
+        "martian, not-allowed and rate-limited drops, and slips: counted as the oracle predicted"
+    );
+    // A long enough guarded run meets every decision.
+    if guard.is_some() && tally.packets >= 20_000 {
+        assert!(
+            not_allowed > 0 && limited > 0 && tally.slipped > 0,
+            "the guarded campaign: {not_allowed} not allowed, {limited} limited, {} slipped",
+            tally.slipped
+        );
+    }
     tally
 }
 
-/// The answer's headers are the query's turned around, its checksums verify, and its DNS bytes
-/// are the userspace server's answer to the same query.
-fn check_answer(program: &Program, frame: &[u8], out: &[u8]) -> Result<(), String> {
-    let query = headers(frame).ok_or("answered a frame the oracle cannot read")?;
+/// The answer leaves from the queried address and port to the sender's, its MAC addresses turned
+/// around, its checksums verify, and its DNS bytes are the userspace server's answer to the same
+/// query, or (a `limited` client) userspace's slip: TC=1 and empty. Ok(true) for a slip.
+fn check_answer(
+    program: &Program,
+    query: &Headers,
+    out: &[u8],
+    limited: bool,
+) -> Result<bool, String> {
     let parsed = std::panic::catch_unwind(|| parse_checked(out))
         .map_err(|_| "the answer's headers or checksums are wrong".to_owned())?;
     if parsed.dst_mac != query.src_mac || parsed.src_mac != query.dst_mac {
         return Err("MAC addresses not turned around".into());
     }
     if parsed.dst != query.src || parsed.dst_port != query.src_port {
-        return Err("not sent back to the client".into());
+        return Err("not sent back to the client's address and port".into());
+    }
+    if parsed.src != query.dst || parsed.src_port != query.dst_port {
+        return Err("not sent from the queried address and port".into());
     }
     let userspace = respond(&query.dns, Some(&program.table), Transport::Udp)
         .ok_or("userspace would not answer")?;
-    if parsed.dns != userspace.bytes {
-        return Err(format!(
-            "XDP and userspace answers differ: userspace {}",
-            hex(&userspace.bytes)
-        ));
+    if parsed.dns == userspace.bytes {
+        return Ok(false);
     }
-    Ok(())
+    if limited {
+        let slip = respond_for(
+            &query.dns,
+            Some(&program.table),
+            Transport::Udp,
+            &Asker {
+                shape: Shape::Slip,
+                ..Asker::ANONYMOUS
+            },
+        )
+        .ok_or("userspace would not answer")?;
+        let message = Message::from_vec(&parsed.dns).map_err(|e| format!("a slip: {e}"))?;
+        let empty = message.answers.is_empty()
+            && message.authorities.is_empty()
+            && message.additionals.is_empty();
+        if parsed.dns == slip.bytes && message.metadata.truncation && empty {
+            return Ok(true);
+        }
+    }
+    Err(format!(
+        "XDP and userspace answers differ: userspace {}",
+        hex(&userspace.bytes)
+    ))
 }

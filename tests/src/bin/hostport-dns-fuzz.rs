@@ -36,10 +36,12 @@ fn main() {
     let tally = fuzz::run(args.packets, Duration::from_secs(args.seconds), seed);
     let rate = tally.packets as f64 / tally.elapsed.as_secs_f64().max(1e-9);
     println!(
-        "{} packets in {:.1} s ({rate:.0}/s): {} answered (each equal to userspace's), {} passed untouched, {} dropped (each a martian)",
+        "{} packets in {:.1} s ({rate:.0}/s), {} of them with an allow-list and rate limiting: {} answered (each equal to userspace's answer or slip; {} slips), {} passed untouched, {} dropped (each as the oracle predicted)",
         tally.packets,
         tally.elapsed.as_secs_f64(),
+        tally.guarded,
         tally.answered,
+        tally.slipped,
         tally.passed,
         tally.dropped
     );
