@@ -40,6 +40,8 @@ const CHANGES_PER_MINUTE: u64 = 1000;
 const PROPAGATION_SLACK: Duration = Duration::from_secs(2);
 /// Memory is sampled this often; growth is measured after the warm-up (a fifth of the run).
 const RSS_INTERVAL: Duration = Duration::from_secs(5);
+/// The most resident memory may grow after the warm-up.
+const MAX_RSS_GROWTH_PERCENT: f64 = 5.0;
 
 fn pod_name(i: usize) -> String {
     format!("svc-{}.ingress.{ZONE}", i / PODS_PER_NAME)
@@ -386,6 +388,30 @@ pub fn run() {
     for w in wrong.iter().take(10) {
         println!("  wrong: {w}");
     }
+    let growth = (last - warm) / warm * 100.0;
+    let mut failures = Vec::new();
+    if samples.load(Ordering::Relaxed) == 0 {
+        failures.push("no sampled answer".to_owned());
+    }
+    if !wrong.is_empty() {
+        failures.push(format!(
+            "{} sampled answers not matching the table of their time",
+            wrong.len()
+        ));
+    }
+    if final_mismatches != 0 {
+        failures.push(format!(
+            "{final_mismatches} names differ from the API at the end (lost updates)"
+        ));
+    }
+    // NaN (no sample after the warm-up) fails too.
+    if growth.is_nan() || growth > MAX_RSS_GROWTH_PERCENT {
+        failures.push(format!(
+            "RSS grew {growth:+.1} % after warm-up ({warm:.1} to {last:.1} MiB; at most {MAX_RSS_GROWTH_PERCENT} %)"
+        ));
+    }
+    assert!(failures.is_empty(), "soak failed: {}", failures.join("; "));
+    println!("soak passed: 0 wrong answers, 0 lost updates, RSS growth {growth:+.1} %");
 }
 
 /// Names whose answer differs from the API's final state.
