@@ -330,6 +330,7 @@ async fn stopping(
     udp_workers: udp::UdpWorkers,
 ) {
     shared.liveness.stopping();
+    crate::stop::hang_if_asked();
     // New queries go to the agent beside this one (a rolling update's), if there is one; those
     // this one holds are answered first (`server::closing`). The XDP program answers throughout.
     shared.closing.start();

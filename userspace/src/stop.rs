@@ -77,6 +77,19 @@ impl Stop {
     }
 }
 
+/// Makes the agent's orderly stop hang when set (the tests' stand-in for a step that never
+/// returns, which the deadline must cut).
+pub const HANG_ENV: &str = "HOSTPORT_DNS_TEST_STOP_HANG";
+
+/// Hangs for good when [`HANG_ENV`] is set; returns at once otherwise.
+pub fn hang_if_asked() {
+    if std::env::var_os(HANG_ENV).is_some_and(|v| !v.is_empty()) {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
 /// SIGTERM and SIGINT.
 fn stop_set() -> io::Result<libc::sigset_t> {
     let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
