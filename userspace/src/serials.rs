@@ -15,6 +15,14 @@
 //!   keeps the serial (the same as the other nodes'), and one with changed content goes up.
 //! - Without Kubernetes (configuration and record file only), a zone starts at a serial made
 //!   from its content (equal on nodes given the same file) and counts up by one per change.
+//! - Each reverse zone is a zone of its own here (its apex, the digest of its PTR records): its
+//!   serial moves only when its own PTR records do, so a pod change NOTIFYs the forward zone and
+//!   the one reverse zone its address is in, not every reverse zone.
+//!
+//! What holds on one node: one serial names one content of a zone (a zone's serial changes
+//! exactly when its digest does), and the serial never goes below one the node offered before,
+//! restarts included (the state file is written after the records it describes, see
+//! `persist.rs`).
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -23,8 +31,12 @@ use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
-/// The state file's format: a file of another version is not read.
-const FORMAT: u32 = 1;
+/// The state file's format: a file of another version is not read. Format 1 had one serial for
+/// all reverse zones (`reverse`); it is read, and that serial becomes the floor of every reverse
+/// zone first numbered on its own, so that none goes below what format 1 offered.
+const FORMAT: u32 = 2;
+/// The format before reverse zones were numbered one by one.
+const FORMAT_SHARED_REVERSE: u32 = 1;
 
 /// Whether `a` is greater than `b` in serial number arithmetic (RFC 1982 §3.2, SERIAL_BITS 32).
 pub fn serial_gt(a: u32, b: u32) -> bool {
@@ -51,9 +63,11 @@ pub struct StateFile {
     /// The highest Kubernetes revision seen.
     #[serde(default)]
     revision: Option<u64>,
-    /// The reverse zones' serial.
+    /// Format 1: the one serial of every reverse zone; since: the floor of a reverse zone not
+    /// in `zones` yet (what format 1 may have offered for it).
     #[serde(default)]
     reverse: Option<u32>,
+    /// Forward and reverse zones, by apex.
     zones: BTreeMap<String, Kept>,
 }
 
@@ -67,9 +81,9 @@ pub struct Serials {
     /// at 1, which the first revision supersedes (a serial from its content could be "above"
     /// every revision in RFC 1982 terms, and leave the zone counting by one for good).
     follows_revisions: bool,
-    /// The reverse zones' serial: it moves up whenever any zone's does (a PTR record changes
-    /// only with a forward zone), so it never goes back when zones come and go.
-    reverse: Option<u32>,
+    /// What a reverse zone numbered for the first time starts above (the shared reverse serial
+    /// of a format 1 file): it may have been offered under that serial before.
+    reverse_floor: Option<u32>,
     changed: bool,
 }
 
@@ -80,7 +94,7 @@ impl Serials {
             zones: BTreeMap::new(),
             revision: None,
             follows_revisions: false,
-            reverse: None,
+            reverse_floor: None,
             changed: false,
         }
     }
@@ -92,7 +106,7 @@ impl Serials {
         match load(file) {
             Ok(Some(state)) => {
                 serials.revision = state.revision;
-                serials.reverse = state.reverse;
+                serials.reverse_floor = state.reverse;
                 serials.zones = state
                     .zones
                     .into_iter()
@@ -112,11 +126,6 @@ impl Serials {
         self.follows_revisions = true;
     }
 
-    /// The reverse zones' serial (1 before any zone is numbered).
-    pub fn reverse_serial(&self) -> u32 {
-        self.reverse.unwrap_or(1)
-    }
-
     /// A source says the data now stands at Kubernetes revision `revision`.
     pub fn note_revision(&mut self, revision: u64) {
         if self.revision.is_none_or(|r| revision > r) {
@@ -125,26 +134,22 @@ impl Serials {
         }
     }
 
-    /// The serial of the zone at `apex` whose content is now `content`.
+    /// The serial of the zone at `apex` (forward or reverse) whose content is now `content`.
     pub fn serial_for(&mut self, apex: &Name, content: u64) -> u32 {
         let candidate = self.revision.map(serial_of_revision);
         let serial = match self.zones.get(apex) {
             Some(kept) if kept.content == content => return kept.serial,
-            Some(kept) => match candidate {
-                Some(c) if serial_gt(c, kept.serial) => c,
-                _ => kept.serial.wrapping_add(1),
-            },
-            None => match candidate {
-                Some(c) => c,
-                None if self.follows_revisions => 1,
-                None => (content ^ (content >> 32)) as u32,
+            Some(kept) => above(candidate, kept.serial),
+            None => match self.reverse_floor.filter(|_| is_reverse(apex)) {
+                Some(floor) => above(candidate, floor),
+                None => match candidate {
+                    Some(c) => c,
+                    None if self.follows_revisions => 1,
+                    None => (content ^ (content >> 32)) as u32,
+                },
             },
         };
         self.zones.insert(apex.clone(), Kept { serial, content });
-        self.reverse = Some(match self.reverse {
-            Some(r) if !serial_gt(serial, r) => r.wrapping_add(1),
-            _ => serial,
-        });
         self.changed = true;
         serial
     }
@@ -157,7 +162,7 @@ impl Serials {
         Some(StateFile {
             format: FORMAT,
             revision: self.revision,
-            reverse: self.reverse,
+            reverse: self.reverse_floor,
             zones: self
                 .zones
                 .iter()
@@ -165,6 +170,20 @@ impl Serials {
                 .collect(),
         })
     }
+}
+
+/// The serial after `before`: the revision's if it is greater, else one more.
+fn above(candidate: Option<u32>, before: u32) -> u32 {
+    match candidate {
+        Some(c) if serial_gt(c, before) => c,
+        _ => before.wrapping_add(1),
+    }
+}
+
+/// Whether `apex` is a reverse zone's (under in-addr.arpa or ip6.arpa).
+fn is_reverse(apex: &Name) -> bool {
+    let text = apex.to_ascii().to_ascii_lowercase();
+    text.ends_with("in-addr.arpa.") || text.ends_with("ip6.arpa.")
 }
 
 impl Default for Serials {
@@ -180,8 +199,11 @@ fn load(path: &Path) -> anyhow::Result<Option<StateFile>> {
         Err(err) => return Err(err).context("cannot read the file"),
     };
     let state: StateFile = serde_json::from_slice(&text).context("not a serials file")?;
-    if state.format != FORMAT {
-        anyhow::bail!("format {} (this agent reads {FORMAT})", state.format);
+    if state.format != FORMAT && state.format != FORMAT_SHARED_REVERSE {
+        anyhow::bail!(
+            "format {} (this agent reads {FORMAT_SHARED_REVERSE} and {FORMAT})",
+            state.format
+        );
     }
     Ok(Some(state))
 }
@@ -235,20 +257,43 @@ mod tests {
     }
 
     #[test]
-    fn the_reverse_serial_moves_up_with_every_zone_and_never_back() {
-        let other = Name::from_ascii("other.").unwrap();
+    fn each_reverse_zone_moves_with_its_own_content_only() {
+        let one = Name::from_ascii("0.18.198.in-addr.arpa.").unwrap();
+        let two = Name::from_ascii("1.18.198.in-addr.arpa.").unwrap();
         let mut s = Serials::new();
         s.note_revision(100);
-        s.serial_for(&apex(), 1);
-        assert_eq!(s.reverse_serial(), 100);
-        // Another zone at the same revision, then a change no revision explains.
-        s.serial_for(&other, 1);
-        assert_eq!(s.reverse_serial(), 101);
-        s.serial_for(&apex(), 2);
-        assert_eq!(s.reverse_serial(), 102);
-        s.note_revision(500);
-        s.serial_for(&other, 2);
-        assert_eq!(s.reverse_serial(), 500);
+        assert_eq!(s.serial_for(&one, 1), 100);
+        assert_eq!(s.serial_for(&two, 1), 100);
+        s.note_revision(120);
+        // Only the first zone's PTR records changed: the second keeps its serial.
+        assert_eq!(s.serial_for(&one, 2), 120);
+        assert_eq!(s.serial_for(&two, 1), 100);
+    }
+
+    #[test]
+    fn a_format_1_file_is_read_and_no_reverse_zone_goes_below_its_shared_serial() {
+        let dir = std::env::temp_dir().join(format!("hpd-serials-v1-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("serials.json");
+        std::fs::write(
+            &file,
+            br#"{"format":1,"revision":500,"reverse":503,"zones":{"example.":{"serial":500,"content":1}}}"#,
+        )
+        .unwrap();
+        let mut s = Serials::load(&file);
+        assert_eq!(s.serial_for(&apex(), 1), 500, "the forward zone is kept");
+        let reverse = Name::from_ascii("0.18.198.in-addr.arpa.").unwrap();
+        // Format 1 offered 503 for every reverse zone: each starts above it.
+        assert_eq!(s.serial_for(&reverse, 7), 504);
+        assert_eq!(s.serial_for(&reverse, 7), 504);
+        s.note_revision(600);
+        assert_eq!(s.serial_for(&reverse, 8), 600);
+        let kept = s.take_changes().unwrap();
+        assert_eq!(kept.format, FORMAT);
+        store(&file, &kept).unwrap();
+        let mut again = Serials::load(&file);
+        assert_eq!(again.serial_for(&reverse, 8), 600);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

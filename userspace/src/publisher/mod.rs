@@ -179,7 +179,7 @@ impl Publisher {
         }
         let serials = &mut self.serials;
         builder.assign_serials(|zone| serials.serial_for(&zone.spec.apex, zone.digest));
-        builder.set_reverse_serial(serials.reverse_serial());
+        builder.assign_reverse_serials(|apex, digest| serials.serial_for(apex, digest));
         let table = builder.table().clone();
         let changed = match &compiled {
             Compiled::Whole => table.nodes().len(),

@@ -10,11 +10,13 @@
 //! kernel table's writer; its records as one sorted vector of (record, TTL, holders), 40 bytes
 //! a record.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+
+use hickory_proto::rr::Name;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{CompileWarning, Node, RecordTable, Zone, serial};
+use super::{CompileWarning, Network, Node, RecordTable, ReverseSerial, Zone, serial};
 use crate::{
     dns::WireName,
     records::{RecordData, SourceRecord},
@@ -35,6 +37,15 @@ pub struct TableBuilder {
     dirty: FxHashSet<WireName>,
     /// Per zone: the wrapping sum of its names' serial parts.
     content: Vec<u64>,
+    /// Per reverse zone holding PTR records (and every configured one): the wrapping sum of its
+    /// addresses' parts, so that a reverse zone's digest moves only with its own PTR records.
+    reverse_content: BTreeMap<Network, u64>,
+    /// Addresses whose PTR records may have changed since the last [`TableBuilder::finish`]
+    /// (their part before the change is already out of their zone's sum).
+    touched: FxHashSet<IpAddr>,
+    /// The reverse zones whose digest changed since [`TableBuilder::assign_reverse_serials`]
+    /// last took them, with it.
+    reverse_changed: Vec<(Network, u64)>,
     table: RecordTable,
 }
 
@@ -157,6 +168,9 @@ impl TableBuilder {
         let apexes: Vec<WireName> = specs.iter().map(|s| WireName::from_name(&s.apex)).collect();
         let mut builder = Self {
             content: vec![0; specs.len()],
+            reverse_content: BTreeMap::new(),
+            touched: FxHashSet::default(),
+            reverse_changed: Vec::new(),
             names: FxHashMap::default(),
             dirty: FxHashSet::default(),
             table: RecordTable {
@@ -340,6 +354,7 @@ impl TableBuilder {
                     self.content[new.zone as usize].wrapping_add(serial::name_part(&key, new));
                 self.table.records += new.record_count();
             }
+            self.touch_addresses(old.as_deref(), new.as_deref());
             self.update_reverse(&key, old.as_deref(), new.as_deref());
             match new {
                 Some(node) => self.table.nodes.insert(key.clone(), node),
@@ -351,6 +366,7 @@ impl TableBuilder {
             zone.digest = serial::zone_digest(self.content[zone.id as usize], &zone.spec);
             zone.serial = serial::serial_of_digest(zone.digest);
         }
+        self.settle_reverse();
         changed
     }
 
@@ -362,9 +378,125 @@ impl TableBuilder {
         }
     }
 
-    /// Numbers the reverse zones.
-    pub fn set_reverse_serial(&mut self, serial: u32) {
-        self.table.reverse_serial = Some(serial);
+    /// Numbers the reverse zones whose content the last [`TableBuilder::finish`] changed:
+    /// `serial_for` gets each one's apex and digest ([`TableBuilder::finish`] numbers them by
+    /// digest alone). The others keep their serials.
+    pub fn assign_reverse_serials(&mut self, mut serial_for: impl FnMut(&Name, u64) -> u32) {
+        for (network, digest) in std::mem::take(&mut self.reverse_changed) {
+            let serial = serial_for(&network.reverse_name(), digest);
+            self.table
+                .reverse_serials
+                .insert(network, ReverseSerial { digest, serial });
+        }
+    }
+
+    /// Takes the current PTR part of every address of `old` and `new` not touched yet out of
+    /// its reverse zone's sum: the first touch sees the address as it was before this batch
+    /// (a name that holds the address neither before nor after cannot change its PTR records).
+    fn touch_addresses(&mut self, old: Option<&Node>, new: Option<&Node>) {
+        let addresses = old
+            .map(Node::addresses)
+            .into_iter()
+            .chain(new.map(Node::addresses))
+            .flatten();
+        for address in addresses {
+            if !self.touched.insert(address) {
+                continue;
+            }
+            let part = self.address_part(&address);
+            if let Some(network) = self.table.reverse_network_of(&address)
+                && let Some(sum) = self.reverse_content.get_mut(&network)
+            {
+                *sum = sum.wrapping_sub(part);
+            }
+        }
+    }
+
+    /// Adds the touched addresses' parts as they are now, and digests the reverse zones whose
+    /// sum moved; a derived zone left without PTR records is no longer numbered.
+    fn settle_reverse(&mut self) {
+        let mut moved: Vec<Network> = Vec::new();
+        for address in std::mem::take(&mut self.touched) {
+            let Some(network) = self.table.reverse_network_of(&address) else {
+                continue;
+            };
+            let part = self.address_part(&address);
+            let sum = self.reverse_content.entry(network).or_insert(0);
+            *sum = sum.wrapping_add(part);
+            moved.push(network);
+        }
+        moved.sort_unstable();
+        moved.dedup();
+        for network in moved {
+            self.digest_reverse(network);
+        }
+    }
+
+    /// Digests one reverse zone from its sum and numbers it by its digest, unless the digest
+    /// is the one it has.
+    fn digest_reverse(&mut self, network: Network) {
+        let configured = self.table.reverse_config.zones.is_some();
+        let sum = self.reverse_content.get(&network).copied().unwrap_or(0);
+        if !configured && !self.table.has_ptr_in(&network) {
+            self.reverse_content.remove(&network);
+            self.table.reverse_serials.remove(&network);
+            return;
+        }
+        let Some(first) = self.table.zones.first() else {
+            return;
+        };
+        let digest = serial::reverse_digest(sum, &network, &first.spec);
+        if self
+            .table
+            .reverse_serials
+            .get(&network)
+            .is_some_and(|r| r.digest == digest)
+        {
+            return;
+        }
+        self.table.reverse_serials.insert(
+            network,
+            ReverseSerial {
+                digest,
+                serial: serial::serial_of_digest(digest),
+            },
+        );
+        self.reverse_changed.push((network, digest));
+    }
+
+    /// What `address`'s PTR records add to its reverse zone's sum now (0: none).
+    fn address_part(&self, address: &IpAddr) -> u64 {
+        let names = self.table.ptr_names(address);
+        if names.is_empty() {
+            return 0;
+        }
+        let ttl = names
+            .iter()
+            .filter_map(|n| Some(self.table.node(n)?.ttl_in(self.table.zone_for(n)?)))
+            .min()
+            .unwrap_or(0);
+        serial::address_part(address, &names, ttl)
+    }
+
+    /// Sums every reverse zone again (the reverse configuration changed): every configured
+    /// zone is numbered, with PTR records or without.
+    fn sum_reverse_again(&mut self) {
+        self.reverse_content.clear();
+        self.table.reverse_serials = Default::default();
+        if let Some(zones) = &self.table.reverse_config.zones {
+            for network in zones {
+                self.reverse_content.insert(*network, 0);
+            }
+        }
+        let addresses: Vec<IpAddr> = self.table.addresses.iter().copied().collect();
+        self.touched.extend(addresses);
+        let configured: Vec<Network> = self.reverse_content.keys().copied().collect();
+        self.settle_reverse();
+        for network in configured {
+            if !self.table.reverse_serials.contains_key(&network) {
+                self.digest_reverse(network);
+            }
+        }
     }
 
     /// Keeps address → names in step with one name's change.
@@ -401,6 +533,7 @@ impl TableBuilder {
     /// Which reverse zones the table serves, and which names get no PTR.
     pub fn set_reverse_config(&mut self, config: Arc<super::ReverseConfig>) {
         self.table.reverse_config = config;
+        self.sum_reverse_again();
     }
 
     /// The table as of the last [`TableBuilder::finish`].
@@ -615,6 +748,57 @@ mod tests {
         builder.add(&[a("z.deep.x.a.example.", "198.18.0.2", None)]);
         let changed: Vec<String> = builder.finish().iter().map(|n| n.to_string()).collect();
         assert_eq!(changed, ["z.deep.x.a.example."]);
+    }
+
+    #[test]
+    fn a_reverse_zone_is_renumbered_only_when_its_own_ptr_records_change() {
+        let (mut builder, _) = TableBuilder::new(&zones());
+        builder.add(&[a("x.a.example.", "198.18.0.1", None)]);
+        builder.add(&[a("y.a.example.", "198.18.1.1", None)]);
+        builder.finish();
+        let zero = Network::new("198.18.0.0".parse().unwrap(), 24).unwrap();
+        let one = Network::new("198.18.1.0".parse().unwrap(), 24).unwrap();
+        let mut numbered = Vec::new();
+        builder.assign_reverse_serials(|apex, _| {
+            numbered.push(apex.to_string());
+            7
+        });
+        // The name server's glue address holds one too.
+        assert_eq!(
+            numbered,
+            [
+                "0.18.198.in-addr.arpa.",
+                "1.18.198.in-addr.arpa.",
+                "9.18.198.in-addr.arpa."
+            ]
+        );
+        assert_eq!(builder.table().reverse_serial(&zero), 7);
+        // A name joins 198.18.0.0/24: only that zone is numbered again.
+        builder.add(&[a("z.a.example.", "198.18.0.2", None)]);
+        builder.finish();
+        let mut numbered = Vec::new();
+        builder.assign_reverse_serials(|apex, _| {
+            numbered.push(apex.to_string());
+            8
+        });
+        assert_eq!(numbered, ["0.18.198.in-addr.arpa."]);
+        assert_eq!(builder.table().reverse_serial(&zero), 8);
+        assert_eq!(builder.table().reverse_serial(&one), 7);
+        // A TTL change of a name is a change of its PTR records' TTL.
+        builder.remove(&[a("y.a.example.", "198.18.1.1", None)]);
+        builder.add(&[a("y.a.example.", "198.18.1.1", Some(30))]);
+        builder.finish();
+        let mut numbered = Vec::new();
+        builder.assign_reverse_serials(|apex, _| {
+            numbered.push(apex.to_string());
+            9
+        });
+        assert_eq!(numbered, ["1.18.198.in-addr.arpa."]);
+        // The last PTR record of a derived zone goes: the zone is no longer served or numbered.
+        builder.remove(&[a("y.a.example.", "198.18.1.1", Some(30))]);
+        builder.finish();
+        builder.assign_reverse_serials(|_, _| panic!("nothing to number"));
+        assert_eq!(builder.table().reverse_serial(&one), 0);
     }
 
     #[test]

@@ -125,9 +125,16 @@ pub struct RecordTable {
     reverse_config: Arc<ReverseConfig>,
     /// Number of A, AAAA and SRV records.
     records: usize,
-    /// The reverse zones' serial, when the agent numbers them (a table compiled alone sums
-    /// the forward zones' serials).
-    reverse_serial: Option<u32>,
+    /// Each reverse zone's digest and serial: the zones holding PTR records, and every
+    /// configured one. Numbered by digest alone until the agent numbers them.
+    reverse_serials: imbl::OrdMap<Network, ReverseSerial>,
+}
+
+/// A reverse zone's content digest and serial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReverseSerial {
+    pub digest: u64,
+    pub serial: u32,
 }
 
 impl RecordTable {
@@ -218,6 +225,11 @@ impl RecordTable {
         networks
     }
 
+    /// Whether the reverse zones are configured (`reverseZones.zones`), not derived.
+    pub fn reverse_zones_configured(&self) -> bool {
+        self.reverse_config.zones.is_some()
+    }
+
     /// Whether any address in `network` has a PTR record.
     pub fn has_ptr_in(&self, network: &Network) -> bool {
         let (first, last) = network.range();
@@ -254,13 +266,28 @@ impl RecordTable {
         self.records
     }
 
-    /// The serial of every reverse zone.
-    pub fn reverse_serial(&self) -> u32 {
-        self.reverse_serial.unwrap_or_else(|| {
-            self.zones
-                .iter()
-                .fold(0u32, |sum, zone| sum.wrapping_add(zone.serial))
-        })
+    /// The serial of the reverse zone of `network`: it moves only when that zone's PTR records
+    /// (or the SOA fields and name servers it takes from the first forward zone) change. 0 for
+    /// a zone not served.
+    pub fn reverse_serial(&self, network: &Network) -> u32 {
+        self.reverse_serials.get(network).map_or(0, |r| r.serial)
+    }
+
+    /// The reverse zone `address`'s PTR records belong to, if one is served for it: the
+    /// configured zone holding it, or else its derived /24 or /64.
+    pub fn reverse_network_of(&self, address: &IpAddr) -> Option<Network> {
+        let host = Network::host(*address);
+        match &self.reverse_config.zones {
+            Some(zones) => zones.iter().find(|zone| zone.contains(&host)).copied(),
+            None => {
+                let prefix = if address.is_ipv4() {
+                    reverse::DERIVED_V4_PREFIX
+                } else {
+                    reverse::DERIVED_V6_PREFIX
+                };
+                Network::new(*address, prefix)
+            }
+        }
     }
 }
 

@@ -23,8 +23,7 @@ pub fn ptr_ttl(table: &RecordTable, names: &[Name], zone: &Zone) -> u32 {
 }
 
 /// The reverse zone of `found` as a zone: its apex, with the SOA fields, TTL and name servers of
-/// the first forward zone, and the table's reverse serial, which moves up whenever a forward
-/// zone's serial does (so whenever a PTR record can).
+/// the first forward zone, and its own serial, which moves only when its content does.
 pub fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>) -> Option<Zone> {
     let (network, _, _) = found?;
     let first = table.zones().first()?;
@@ -33,12 +32,11 @@ pub fn reverse_zone(table: &RecordTable, found: Option<(Network, Network, bool)>
     for ns in &mut spec.nameservers {
         ns.addresses.clear();
     }
-    let serial = table.reverse_serial();
     Some(Zone {
         id: u32::MAX,
         spec,
         digest: 0,
-        serial,
+        serial: table.reverse_serial(&network),
     })
 }
 

@@ -79,6 +79,35 @@ pub fn zone_digest(content: u64, spec: &ZoneSpec) -> u64 {
     h.0
 }
 
+/// What an address's PTR records add to its reverse zone's sum: the address, the TTL and the
+/// names, in order.
+pub fn address_part(
+    address: &std::net::IpAddr,
+    names: &[hickory_proto::rr::Name],
+    ttl: u32,
+) -> u64 {
+    let mut h = Fnv1a64::new();
+    match address {
+        std::net::IpAddr::V4(a) => h.write(&a.octets()),
+        std::net::IpAddr::V6(a) => h.write(&a.octets()),
+    }
+    h.write(&ttl.to_be_bytes());
+    for name in names {
+        h.write(b"PTR ");
+        h.write(name.to_ascii().to_ascii_lowercase().as_bytes());
+    }
+    h.0
+}
+
+/// The digest of the reverse zone of `network` whose addresses sum to `content`, with the SOA
+/// fields and name servers of `first` (the first forward zone), which it serves.
+pub fn reverse_digest(content: u64, network: &super::Network, first: &ZoneSpec) -> u64 {
+    let mut h = Fnv1a64::new();
+    h.write(&content.to_be_bytes());
+    h.write(network.reverse_name().to_ascii().as_bytes());
+    zone_digest(h.0, first)
+}
+
 /// The serial a zone takes from its digest alone.
 pub fn serial_of_digest(digest: u64) -> u32 {
     (digest ^ (digest >> 32)) as u32
