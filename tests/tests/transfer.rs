@@ -49,11 +49,11 @@ impl Bed {
     }
 
     /// The agent's configuration: the pods of the zone, transfers to 127.0.0.1 with the key,
-    /// NOTIFY to `notify`.
+    /// NOTIFY of both zones to `notify` (a derived reverse zone is NOTIFYed only when listed).
     fn config(&self, notify: &[&str]) -> std::path::PathBuf {
         let notify: Vec<String> = notify
             .iter()
-            .map(|a| format!("{{address: \"{a}\", key: {KEY}}}"))
+            .map(|a| format!("{{address: \"{a}\", key: {KEY}, zones: [{ZONE}, {REVERSE}]}}"))
             .collect();
         let text = format!(
             "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {api}\npods:\n  - zone: {ZONE}\n\
@@ -468,4 +468,183 @@ fn the_primary_shows_each_secondarys_serial_and_the_alert_sees_one_left_behind()
         !behind_in_prometheus(&prometheus, &expr, ZONE)
             && !behind_in_prometheus(&prometheus, &expr, REVERSE)
     });
+}
+
+/// Zones of the record file whose addresses derive three reverse zones no secondary is
+/// configured for.
+const STATIC_RECORDS: &str = "zones:\n  - name: static.example\n    records:\n      \
+    a: 10.1.0.1\n      b: 10.2.0.1\n      c: 10.3.0.1\n";
+const STATIC_REVERSE: [&str; 3] = [
+    "0.1.10.in-addr.arpa.",
+    "0.2.10.in-addr.arpa.",
+    "0.3.10.in-addr.arpa.",
+];
+
+/// The deploy guide's secondaries as it configures them: knotd of the zone and the pods' reverse
+/// zone, NSD and BIND of the zone alone, each NOTIFY entry listing the zones its secondary
+/// serves; the agent also serves a record file (a zone of its own) whose addresses derive three
+/// reverse zones nobody follows. Through pod changes, every NOTIFY sent is acknowledged and none is retried (before
+/// per-zone reverse serials, every reverse zone was sent to every secondary on every change);
+/// the record file's reverse zones keep their serials while only pods change; knotd answers the
+/// pods' PTR records and the reverse zone's serial the agent serves.
+#[test]
+fn the_deploy_guides_secondaries_get_only_the_notifies_they_take() {
+    let bed = Bed::new("xfr-guide");
+    bed.pod(0, "198.18.0.11");
+    let records = bed.dir.write("records.yaml", STATIC_RECORDS);
+    let text = std::fs::read_to_string(bed.config(&[])).expect("the configuration");
+    let notify = format!(
+        "[{{address: \"{KNOT}\", key: {KEY}, zones: [{ZONE}, {REVERSE}]}}, \
+         {{address: \"{NSD}\", key: {KEY}, zones: [{ZONE}]}}, \
+         {{address: \"{BIND}\", key: {KEY}, zones: [{ZONE}]}}]"
+    );
+    let config = bed.dir.write(
+        "agent-guide.yaml",
+        &text.replace("notify: []", &format!("notify: {notify}")),
+    );
+    // The secondaries first: the NOTIFYs at the agent's start find them listening.
+    let primary = [SocketAddr::from(([127, 0, 0, 1], 1053))];
+    let start = |flavor, addr: &str, zones: &[&str]| {
+        let addr = addr.parse().expect("an address");
+        Secondary::start(flavor, &bed.ns, addr, &primary, zones, &bed.key)
+    };
+    let knot = start(Flavor::Knot, KNOT, &[ZONE, REVERSE]);
+    let nsd = start(Flavor::Nsd, NSD, &[ZONE]);
+    let bind = start(Flavor::Bind, BIND, &[ZONE]);
+    let serials = bed.dir.path.join("serials.json");
+    let agent = Agent::start_with_metrics(
+        &bed.ns,
+        &metrics_addr(1053),
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--records",
+            records.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+            "--port",
+            "1053",
+            "--serials",
+            serials.to_str().expect("UTF-8"),
+        ],
+    );
+    let secondaries = [&knot, &nsd, &bind];
+    for secondary in secondaries {
+        wait_for(secondary, &["198.18.0.11"]);
+    }
+    let static_serials: Vec<f64> = STATIC_REVERSE
+        .iter()
+        .map(|zone| zone_serial(&agent, zone))
+        .collect();
+    assert!(
+        static_serials.iter().all(|s| *s > 0.0),
+        "{}",
+        agent.metrics()
+    );
+    // Pod changes: one joins, another leaves.
+    bed.pod(1, "198.18.0.12");
+    for secondary in secondaries {
+        wait_for(secondary, &["198.18.0.11", "198.18.0.12"]);
+    }
+    bed.api.delete(Kind::Pod, "ingress", "nginx-0");
+    for secondary in secondaries {
+        wait_for(secondary, &["198.18.0.12"]);
+        eventually(
+            &format!("{:?} has the agent's serial", secondary.flavor),
+            10,
+            || secondary.serial(ZONE) == Some(bed.serial_at(1053)),
+        );
+    }
+    // knotd's copy of the reverse zone: the agent's serial and the pods' PTR records.
+    eventually("knotd has the reverse zone's serial", 10, || {
+        knot.serial(REVERSE).map(f64::from) == Some(zone_serial(&agent, REVERSE))
+    });
+    let ptr = |address: &str| -> Vec<String> {
+        let reply = kdig(&bed.ns, "127.0.0.1", 5300, &[address, "PTR"]);
+        reply.answer.into_iter().map(|rr| rr.data).collect()
+    };
+    let names = ptr("12.0.18.198.in-addr.arpa.");
+    assert!(names.contains(&web()), "{names:?}");
+    assert!(ptr("11.0.18.198.in-addr.arpa.").is_empty());
+    let now: Vec<f64> = STATIC_REVERSE
+        .iter()
+        .map(|zone| zone_serial(&agent, zone))
+        .collect();
+    assert_eq!(
+        now, static_serials,
+        "the record file's reverse zones changed serial with the pods"
+    );
+    // A retry comes 1 s after an attempt without an acknowledgement: wait for any.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let notified = |result: &str| agent.metric("hostport_dns_notify_total", &[("result", result)]);
+    assert_eq!(
+        (notified("retried"), notified("failed")),
+        (0.0, 0.0),
+        "NOTIFYs not acknowledged:\n{}\n{}",
+        agent.logs(),
+        agent.metrics()
+    );
+    assert!(notified("acknowledged") >= 6.0, "{}", agent.metrics());
+}
+
+/// The wire form of `name` (fully qualified, lower case).
+fn wire_name(name: &str) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for label in name.trim_end_matches('.').split('.') {
+        wire.push(label.len() as u8);
+        wire.extend_from_slice(label.as_bytes());
+    }
+    wire.push(0);
+    wire
+}
+
+/// NOTIFY to a secondary that never answers: a socket bound in the test records when each
+/// NOTIFY of the zone arrives. The attempts come 1, 2, 4, 8 and 16 s apart, then stop (the last
+/// one's failure is counted after its 32 s wait, which the test does not sit through), and the
+/// agent counts the five retries.
+#[test]
+fn notify_to_a_deaf_secondary_is_retried_after_1_2_4_8_16_seconds() {
+    use std::time::{Duration, Instant};
+    let bed = Bed::new("xfr-deaf");
+    bed.pod(0, "198.18.0.11");
+    const DEAF: &str = "127.0.0.1:5399";
+    let socket = bed
+        .ns
+        .run(|| std::net::UdpSocket::bind(DEAF).expect("bind the deaf secondary"));
+    let config = bed.config(&[DEAF]);
+    let agent = bed.agent(&config, 1053, "serials.json");
+    let question = wire_name(ZONE);
+    let mut arrivals: Vec<Instant> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        socket
+            .set_read_timeout(Some(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1)),
+            ))
+            .expect("a timeout");
+        let Ok(len) = socket.recv(&mut buf) else {
+            break;
+        };
+        let opcode = buf.get(2).map(|b| (b >> 3) & 0xf);
+        if opcode == Some(4) && buf.get(12..12 + question.len()) == Some(&question[..]) && len > 12
+        {
+            arrivals.push(Instant::now());
+        }
+    }
+    let gaps: Vec<f64> = arrivals
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    assert_eq!(gaps.len(), 5, "attempts {} apart: {gaps:?}", arrivals.len());
+    for (gap, want) in gaps.iter().zip([1.0, 2.0, 4.0, 8.0, 16.0]) {
+        assert!(
+            (gap - want).abs() < 0.3,
+            "attempts {gaps:?} apart, not 1, 2, 4, 8, 16 s"
+        );
+    }
+    let notified = |result: &str| agent.metric("hostport_dns_notify_total", &[("result", result)]);
+    assert!(notified("retried") >= 5.0, "{}", agent.metrics());
 }

@@ -14,6 +14,8 @@
 //!   notify:
 //!     - address: 198.18.0.2           # port 53 unless given
 //!       key: transfer-key
+//!       zones: [prod.example., 0.18.198.in-addr.arpa.]   # default: the forward zones and the
+//!                                     # configured reverse zones (reverseZones.zones)
 //!   history: 64                       # versions kept for IXFR
 //! ```
 
@@ -24,7 +26,7 @@ use ipnet::IpNet;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::config_schema::{KeyName, Prefix, SocketAddress};
+use crate::config_schema::{DomainName, KeyName, Prefix, SocketAddress};
 
 /// Versions kept for IXFR when the configuration does not say.
 pub const DEFAULT_HISTORY: usize = 64;
@@ -60,6 +62,21 @@ pub struct AllowEntry {
 pub struct NotifyTarget {
     pub address: SocketAddr,
     pub key: Option<Name>,
+    /// The zones it is a secondary of (None: the forward zones and the configured reverse
+    /// zones). A NOTIFY for a zone a secondary does not serve is refused and retried for
+    /// nothing, and derived reverse zones come and go with the addresses.
+    pub zones: Option<Vec<Name>>,
+}
+
+impl NotifyTarget {
+    /// Whether `apex` is to be NOTIFYed to this secondary; `reverse`: it is a reverse zone,
+    /// `configured`: one the configuration names.
+    pub fn wants(&self, apex: &Name, reverse: bool, configured: bool) -> bool {
+        match &self.zones {
+            Some(zones) => zones.contains(apex),
+            None => !reverse || configured,
+        }
+    }
 }
 
 /// Zone transfers to secondaries (absent: AXFR and IXFR are refused).
@@ -125,6 +142,11 @@ struct NotifyItem {
     #[serde(default)]
     #[schemars(with = "Option<KeyName>")]
     key: Option<String>,
+    /// The zones the secondary serves, forward or reverse (default: the forward zones and the
+    /// reverse zones of `reverseZones.zones`, not derived ones).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<DomainName>>")]
+    zones: Option<Vec<String>>,
 }
 
 impl TransferEntry {
@@ -189,6 +211,7 @@ impl TransferEntry {
             notify.push(NotifyTarget {
                 address,
                 key: known(&item.key, &format!("{what}.key"))?,
+                zones: notify_zones(item.zones.as_deref(), &what)?,
             });
         }
         let history = self.history.unwrap_or(DEFAULT_HISTORY);
@@ -204,6 +227,22 @@ impl TransferEntry {
             history,
         })
     }
+}
+
+/// The zones of a NOTIFY entry, as absolute names.
+fn notify_zones(zones: Option<&[String]>, what: &str) -> Result<Option<Vec<Name>>, String> {
+    let Some(zones) = zones else {
+        return Ok(None);
+    };
+    let mut names = Vec::with_capacity(zones.len());
+    for (i, text) in zones.iter().enumerate() {
+        let mut name = Name::from_ascii(text.trim())
+            .map_err(|e| format!("{what}.zones[{i}]: {text:?} is not a zone name: {e}"))?
+            .to_lowercase();
+        name.set_fqdn(true);
+        names.push(name);
+    }
+    Ok(Some(names))
 }
 
 fn key_name(text: &str) -> Result<Name, String> {
@@ -237,6 +276,28 @@ mod tests {
         assert_eq!(config.notify[0].address, "198.18.0.2:53".parse().unwrap());
         assert_eq!(config.notify[1].address, "[::1]:5300".parse().unwrap());
         assert_eq!(config.history, DEFAULT_HISTORY);
+        assert_eq!(config.notify[0].zones, None);
+    }
+
+    #[test]
+    fn notify_goes_to_the_zones_a_secondary_serves() {
+        let config = compile(
+            "notify: [{address: 198.18.0.2, zones: [Prod.Example, 0.18.198.in-addr.arpa.]}, \
+             {address: 198.18.0.3}]",
+        )
+        .unwrap();
+        let name = |s: &str| Name::from_ascii(s).unwrap();
+        let (listed, default) = (&config.notify[0], &config.notify[1]);
+        assert!(listed.wants(&name("prod.example."), false, false));
+        assert!(listed.wants(&name("0.18.198.in-addr.arpa."), true, false));
+        assert!(!listed.wants(&name("other.example."), false, false));
+        assert!(!listed.wants(&name("1.18.198.in-addr.arpa."), true, true));
+        // Without a list: forward zones and configured reverse zones, not derived ones.
+        assert!(default.wants(&name("other.example."), false, false));
+        assert!(default.wants(&name("0.18.198.in-addr.arpa."), true, true));
+        assert!(!default.wants(&name("0.18.198.in-addr.arpa."), true, false));
+        let err = compile("notify: [{address: 198.18.0.2, zones: ['bad..name']}]").unwrap_err();
+        assert!(err.contains("transfer.notify[0].zones[0]"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! NOTIFY (RFC 1996) to the configured secondaries: whenever a zone's serial changes (and for
-//! every zone once the first table is published), each secondary gets a NOTIFY for the zone,
+//! every zone once the first table is published), each secondary of the zone (its `zones`, by
+//! default the forward zones and the configured reverse zones) gets a NOTIFY for the zone,
 //! signed with its key if it has one, with the new SOA in the answer section (§3.7). A NOTIFY
 //! without an acknowledgement (a NOERROR answer, with a valid TSIG if signed) is sent again
 //! 1, 2, 4, 8 and 16 seconds after the attempt before it, then given up; a newer serial of the same zone replaces a
@@ -52,7 +53,12 @@ pub async fn run(transfers: Arc<Transfers>, mut tables: watch::Receiver<Option<A
                     continue;
                 }
                 notified.insert(apex.clone(), zone.serial());
+                let reverse = matches!(zone, ServedZone::Reverse(..));
+                let configured = table.reverse_zones_configured();
                 for target in &transfers.config.notify {
+                    if !target.wants(&apex, reverse, configured) {
+                        continue;
+                    }
                     let signer = target
                         .key
                         .as_ref()
