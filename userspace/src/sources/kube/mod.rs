@@ -97,22 +97,38 @@ struct Progress {
     trimmed: bool,
     /// The zones last published as pending (logged when they change).
     pending: Vec<Name>,
-    /// The highest Kubernetes revision seen, in events or by a probe after a list.
+    /// The highest Kubernetes revision seen, in events or by a probe before a list.
     revision: Option<u64>,
-    /// A watcher whose list ended since the last probe: the collection's revision is asked for
-    /// before the next publication.
-    listed: Option<usize>,
+    /// Per watcher: the collection's revision, asked for when its list started (before the
+    /// list request), taken once the list has ended.
+    probed: Vec<Option<u64>>,
 }
 
 impl Progress {
-    /// Notes the revision an outcome carries, and whether it ends a list.
-    fn note_revision(&mut self, (index, outcome, _): &Outcome) {
+    /// Notes the revision an outcome carries. A list's start asks for the collection's revision
+    /// at once, before the stream is polled again (the watcher sends its list request only
+    /// then): that revision is at least that of every change any node saw before, deletions
+    /// included (a list does not show those), and not above the listed content's. Asked for
+    /// after the list instead, it could be newer than what was listed, and name older content
+    /// with the serial another node gives the newer. The list's end makes it count.
+    async fn note_revision(&mut self, (index, outcome, _): &Outcome, probes: &[RevisionProbe]) {
         let Ok(change) = outcome else { return };
         if let Some(revision) = change.revision() {
             self.raise_revision(revision);
         }
-        if change.ends_a_list() {
-            self.listed = Some(*index);
+        if change.starts_a_list() {
+            let revision = match probes.get(*index) {
+                Some(probe) => probe.revision().await,
+                None => None,
+            };
+            if let Some(slot) = self.probed.get_mut(*index) {
+                *slot = revision;
+            }
+        }
+        if change.ends_a_list()
+            && let Some(revision) = self.probed.get_mut(*index).and_then(Option::take)
+        {
+            self.raise_revision(revision);
         }
     }
 
@@ -170,7 +186,7 @@ pub async fn run(
         trimmed: false,
         pending: Vec::new(),
         revision: None,
-        listed: None,
+        probed: vec![None; watchers.ids.len()],
     };
     if let Some(path) = &saved
         && let Some(update) = restore(path, &health, &metrics)
@@ -216,7 +232,7 @@ pub async fn run(
         };
         // Take every change already waiting: one publication for a burst.
         let observed = first.2;
-        progress.note_revision(&first);
+        progress.note_revision(&first, &watchers.probes).await;
         let mut changed = apply(
             &mut state,
             &config,
@@ -226,7 +242,7 @@ pub async fn run(
             &metrics,
         );
         while let Some(Some(next)) = changes.next().now_or_never() {
-            progress.note_revision(&next);
+            progress.note_revision(&next, &watchers.probes).await;
             changed |= apply(
                 &mut state,
                 &config,
@@ -241,7 +257,6 @@ pub async fn run(
             if let Some(delta) =
                 restored_delta(&mut state, &config, &mut progress, changed, &metrics)
             {
-                probe_revision(&mut progress, &watchers.probes).await;
                 let update = Update {
                     source: SOURCE,
                     delta,
@@ -278,7 +293,6 @@ pub async fn run(
                 }
                 progress.pending = pending.clone();
             }
-            probe_revision(&mut progress, &watchers.probes).await;
             // The whole state the first time, and in place of saved records; else what changed.
             let delta = if !progress.published || (progress.restored && all_synced) {
                 let mut snapshot = state.snapshot(&config, &metrics);
@@ -318,16 +332,6 @@ pub async fn run(
             }
         }
         report_progress(&state, &progress, &health, &metrics, &label);
-    }
-}
-
-/// Asks for the revision of the collection whose list just ended, if one did.
-async fn probe_revision(progress: &mut Progress, probes: &[RevisionProbe]) {
-    if let Some(index) = progress.listed.take()
-        && let Some(probe) = probes.get(index)
-        && let Some(revision) = probe.revision().await
-    {
-        progress.raise_revision(revision);
     }
 }
 

@@ -127,9 +127,9 @@ pub struct Watchers {
 }
 
 /// Asks the API server for the current revision of one watcher's collection (a list of at most
-/// one object: its resourceVersion is the revision the list was read at). After a list, that
-/// revision is at least that of every change any watcher has seen, deletions included, whose
-/// events a list does not carry.
+/// one object: its resourceVersion is the revision the list was read at). Asked before a
+/// watcher's list request, that revision is at least that of every change any watcher has seen
+/// before, deletions included, whose events a list does not carry, and at most the list's.
 #[derive(Clone)]
 pub enum RevisionProbe {
     Pods(Api<Pod>),
