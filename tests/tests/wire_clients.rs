@@ -785,6 +785,8 @@ fn link_local_of(ns: &NetNs, ifname: &str) -> String {
 fn negative_answers_are_limited_at_their_own_rate_on_either_path() {
     require_root();
     let (positive_rate, negative_rate) = (20usize, 3usize);
+    // Both paths are tried before failing, so that the failure names each broken one.
+    let mut failures = Vec::new();
     for with_xdp in [true, false] {
         let link = Link::new("nrrl");
         let dir = TempDir::new("nrrl");
@@ -811,24 +813,98 @@ fn negative_answers_are_limited_at_their_own_rate_on_either_path() {
         let nxdomain = answers.iter().filter(|a| rcode(a) == 3).count();
         let answered = answers.iter().filter(|a| rcode(a) == 0 && a[7] > 0).count();
         let path = if with_xdp { "xdp" } else { "userspace" };
-        assert_eq!(
-            nxdomain + answered,
-            answers.len(),
-            "{path}: nothing but answers and NXDOMAIN"
-        );
+        if nxdomain + answered != answers.len() {
+            failures.push(format!("{path}: answers other than A records and NXDOMAIN"));
+        }
         // One budget a second: a burst across a second boundary gets two.
-        assert!(
-            (positive_rate..=2 * positive_rate).contains(&answered),
-            "{path}: {answered} positive answers at {positive_rate}/s"
-        );
-        assert!(
-            (negative_rate..=2 * negative_rate).contains(&nxdomain),
-            "{path}: {nxdomain} NXDOMAIN answers at {negative_rate}/s"
-        );
+        if !(positive_rate..=2 * positive_rate).contains(&answered) {
+            failures.push(format!(
+                "{path}: {answered} positive answers at {positive_rate}/s"
+            ));
+        }
+        if !(negative_rate..=2 * negative_rate).contains(&nxdomain) {
+            failures.push(format!(
+                "{path}: {nxdomain} NXDOMAIN answers at {negative_rate}/s"
+            ));
+        }
         let limited = agent.metric(
             "hostport_dns_client_policy",
             &[("path", path), ("decision", "rate_limited")],
         );
-        assert!(limited > 0.0, "{path}: the limits were counted");
+        if limited == 0.0 {
+            failures.push(format!("{path}: no rate-limited decision counted"));
+        }
     }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The userspace path (no XDP): a limited client's slips are TC=1 and empty (slip 1: every
+/// limited answer slips), and the exempt prefix is never limited.
+#[test]
+fn userspace_slips_are_truncated_and_empty_and_the_exempt_prefix_is_never_limited() {
+    require_root();
+    let link = Link::new("uslip");
+    let dir = TempDir::new("uslip");
+    add_client_addresses(&link, &[EXEMPT]);
+    let config = config(
+        &dir,
+        "  rateLimit:\n    responsesPerSecond: 5\n    slip: 1\n    exempt: [198.18.0.128/26]\n",
+    );
+    let agent = start(&link, &config, false);
+    let server = server_v4(&link);
+    let query = QueryBuilder::new(NAME, 1).bytes();
+    let answers = udp_from(
+        &link.client_ns,
+        link.client.ipv4,
+        server,
+        vec![query.clone(); 40],
+        Duration::from_secs(1),
+    );
+    assert_eq!(
+        answers.len(),
+        40,
+        "slip 1: every query gets an answer or a slip"
+    );
+    let (slips, full): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) =
+        answers.iter().partition(|a| a[2] & 0x02 != 0);
+    // One budget a second: a burst across a second boundary gets two.
+    assert!(
+        (5..=10).contains(&full.len()),
+        "{} full answers",
+        full.len()
+    );
+    let question = Message::from_vec(&query).expect("the query").queries;
+    for slip in &slips {
+        let message = Message::from_vec(slip).expect("a slip parses");
+        assert!(
+            message.metadata.truncation
+                && message.answers.is_empty()
+                && message.authorities.is_empty()
+                && message.additionals.is_empty(),
+            "a slip is TC=1 and empty: {message:?}"
+        );
+        assert_eq!(message.queries, question, "a slip echoes the question");
+    }
+    assert!(
+        full.iter().all(|a| rcode(a) == 0 && a[7] == 3),
+        "full answers"
+    );
+    // The exempt prefix, on this path too: every query answered, in full.
+    let exempt = udp_from(
+        &link.client_ns,
+        EXEMPT,
+        server,
+        vec![query; 50],
+        Duration::from_secs(1),
+    );
+    assert_eq!(exempt.len(), 50, "the exempt client is answered every time");
+    assert!(
+        exempt.iter().all(|a| a[2] & 0x02 == 0 && a[7] == 3),
+        "the exempt client gets full answers, never a slip"
+    );
+    let slipped = agent.metric(
+        "hostport_dns_client_policy",
+        &[("path", "userspace"), ("decision", "slipped")],
+    );
+    assert_eq!(slipped, slips.len() as f64, "each slip counted");
 }

@@ -794,3 +794,57 @@ fn tcp_keepalive_is_announced_over_tcp_when_asked() {
     let udp = udp_exchange(&s.ns, v4(), bytes).expect("a UDP answer");
     assert_eq!(keepalive(&udp), None);
 }
+
+/// A client offering a large UDP payload (HAProxy's accepted_payload_size goes to 8192) gets at
+/// most 1232 bytes over UDP (RFC 9715's advice, against fragmentation): an answer that does not
+/// fit is truncated, and comes whole over TCP.
+#[test]
+fn a_client_offering_8192_bytes_gets_at_most_1232_over_udp() {
+    require_root();
+    let addresses: Vec<String> = (1..=90).map(|i| format!("198.18.8.{i}")).collect();
+    let zone = format!(
+        "zones:\n  - name: prod.coreha.example\n    records:\n      huge: [{}]\n",
+        addresses.join(", ")
+    );
+    let ns = NetNs::new("cap");
+    let dir = TempDir::new("cap");
+    let file = dir.write("records.yaml", &zone);
+    let _agent = Agent::start(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    let query = QueryBuilder::new("huge.prod.coreha.example", 1)
+        .edns(8192, false)
+        .bytes();
+    let answer = ns.run(move || {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .expect("timeout");
+        socket
+            .send_to(&query, ("127.0.0.1", PORT))
+            .expect("send the query");
+        let mut buf = vec![0u8; 65535];
+        let (n, _) = socket.recv_from(&mut buf).expect("an answer");
+        buf.truncate(n);
+        buf
+    });
+    assert!(
+        answer.len() <= 1232,
+        "{} bytes over UDP to a client offering 8192",
+        answer.len()
+    );
+    assert!(answer[2] & 0x02 != 0, "the 90 records do not fit: TC=1");
+    let full = dig(
+        &ns,
+        "127.0.0.1",
+        PORT,
+        &["huge.prod.coreha.example", "+tcp"],
+    );
+    assert_eq!(full.answer.len(), 90, "whole over TCP");
+}
