@@ -848,3 +848,71 @@ fn a_client_offering_8192_bytes_gets_at_most_1232_over_udp() {
     );
     assert_eq!(full.answer.len(), 90, "whole over TCP");
 }
+
+/// TSIG time checks go both ways (RFC 8945 §5.2.3): a transfer request signed an hour in the
+/// future gets BADTIME (NOTAUTH, nothing transferred) just as one signed an hour ago does, while
+/// one signed now is answered.
+#[test]
+fn transfer_requests_signed_far_in_the_future_or_past_get_badtime() {
+    use hickory_proto::{
+        op::Message,
+        rr::{Name, TSigner, rdata::tsig::TsigAlgorithm},
+    };
+    use hostport_dns::transfer::tsig;
+    require_root();
+    let ns = NetNs::new("badtime");
+    let dir = TempDir::new("badtime");
+    let records = dir.write("records.yaml", ZONE);
+    // base64 of the key's 32 bytes.
+    let key = b"hostport-dns transfer test key!!";
+    dir.write("tsig-key", "aG9zdHBvcnQtZG5zIHRyYW5zZmVyIHRlc3Qga2V5ISE=");
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "transfer:\n  keys:\n    - name: transfer-key\n      secretFile: {}/tsig-key\n  allow:\n    - from: 127.0.0.1\n      key: transfer-key\n",
+            dir.path.display()
+        ),
+    );
+    let _agent = Agent::start(
+        &ns,
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--records",
+            records.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+        ],
+    );
+    let signer = TSigner::new(
+        key.to_vec(),
+        TsigAlgorithm::HmacSha256,
+        Name::from_ascii("transfer-key.").expect("a key name"),
+        300,
+    )
+    .expect("a signer");
+    let now = tsig::unix_now();
+    let server = SocketAddr::from(([127, 0, 0, 1], PORT));
+    let axfr_at = |time: u64| {
+        let query = Message::from_vec(&QueryBuilder::new("prod.coreha.example", 252).bytes())
+            .expect("the query");
+        let (signed, _) = tsig::sign_request(&signer, query, time).expect("signed");
+        let answers = tcp_exchange(&ns, server, vec![signed]);
+        let answer = answers.first().cloned().expect("an answer");
+        // (RCODE, ANCOUNT)
+        (answer[3] & 0x0f, u16::from_be_bytes([answer[6], answer[7]]))
+    };
+    let (rcode, records) = axfr_at(now);
+    assert!(
+        rcode == 0 && records > 0,
+        "signed now: rcode {rcode}, {records} records"
+    );
+    for (what, time) in [("an hour ahead", now + 3600), ("an hour ago", now - 3600)] {
+        let (rcode, records) = axfr_at(time);
+        assert_eq!(
+            (rcode, records),
+            (9, 0),
+            "signed {what}: NOTAUTH (BADTIME) and nothing transferred"
+        );
+    }
+}
