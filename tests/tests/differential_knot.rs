@@ -335,6 +335,25 @@ fn odd_queries() -> Vec<(&'static str, Vec<u8>)> {
     axfr[at..at + 2].copy_from_slice(&252u16.to_be_bytes());
     let mut pointer = good[..12].to_vec();
     pointer.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1]);
+    // Counts that promise records the message does not hold: the question still parses.
+    let mut answer_count = good.clone();
+    answer_count[7] = 1;
+    let mut additional_count = good.clone();
+    additional_count[11] = 1;
+    // An OPT record whose owner is not the root (RFC 6891 §6.1.2: it must be).
+    let mut opt_owner = additional_count.clone();
+    opt_owner.extend_from_slice(&[1, b'a', 0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+    // An option whose length (8) runs past its OPT record's data (4 bytes).
+    let mut option_past_opt = additional_count.clone();
+    option_past_opt.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 8]);
+    option_past_opt.extend_from_slice(&[0xfd, 0xe9, 0, 8, 1, 2, 3, 4]);
+    // A query that carries a well-formed record in its answer or authority section.
+    let record = [0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 198, 18, 0, 1];
+    let mut with_answer = answer_count.clone();
+    with_answer.extend_from_slice(&record);
+    let mut with_authority = good.clone();
+    with_authority[9] = 1;
+    with_authority.extend_from_slice(&record);
     vec![
         ("trailing bytes", trailing),
         ("qdcount 2", two_questions),
@@ -345,6 +364,12 @@ fn odd_queries() -> Vec<(&'static str, Vec<u8>)> {
         ("AXFR over UDP", axfr),
         ("a pointer loop as the question", pointer),
         ("cut in the name", good[..20].to_vec()),
+        ("an answer count without the answer", answer_count),
+        ("an additional count without the record", additional_count),
+        ("an OPT record with a non-root owner", opt_owner),
+        ("an option running past its OPT record", option_past_opt),
+        ("a query carrying an answer record", with_answer),
+        ("a query carrying an authority record", with_authority),
     ]
 }
 

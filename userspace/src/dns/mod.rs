@@ -1,7 +1,9 @@
 //! DNS itself, apart from what this server does with it: the grammar of names ([`grammar`]),
 //! the compact form every name of the table is held in ([`wire_name`]), and the response
-//! skeleton and transports ([`message`]).
+//! skeleton and transports ([`message`]), and the framing of messages hickory-proto refuses
+//! ([`framing`]).
 
+pub mod framing;
 pub mod grammar;
 pub mod message;
 pub mod wire_name;

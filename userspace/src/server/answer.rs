@@ -28,7 +28,10 @@ use hostport_dns_common::policy::RateClass;
 
 use crate::{
     clients::cookies::{CookieState, Cookies},
-    dns::message::{Transport, response_to},
+    dns::{
+        framing::{self, RecordAt},
+        message::{Transport, response_to},
+    },
     server::identity::Identity,
     table::{
         Node, RecordTable, Zone,
@@ -191,9 +194,9 @@ pub fn respond_for(
             add_server_cookie(cookie, asker, &mut response);
             (request, response, rcode)
         }
-        // The message parsed but more follows it: FORMERR, with the question repeated so that
-        // the client can match it.
-        Parsed::Trailing(request) => {
+        // The message parsed but more follows it, or only its question holds: FORMERR, with
+        // the question repeated so that the client can match it.
+        Parsed::Trailing(request) | Parsed::QuestionOnly(request) => {
             let mut response = response_to(&request);
             response.metadata.authoritative = false;
             (request, response, ResponseCode::FormErr)
@@ -263,19 +266,33 @@ enum Parsed {
     Whole(Message),
     /// A message followed by bytes that belong to no section.
     Trailing(Message),
+    /// Only the header and the question hold (a count promises records that are not there, an
+    /// option runs past its OPT record): FORMERR with the question, as Knot DNS answers.
+    QuestionOnly(Message),
     Unreadable,
 }
 
 fn parse(bytes: &[u8]) -> Parsed {
     let parsed = parse_as_is(bytes);
-    if !matches!(parsed, Parsed::Unreadable) {
-        return parsed;
+    let layout = match parsed {
+        Parsed::Whole(message) if message.edns.is_some() => {
+            // hickory-proto reads an option running past its OPT record; Knot DNS does not.
+            let layout = framing::read(bytes);
+            if options_fit(bytes, &layout) {
+                return Parsed::Whole(message);
+            }
+            layout
+        }
+        Parsed::Unreadable => framing::read(bytes),
+        parsed => return parsed,
+    };
+    if let Some(records) = &layout.records
+        && let Some(repaired) = repaired_opt(bytes, records)
+    {
+        return repaired;
     }
-    // An EDNS option whose content does not parse (a bad client subnet, say) is ignored, as
-    // the kernel ignores it (RFC 6891 §6.1.2 leaves unknown and unusable options to be
-    // skipped): the query is read again without its OPT record's options.
-    match without_opt_options(bytes) {
-        Some(cleaned) => parse_as_is(&cleaned),
+    match layout.question_end {
+        Some(end) => question_only(bytes, end),
         None => Parsed::Unreadable,
     }
 }
@@ -289,34 +306,67 @@ fn parse_as_is(bytes: &[u8]) -> Parsed {
     }
 }
 
-/// The query with the options of its OPT record cut out (RDLENGTH 0), if it is a plain query
-/// (one question, nothing but one OPT record after it) whose framing holds.
-fn without_opt_options(bytes: &[u8]) -> Option<Vec<u8>> {
-    let count = |at: usize| Some(u16::from_be_bytes([*bytes.get(at)?, *bytes.get(at + 1)?]));
-    if (count(4)?, count(6)?, count(8)?, count(10)?) != (1, 0, 0, 1) {
+/// A message whose framing holds but which does not parse, read again with its OPT record
+/// repaired as Knot DNS reads it: an owner other than the root is taken as the root, and options
+/// whose content does not parse (a bad client subnet, say) are ignored, as the kernel ignores
+/// them (RFC 6891 §6.1.2 leaves unusable options to be skipped). Options that do not add up to
+/// the record's length are not repaired: that query is malformed (FORMERR, as Knot answers).
+fn repaired_opt(bytes: &[u8], records: &[RecordAt]) -> Option<Parsed> {
+    let opt = framing::opt_record(records)?;
+    if !framing::options_fit(bytes.get(opt.data.clone())?) {
         return None;
     }
-    let mut decoder = BinDecoder::new(bytes.get(HEADER_LEN..)?);
-    Query::read(&mut decoder).ok()?;
-    let opt_at = HEADER_LEN + decoder.index();
-    // The OPT record: root owner, type 41, class, TTL, RDLENGTH, then its options.
-    let fixed = bytes.get(opt_at..opt_at + OPT_FIXED_LEN)?;
-    if fixed[0] != 0 || u16::from_be_bytes([fixed[1], fixed[2]]) != u16::from(RecordType::OPT) {
+    if opt.owner.len() == 1 && opt.data.is_empty() {
         return None;
     }
-    let rdlength = u16::from_be_bytes([fixed[9], fixed[10]]) as usize;
-    let end = opt_at + OPT_FIXED_LEN + rdlength;
-    if rdlength == 0 || end > bytes.len() {
-        return None;
+    let mut repaired = Vec::with_capacity(bytes.len());
+    repaired.extend_from_slice(&bytes[..opt.owner.start]);
+    repaired.push(0);
+    repaired.extend_from_slice(&bytes[opt.owner.end..]);
+    if let parsed @ Parsed::Whole(_) = parse_as_is(&repaired) {
+        return Some(parsed);
     }
-    let mut cleaned = bytes[..opt_at + OPT_FIXED_LEN].to_vec();
-    cleaned[opt_at + 9..opt_at + 11].copy_from_slice(&[0, 0]);
-    cleaned.extend_from_slice(&bytes[end..]);
-    Some(cleaned)
+    // The same without the options: RDLENGTH (the last two bytes before the data) 0, and the
+    // data cut out. The owner is one byte now.
+    let shift = opt.owner.len() - 1;
+    let (data_start, data_end) = (opt.data.start - shift, opt.data.end - shift);
+    let length_at = data_start - 2;
+    repaired
+        .get_mut(length_at..length_at + 2)?
+        .copy_from_slice(&[0, 0]);
+    repaired.drain(data_start..data_end);
+    match parse_as_is(&repaired) {
+        parsed @ Parsed::Whole(_) => Some(parsed),
+        _ => None,
+    }
 }
 
-/// An OPT record up to its options: owner (root, 1), type 2, class 2, TTL 4, RDLENGTH 2.
-const OPT_FIXED_LEN: usize = 11;
+/// Whether the options of the OPT record framed in `layout` add up to its length.
+fn options_fit(bytes: &[u8], layout: &framing::Framing) -> bool {
+    let opt = layout.records.as_deref().and_then(framing::opt_record);
+    opt.and_then(|opt| bytes.get(opt.data.clone()))
+        .is_some_and(framing::options_fit)
+}
+
+/// The header and the question alone, the question ending at `end`.
+fn question_only(bytes: &[u8], end: usize) -> Parsed {
+    let mut decoder = BinDecoder::new(&bytes[..end]);
+    let (Ok(header), Ok(query)) = (
+        hickory_proto::op::Header::read(&mut decoder),
+        Query::read(&mut decoder),
+    ) else {
+        return Parsed::Unreadable;
+    };
+    let mut message = Message::new(
+        header.metadata.id,
+        header.metadata.message_type,
+        header.metadata.op_code,
+    );
+    message.metadata.recursion_desired = header.metadata.recursion_desired;
+    message.metadata.checking_disabled = header.metadata.checking_disabled;
+    message.add_query(query);
+    Parsed::QuestionOnly(message)
+}
 
 /// Extended DNS Error codes (RFC 8914 §4) this server gives.
 #[derive(Clone, Copy)]
@@ -388,10 +438,8 @@ fn fill(
         response.metadata.authoritative = false;
         return ResponseCode::FormErr;
     };
-    if !request.answers.is_empty() || !request.authorities.is_empty() {
-        response.metadata.authoritative = false;
-        return ResponseCode::FormErr;
-    }
+    // Records in the answer or authority section of a query mean nothing to it: answered as
+    // if absent, as Knot DNS does.
     if matches!(question.query_type, RecordType::AXFR | RecordType::IXFR) {
         response.metadata.authoritative = false;
         // A transfer over UDP is not a thing (AXFR: RFC 5936 §4.2; as Knot answers, IXFR too);
@@ -631,4 +679,41 @@ fn header_only(id: u16, query_flags: u16, rcode: ResponseCode) -> Answer {
     bytes[0..2].copy_from_slice(&id.to_be_bytes());
     bytes[2..4].copy_from_slice(&flags.to_be_bytes());
     Answer::new(bytes, rcode, None, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What libFuzzer found (issue 25): nine questions, FORMERR, which once took 585 bytes over
+    /// UDP without EDNS. Kept as a fuzz seed too.
+    const NINE_QUESTIONS: &[u8] =
+        include_bytes!("../../../fuzz/seeds/regression-nine-questions-over-udp.bin");
+
+    #[test]
+    fn no_udp_answer_exceeds_what_a_query_without_edns_allows() {
+        let zones = "zones:\n  - name: prod.coreha.example\n    records:\n      www: [198.18.200.1, \"2001:db8::5\"]\n";
+        let snapshot = crate::sources::file::parse(zones, "zones".as_ref()).expect("zones");
+        let table = RecordTable::compile(&snapshot.zones, snapshot.records()).0;
+        let cookies = Cookies::with_secrets(vec![[7; 16]]);
+        let identity = Identity::new("cp-1.test".into(), true, true).expect("an identity");
+        for shape in [Shape::Full, Shape::Slip, Shape::BadCookie, Shape::Refused] {
+            let asker = Asker {
+                client: Some("198.18.0.2".parse().expect("an address")),
+                cookies: Some(&cookies),
+                shape,
+                identity: Some(&identity),
+            };
+            let answer = respond_for(NINE_QUESTIONS, Some(&table), Transport::Udp, &asker)
+                .expect("an answer");
+            assert!(
+                answer.bytes.len() <= 512,
+                "{shape:?}: {}",
+                answer.bytes.len()
+            );
+            let message = Message::from_vec(&answer.bytes).expect("it parses");
+            assert_eq!(message.metadata.response_code, ResponseCode::FormErr);
+            assert_eq!(message.metadata.id, 0x196f);
+        }
+    }
 }
