@@ -759,6 +759,80 @@ fn connections_beyond_a_clients_cap_are_closed_at_accept() {
     assert_eq!(s.agent.metric("hostport_dns_tcp_connections", &[]), 2.0);
 }
 
+/// An IPv6 host holds a whole /64: its connections count together against the per-client cap,
+/// whichever of its addresses they come from; another /64 is another client.
+#[test]
+fn ipv6_connections_count_by_their_64_against_the_clients_cap() {
+    use std::net::{Ipv6Addr, SocketAddrV6};
+    let s = server_with("tcpcap6", &["--tcp-max-per-client", "2"]);
+    for addr in [
+        "2001:db8:64:1::10",
+        "2001:db8:64:1::11",
+        "2001:db8:64:1::12",
+        "2001:db8:64:2::10",
+    ] {
+        s.ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{addr}/64"),
+            "dev",
+            "lo",
+            "nodad",
+        ]);
+    }
+    let outcome = s.ns.run(|| {
+        let server = SocketAddr::from((Ipv6Addr::LOCALHOST, PORT));
+        // Three connections from three addresses of one /64, then one from another /64; each
+        // asks one query and is held open.
+        let from = |source: &str| {
+            let source: Ipv6Addr = source.parse().expect("an address");
+            let socket = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)
+                .expect("a socket");
+            socket
+                .bind(&SocketAddrV6::new(source, 0, 0, 0).into())
+                .expect("bind");
+            socket.connect(&server.into()).expect("TCP connect");
+            let stream: std::net::TcpStream = socket.into();
+            let answered = tcp_answered(&stream);
+            (stream, answered)
+        };
+        [
+            from("2001:db8:64:1::10"),
+            from("2001:db8:64:1::11"),
+            from("2001:db8:64:1::12"),
+            from("2001:db8:64:2::10"),
+        ]
+        .map(|(stream, answered)| {
+            drop(stream);
+            answered
+        })
+    });
+    assert_eq!(
+        outcome,
+        [true, true, false, true],
+        "two of one /64 answered, its third closed, another /64 answered"
+    );
+    assert_eq!(
+        s.agent
+            .metric("hostport_dns_tcp_closed", &[("reason", "client_cap")]),
+        1.0
+    );
+}
+
+/// Whether a query sent on `stream` is answered (false: the server closed it).
+fn tcp_answered(mut stream: &std::net::TcpStream) -> bool {
+    use std::io::{Read, Write};
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok();
+    stream
+        .write_all(&tcp_framed("node-1.nodes.prod.coreha.example"))
+        .ok();
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).is_ok()
+}
+
 /// EDNS TCP keepalive (RFC 7828): asked over TCP, the answer says how long an idle connection
 /// stays open (10 s, in units of 100 ms); never over UDP.
 #[test]

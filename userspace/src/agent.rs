@@ -248,6 +248,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
             tcp::TcpLimits {
                 max_connections: args.tcp_max_connections,
                 max_per_client: args.tcp_max_per_client,
+                client_prefix_v6: args.tcp_client_prefix_v6,
             },
         ));
     }

@@ -187,6 +187,10 @@ pub struct RunArgs {
     /// TCP connections one client address may hold open; more are closed at once.
     #[arg(long, value_name = "N", default_value_t = crate::server::limits::DEFAULT_MAX_PER_CLIENT, value_parser = at_least_one)]
     pub tcp_max_per_client: usize,
+    /// IPv6 clients are counted by this prefix length for --tcp-max-per-client (one host
+    /// usually holds a whole /64); 128 counts each address.
+    #[arg(long, value_name = "BITS", default_value_t = crate::server::limits::DEFAULT_CLIENT_PREFIX_V6, value_parser = clap::value_parser!(u8).range(1..=128))]
+    pub tcp_client_prefix_v6: u8,
     /// The addresses the XDP program answers on, or interfaces whose addresses it answers on
     /// (repeat for several). Default: every address of the node but link-local ones and those
     /// on dummy or IPVS interfaces (kube-ipvs0 holds every ClusterIP). A named address that

@@ -9,3 +9,5 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Open connections from one client address, by default.
 pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
+/// The IPv6 prefix length a TCP client is counted by (one host's /64).
+pub const DEFAULT_CLIENT_PREFIX_V6: u8 = 64;

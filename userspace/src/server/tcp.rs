@@ -26,7 +26,9 @@ use crate::{
     server::{
         Shared,
         gate::Client,
-        limits::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_CLIENT, IDLE_TIMEOUT},
+        limits::{
+            DEFAULT_CLIENT_PREFIX_V6, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_CLIENT, IDLE_TIMEOUT,
+        },
         stats::TcpClose,
     },
 };
@@ -45,6 +47,9 @@ const LISTEN_BACKLOG: i32 = 1024;
 pub struct TcpLimits {
     pub max_connections: usize,
     pub max_per_client: usize,
+    /// The IPv6 prefix length one client is counted by: a host usually holds a whole /64, so
+    /// counting each address would let one host take every slot.
+    pub client_prefix_v6: u8,
 }
 
 impl Default for TcpLimits {
@@ -52,6 +57,22 @@ impl Default for TcpLimits {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_per_client: DEFAULT_MAX_PER_CLIENT,
+            client_prefix_v6: DEFAULT_CLIENT_PREFIX_V6,
+        }
+    }
+}
+
+impl TcpLimits {
+    /// The client `peer` counts as: IPv4 addresses one by one, IPv6 addresses by their
+    /// [`TcpLimits::client_prefix_v6`] (an IPv4-mapped address is IPv4).
+    pub fn client_of(&self, peer: IpAddr) -> IpAddr {
+        match peer.to_canonical() {
+            IpAddr::V6(v6) => {
+                let bits = u32::from(self.client_prefix_v6.min(128));
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                IpAddr::V6((u128::from(v6) & mask).into())
+            }
+            v4 => v4,
         }
     }
 }
@@ -75,7 +96,7 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
-/// Open connections per client address; an entry lives only while its client has one, so the
+/// Open connections per client (an address, or an IPv6 prefix); an entry lives only while its client has one, so the
 /// map never holds more entries than connections are open.
 #[derive(Clone, Default)]
 struct PerClient(Arc<Mutex<HashMap<IpAddr, usize>>>);
@@ -139,7 +160,8 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, limits: TcpLimits
                     drop(stream);
                     continue;
                 }
-                let Some(slot) = clients.take(peer.ip(), limits.max_per_client) else {
+                let client = limits.client_of(peer.ip());
+                let Some(slot) = clients.take(client, limits.max_per_client) else {
                     shared.stats.tcp_closed(TcpClose::ClientCap);
                     drop(stream);
                     continue;
@@ -249,5 +271,26 @@ async fn send(stream: &mut TcpStream, message: &[u8]) -> Result<(), TcpClose> {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(TcpClose::ByClient),
         Err(_) => Err(TcpClose::WriteTimeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_clients_count_by_their_prefix_and_ipv4_clients_by_address() {
+        let limits = TcpLimits::default();
+        let client = |text: &str| limits.client_of(text.parse().expect("an address"));
+        assert_eq!(client("2001:db8:1:2::7"), client("2001:db8:1:2:ffff::1"));
+        assert_ne!(client("2001:db8:1:2::7"), client("2001:db8:1:3::7"));
+        assert_ne!(client("198.18.0.1"), client("198.18.0.2"));
+        assert_eq!(client("::ffff:198.18.0.1"), client("198.18.0.1"));
+        let each = TcpLimits {
+            client_prefix_v6: 128,
+            ..limits
+        };
+        let client = |text: &str| each.client_of(text.parse().expect("an address"));
+        assert_ne!(client("2001:db8::1"), client("2001:db8::2"));
     }
 }
