@@ -322,6 +322,99 @@ fn wrong_keys_strangers_and_udp_are_refused_as_the_rfcs_say() {
     assert!(elsewhere.contains("NOTAUTH"), "{elsewhere}");
 }
 
+/// The transfer ACL is decided by the most specific entry that holds the client (a broad entry
+/// without a key does not cancel a narrower entry's key), and transfers over UDP and signed
+/// queries pass the client allow-list like every query: from outside it (drop mode) they get no
+/// answer at all, are counted, and log nothing at info. Any signed query gets a signed answer.
+#[test]
+fn the_most_specific_acl_entry_decides_and_udp_transfers_and_signed_queries_pass_the_gate() {
+    let bed = Bed::new("xfr-gate");
+    bed.pod(0, "198.18.0.11");
+    let text = format!(
+        "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {api}\npods:\n  - zone: {ZONE}\n\
+         clients:\n  allow: [127.0.0.1/32, 127.0.0.2/32]\n  outside: drop\n\
+         transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/tsig-key\n  \
+         allow:\n    - from: 127.0.0.0/8\n    - from: 127.0.0.1/32\n      key: {KEY}\n",
+        api = bed.api.url(),
+        dir = bed.dir.path.display(),
+    );
+    let config = bed.dir.write("agent-gate.yaml", &text);
+    let agent = bed.agent(&config, 1053, "serials.json");
+    bed.serial_at(1053);
+    let ns = &bed.ns;
+    let kdig_text = |source: &str, args: &[&str]| {
+        let out = ns
+            .command("kdig")
+            .args([
+                "@127.0.0.1",
+                "-p",
+                "1053",
+                "+retry=0",
+                "+timeout=2",
+                "-b",
+                source,
+            ])
+            .args(args)
+            .output()
+            .expect("run kdig");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let key = bed.key.kdig_arg();
+    // 127.0.0.1: its /32 wants the key, whatever the /8 says.
+    let unsigned = kdig_text("127.0.0.1", &["+tcp", ZONE, "AXFR"]);
+    assert!(unsigned.contains("REFUSED"), "{unsigned}");
+    let signed = kdig_text("127.0.0.1", &["+tcp", "-y", &key, ZONE, "AXFR"]);
+    assert!(
+        signed.contains("198.18.0.11") && signed.contains("TSIG"),
+        "{signed}"
+    );
+    // 127.0.0.2: only the /8 holds it, unsigned is fine.
+    let broad = kdig_text("127.0.0.2", &["+tcp", ZONE, "AXFR"]);
+    assert!(broad.contains("198.18.0.11"), "{broad}");
+    // A signed query of any type gets a signed answer (kdig checks the signature).
+    let signed_a = kdig_text("127.0.0.1", &["-y", &key, &web(), "A"]);
+    assert!(
+        signed_a.contains("198.18.0.11")
+            && signed_a.contains("TSIG")
+            && !signed_a.contains("failed"),
+        "{signed_a}"
+    );
+    let not_allowed = |agent: &Agent| {
+        agent.metric(
+            "hostport_dns_client_policy",
+            &[("path", "userspace"), ("decision", "not_allowed")],
+        )
+    };
+    let before = not_allowed(&agent);
+    // 127.0.0.9 is outside the client allow-list (drop): nothing, whatever it asks over UDP.
+    let outsider = [
+        kdig_text("127.0.0.9", &["+notcp", "-y", &key, ZONE, "AXFR"]),
+        kdig_text("127.0.0.9", &["+notcp", "-y", &key, ZONE, "IXFR=1"]),
+        kdig_text("127.0.0.9", &["+notcp", ZONE, "AXFR"]),
+        kdig_text("127.0.0.9", &["+notcp", "-y", &key, ZONE, "SOA"]),
+        kdig_text("127.0.0.9", &["+notcp", ZONE, "SOA"]),
+    ];
+    for reply in &outsider {
+        assert!(
+            !reply.contains("->>HEADER<<-") && !reply.contains("status"),
+            "answered: {reply}"
+        );
+    }
+    let counted = not_allowed(&agent) - before;
+    assert!(counted >= outsider.len() as f64, "counted {counted}");
+    let logs = agent.logs();
+    let about_outsider = logs
+        .lines()
+        .filter(|l| l.contains("127.0.0.9") && !l.contains("\"DEBUG\""))
+        .collect::<Vec<_>>();
+    assert!(
+        about_outsider.is_empty(),
+        "no line per packet: {about_outsider:#?}"
+    );
+}
+
 #[test]
 fn two_agents_give_the_same_serials_and_a_secondary_of_both_never_goes_back() {
     let bed = Bed::new("xfr-two");

@@ -8,6 +8,9 @@ use std::ops::Range;
 
 use hostport_dns_common::dns::{HEADER_LEN, QTYPE_QCLASS_LEN, RR_FIXED_LEN, TYPE_OPT};
 
+/// The TSIG record's type (RFC 8945 §4.2).
+const TYPE_TSIG: u16 = 250;
+
 /// One record's place in the message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordAt {
@@ -32,18 +35,10 @@ pub struct Framing {
 
 /// Reads the framing of `bytes` (at least a header's worth, else nothing holds).
 pub fn read(bytes: &[u8]) -> Framing {
-    let count = |at: usize| match bytes.get(at..at + 2) {
-        Some(b) => usize::from(u16::from_be_bytes([b[0], b[1]])),
-        None => 0,
-    };
-    let question_end = (bytes.len() >= HEADER_LEN && count(4) == 1)
-        .then(|| skip_name(bytes, HEADER_LEN))
-        .flatten()
-        .map(|end| end + QTYPE_QCLASS_LEN)
-        .filter(|end| *end <= bytes.len());
+    let question_end = question_end(bytes);
     let records = question_end.and_then(|start| {
-        let (answers, authorities, additionals) = (count(6), count(8), count(10));
-        read_records(bytes, start, answers + authorities, additionals)
+        let mut records = Vec::new();
+        walk_records(bytes, start, |record| records.push(record)).then_some(records)
     });
     Framing {
         question_end,
@@ -51,34 +46,79 @@ pub fn read(bytes: &[u8]) -> Framing {
     }
 }
 
-/// The records after the question: `before` in the answer and authority sections, then
-/// `additionals`; None when one is cut short or bytes follow the last.
-fn read_records(
-    bytes: &[u8],
-    mut at: usize,
-    before: usize,
-    additionals: usize,
-) -> Option<Vec<RecordAt>> {
-    let mut records = Vec::new();
+/// Whether `query` carries a TSIG record: its framing holds and its last record is one (RFC
+/// 8945 §4.2: TSIG goes last). A look without allocating, for every query.
+pub fn carries_tsig(query: &[u8]) -> bool {
+    if count(query, 10) == 0 {
+        return false;
+    }
+    let mut last = None;
+    question_end(query).is_some_and(|start| walk_records(query, start, |r| last = Some(r.rtype)))
+        && last == Some(TYPE_TSIG)
+}
+
+/// The UDP payload size the query's OPT record offers, if its framing holds and it has one.
+pub fn offered_payload(query: &[u8]) -> Option<u16> {
+    let mut offered = None;
+    let start = question_end(query)?;
+    let holds = walk_records(query, start, |record| {
+        if record.additional && record.rtype == TYPE_OPT {
+            // The OPT record's CLASS field: the two bytes after its type.
+            let class = record.data.start - RR_FIXED_LEN + 2;
+            offered = query
+                .get(class..class + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]));
+        }
+    });
+    offered.filter(|_| holds)
+}
+
+/// The count at `at` in the header (0 if the header is cut short).
+fn count(bytes: &[u8], at: usize) -> usize {
+    match bytes.get(at..at + 2) {
+        Some(b) => usize::from(u16::from_be_bytes([b[0], b[1]])),
+        None => 0,
+    }
+}
+
+/// Where the one question ends, if the message has one and it is framed right.
+fn question_end(bytes: &[u8]) -> Option<usize> {
+    if bytes.len() < HEADER_LEN || count(bytes, 4) != 1 {
+        return None;
+    }
+    let end = skip_name(bytes, HEADER_LEN)? + QTYPE_QCLASS_LEN;
+    (end <= bytes.len()).then_some(end)
+}
+
+/// Hands each record after the question (starting at `at`) to `each`, as the header counts
+/// them; false when one is cut short or bytes follow the last.
+fn walk_records(bytes: &[u8], mut at: usize, mut each: impl FnMut(RecordAt)) -> bool {
+    let before = count(bytes, 6) + count(bytes, 8);
+    let additionals = count(bytes, 10);
     for i in 0..before + additionals {
-        let owner_end = skip_name(bytes, at)?;
-        let fixed = bytes.get(owner_end..owner_end + RR_FIXED_LEN)?;
+        let Some(owner_end) = skip_name(bytes, at) else {
+            return false;
+        };
+        let Some(fixed) = bytes.get(owner_end..owner_end + RR_FIXED_LEN) else {
+            return false;
+        };
         let rtype = u16::from_be_bytes([fixed[0], fixed[1]]);
         let length = usize::from(u16::from_be_bytes([fixed[8], fixed[9]]));
         let data_start = owner_end + RR_FIXED_LEN;
         let data = data_start..data_start + length;
         if data.end > bytes.len() {
-            return None;
+            return false;
         }
-        records.push(RecordAt {
-            owner: at..owner_end,
+        let owner = at..owner_end;
+        at = data.end;
+        each(RecordAt {
+            owner,
             rtype,
             additional: i >= before,
-            data: data.clone(),
+            data,
         });
-        at = data.end;
     }
-    (at == bytes.len()).then_some(records)
+    at == bytes.len()
 }
 
 /// The end of the name at `at`: its labels up to the root, or a compression pointer (two bytes,
@@ -166,6 +206,34 @@ mod tests {
         reserved[12] = 0x80;
         assert_eq!(read(&reserved).question_end, None);
         assert_eq!(read(&[0; 5]).question_end, None);
+    }
+
+    #[test]
+    fn tsig_is_seen_only_as_the_last_record_of_a_framed_message() {
+        let tsig_owner_and_fixed = [3, b'k', b'e', b'y', 0, 0, 250, 0, 255, 0, 0, 0, 0, 0, 2];
+        let signed = message(
+            [0, 0, 1],
+            &[tsig_owner_and_fixed.as_slice(), &[9, 9]].concat(),
+        );
+        assert!(carries_tsig(&signed));
+        let opt_after = message(
+            [0, 0, 2],
+            &[tsig_owner_and_fixed.as_slice(), &[9, 9], &OPT].concat(),
+        );
+        assert!(!carries_tsig(&opt_after), "TSIG must go last");
+        assert!(!carries_tsig(&signed[..signed.len() - 1]), "cut short");
+        assert!(!carries_tsig(&message([0, 0, 1], &OPT)));
+    }
+
+    #[test]
+    fn the_offered_payload_is_read_from_the_opt_record() {
+        assert_eq!(offered_payload(&message([0, 0, 1], &OPT)), Some(1232));
+        assert_eq!(offered_payload(&message([0, 0, 0], &[])), None);
+        assert_eq!(
+            offered_payload(&message([0, 0, 2], &OPT)),
+            None,
+            "cut short"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use hickory_proto::{
 };
 use hostport_dns_common::{
     dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK},
-    limits::EDNS_PAYLOAD_SIZE,
+    limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
 };
 
 /// How the answer travels: UDP answers are limited to what the client accepts.
@@ -48,14 +48,18 @@ pub fn asks_transfer(query: &[u8]) -> bool {
     )
 }
 
-/// Whether `query` is a plain query of type SOA (a secondary's refresh check may be signed).
-pub fn asks_soa(query: &[u8]) -> bool {
-    question_type(query) == Some(RecordType::SOA)
+/// The most an answer to `query` may take over UDP: 512 bytes without EDNS, else what the
+/// client offers, within 512 and [`EDNS_PAYLOAD_SIZE`] (an unreadable query: 512).
+pub fn udp_limit(query: &[u8]) -> usize {
+    let offered = super::framing::offered_payload(query);
+    usize::from(offered.map_or(CLASSIC_UDP_PAYLOAD, |size| {
+        size.clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE)
+    }))
 }
 
 /// The type of a query's one question (QR clear, opcode QUERY), read without parsing the
 /// message.
-fn question_type(query: &[u8]) -> Option<RecordType> {
+pub fn question_type(query: &[u8]) -> Option<RecordType> {
     if query.len() < HEADER_LEN + 5 {
         return None;
     }

@@ -18,7 +18,7 @@ use hickory_proto::{
     serialize::binary::{BinDecodable, BinDecoder},
 };
 use hostport_dns_common::{
-    dns::{FLAG_QR, FLAG_RD, HEADER_LEN, OPCODE_MASK},
+    dns::{FLAG_QR, FLAG_RD, FLAG_TC, HEADER_LEN, OPCODE_MASK, RCODE_MASK},
     limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
 };
 
@@ -106,6 +106,28 @@ impl Answer {
             personal: false,
             zone: ZoneOf::Other,
         }
+    }
+}
+
+impl Answer {
+    /// An answer made elsewhere (a transfer's first message over UDP, a signed answer), read
+    /// from its header: what it counts as for metrics and rate limiting. Never cached.
+    pub fn made(bytes: Vec<u8>, qtype: Option<RecordType>) -> Self {
+        let flags = bytes
+            .get(2..4)
+            .map_or(0, |f| u16::from_be_bytes([f[0], f[1]]));
+        let answers = bytes
+            .get(6..8)
+            .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+        let rcode = ResponseCode::from(0, (flags & RCODE_MASK) as u8);
+        let mut answer = Self::new(bytes, rcode, qtype, flags & FLAG_TC != 0);
+        answer.class = match rcode {
+            ResponseCode::NoError if answers > 0 => RateClass::Positive,
+            ResponseCode::NoError | ResponseCode::NXDomain => RateClass::Negative,
+            _ => RateClass::Error,
+        };
+        answer.personal = true;
+        answer
     }
 }
 

@@ -1,5 +1,6 @@
 //! The client policy on the userspace path, in the kernel's order: sources that cannot have
-//! sent the query, the allow-list, then the answer (with its server cookie) and its rate.
+//! sent the query, the allow-list, then the answer (with its server cookie) and its rate. Every
+//! query goes through it, transfer requests over UDP and signed queries included.
 
 use std::net::IpAddr;
 
@@ -97,7 +98,14 @@ impl Gate {
             shared.stats.decided(Decision::Refused);
             asker.shape = Shape::Refused;
         }
-        let answer = shared.answer_as(query, transport, &asker)?;
+        let answer = match asker.shape {
+            // Admitted: transfers over UDP and signed queries are the transfers' to answer.
+            Shape::Full => match shared.answer_by_transfers(query, transport, client) {
+                Some(made) => made?,
+                None => shared.answer_as(query, transport, &asker)?,
+            },
+            _ => shared.answer_as(query, transport, &asker)?,
+        };
         // TCP is not limited: it is where a limited client is sent.
         let (Some(rate), Transport::Udp) = (&self.rate, transport) else {
             return Some(answer);

@@ -27,7 +27,8 @@ use crate::{
     clients::martian::is_martian,
     dns::{
         WireName,
-        message::{Transport, asks_soa, asks_transfer},
+        framing::carries_tsig,
+        message::{Transport, asks_transfer, question_type, udp_limit},
     },
     liveness::Liveness,
     table::RecordTable,
@@ -149,41 +150,63 @@ impl Shared {
         transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
-        if transport == Transport::Udp {
-            // Over UDP a transfer request gets one message (NOTIMP, REFUSED or the current SOA).
-            let mut first = None;
-            let handled = self.transfer_stream(query, transport, client, &mut |message| {
-                first = Some(message);
-                false
-            });
-            if handled {
-                return first;
-            }
-        }
-        // A signed SOA query is answered signed (below), within the client policy: never to a
-        // martian source, nor to a client outside the allow-list.
-        let admitted = || {
-            !(transport == Transport::Udp && is_martian(client.addr))
-                && self.gate.policy.grants(client.addr.ip()).allowed
-        };
-        if let Some(transfers) = self
-            .transfers
-            .as_ref()
-            .filter(|_| asks_soa(query) && admitted())
-        {
-            // Signed answers are made for one query: never cached.
-            let mut respond = || {
-                let table = self.table.load();
-                let asker = answer::Asker::ANONYMOUS;
-                answer::respond_for(query, table.as_deref(), transport, &asker).map(|a| a.bytes)
-            };
-            if let SignedAnswer::Answer(answer) = transfers.answer_signed(query, &mut respond) {
-                return answer;
-            }
-        }
         let answer = self.gate.answer(self, query, transport, client)?;
         self.stats.count(transport, &answer);
         Some(answer.bytes)
+    }
+
+    /// What the transfers answer, for a client the gate has let through: over UDP a transfer
+    /// request gets one message (NOTIMP, REFUSED or the current SOA), and a query signed with
+    /// TSIG gets a signed answer (or NOTAUTH with the TSIG error). None: neither, it is
+    /// answered the ordinary way; Some(None): theirs, but nothing could be made.
+    fn answer_by_transfers(
+        &self,
+        query: &[u8],
+        transport: Transport,
+        client: gate::Client,
+    ) -> Option<Option<answer::Answer>> {
+        let transfers = self.transfers.as_ref()?;
+        let qtype = question_type(query);
+        if transport == Transport::Udp && asks_transfer(query) {
+            let mut first = None;
+            let table = self.table.load_full();
+            let handled = transfers.stream(
+                query,
+                table.as_deref(),
+                client.addr.ip(),
+                transport,
+                &mut |message| {
+                    first = Some(message);
+                    false
+                },
+            );
+            return handled.then(|| first.map(|bytes| answer::Answer::made(bytes, qtype)));
+        }
+        if !carries_tsig(query) {
+            return None;
+        }
+        // Signed answers are made for one query: never cached. Over UDP one that does not fit
+        // is signed truncated and empty, as a slip (RFC 8945 §5.3: the client retries over TCP).
+        let signed = |shape| {
+            let mut respond = || {
+                let table = self.table.load();
+                let asker = answer::Asker {
+                    shape,
+                    ..answer::Asker::ANONYMOUS
+                };
+                answer::respond_for(query, table.as_deref(), transport, &asker).map(|a| a.bytes)
+            };
+            match transfers.answer_signed(query, &mut respond) {
+                SignedAnswer::Answer(bytes) => Some(bytes),
+                SignedAnswer::NotSigned => None,
+            }
+        };
+        let mut bytes = signed(answer::Shape::Full)?;
+        if transport == Transport::Udp && bytes.as_ref().is_some_and(|b| b.len() > udp_limit(query))
+        {
+            bytes = signed(answer::Shape::Slip)?;
+        }
+        Some(bytes.map(|bytes| answer::Answer::made(bytes, qtype)))
     }
 
     /// The answer for `asker`, from the cache when it is not made for the asker alone.

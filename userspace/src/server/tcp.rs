@@ -219,7 +219,9 @@ async fn serve_connection(
             Ok(Err(_)) => return TcpClose::ByClient,
             Err(_) => return TcpClose::Idle,
         }
-        if asks_transfer(&buf) && shared.transfers.is_some() {
+        // Refuse mode serves a client outside the allow-list REFUSED, transfers included.
+        let admitted = || shared.gate.policy.grants(client.addr.ip()).allowed;
+        if asks_transfer(&buf) && shared.transfers.is_some() && admitted() {
             match transfer(&mut stream, shared, &buf, client).await {
                 Ok(true) => continue,
                 Ok(false) => {}

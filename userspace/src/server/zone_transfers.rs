@@ -33,8 +33,8 @@ pub trait ZoneTransfers: Send + Sync {
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
     ) -> bool;
 
-    /// A secondary's SOA query signed with TSIG gets a signed answer: `respond` makes the
-    /// ordinary one.
+    /// A query signed with TSIG gets a signed answer (or NOTAUTH with the TSIG error):
+    /// `respond` makes the ordinary one.
     fn answer_signed(
         &self,
         query: &[u8],

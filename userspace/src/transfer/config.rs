@@ -19,7 +19,10 @@
 //!   history: 64                       # versions kept for IXFR
 //! ```
 
-use std::{net::SocketAddr, path::PathBuf};
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
 
 use hickory_proto::rr::{Name, rdata::tsig::TsigAlgorithm};
 use ipnet::IpNet;
@@ -245,6 +248,24 @@ fn notify_zones(zones: Option<&[String]>, what: &str) -> Result<Option<Vec<Name>
     Ok(Some(names))
 }
 
+impl TransferConfig {
+    /// Whether a transfer request from `client`, signed with `key` (None: unsigned), is
+    /// allowed. The most specific entries that hold the client decide, as for the client
+    /// allow-list: a narrower entry's key requirement is never cancelled by a broader entry
+    /// without one. Entries of the same prefix length allow if any of them does (two keys for
+    /// one secondary during a rotation).
+    pub fn admits(&self, client: IpAddr, key: Option<&Name>) -> bool {
+        let client = client.to_canonical();
+        let holding = || self.allow.iter().filter(|e| e.from.contains(&client));
+        let Some(longest) = holding().map(|e| e.from.prefix_len()).max() else {
+            return false;
+        };
+        holding()
+            .filter(|e| e.from.prefix_len() == longest)
+            .any(|e| e.key.as_ref().is_none_or(|k| Some(k) == key))
+    }
+}
+
 fn key_name(text: &str) -> Result<Name, String> {
     let mut name = Name::from_ascii(text.trim())
         .map_err(|e| format!("{text:?} is not a key name: {e}"))?
@@ -298,6 +319,32 @@ mod tests {
         assert!(!default.wants(&name("0.18.198.in-addr.arpa."), true, false));
         let err = compile("notify: [{address: 198.18.0.2, zones: ['bad..name']}]").unwrap_err();
         assert!(err.contains("transfer.notify[0].zones[0]"), "{err}");
+    }
+
+    #[test]
+    fn the_most_specific_entry_decides_and_a_broad_one_cancels_no_key() {
+        let config = compile(
+            "keys: [{name: xfr-key, secretFile: /k}, {name: next-key, secretFile: /n}]\n\
+             allow: [{from: 127.0.0.0/8}, {from: 127.0.0.1/32, key: xfr-key},\n\
+                     {from: 198.18.0.9, key: xfr-key}, {from: 198.18.0.9, key: next-key}]\n",
+        )
+        .unwrap();
+        let key = |name: &str| Name::from_ascii(name).unwrap();
+        let admits = |client: &str, k: Option<&str>| {
+            config.admits(client.parse().unwrap(), k.map(key).as_ref())
+        };
+        assert!(!admits("127.0.0.1", None), "the /32 asks for its key");
+        assert!(admits("127.0.0.1", Some("xfr-key.")));
+        assert!(!admits("127.0.0.1", Some("next-key.")));
+        assert!(admits("127.0.0.2", None), "only the /8 holds it");
+        assert!(admits("::ffff:127.0.0.2", None), "IPv4-mapped is IPv4");
+        assert!(
+            admits("198.18.0.9", Some("next-key.")),
+            "either of equal entries"
+        );
+        assert!(admits("198.18.0.9", Some("xfr-key.")));
+        assert!(!admits("198.18.0.9", None));
+        assert!(!admits("198.18.0.10", Some("xfr-key.")), "in no entry");
     }
 
     #[test]

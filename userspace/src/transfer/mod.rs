@@ -6,7 +6,8 @@
 //! BADSIG or BADTIME, whoever sends it), then the ACL (REFUSED outside it, or without the key
 //! its entry names), then the transport (AXFR over UDP is not a thing: NOTIMP; IXFR over UDP is
 //! answered with the current SOA only, which tells the client to come back over TCP, RFC 1995
-//! §2), then the zone (NOTAUTH for a zone not served here, SERVFAIL before the first table).
+//! §2), then the zone (NOTAUTH for a zone not served here, SERVFAIL before the first table and
+//! for a zone whose sources have not all listed).
 
 pub mod config;
 pub mod history;
@@ -30,7 +31,7 @@ pub use config::TransferConfig;
 use crate::{
     dns::{
         WireName,
-        message::{Transport, asks_soa, response_to},
+        message::{Transport, response_to},
     },
     serials::serial_gt,
     server::zone_transfers::{SignedAnswer, ZoneTransfers},
@@ -126,7 +127,13 @@ impl Transfers {
         let mut response = response_to(&request);
         let signed = match tsig::check(query, &request, &self.keys, now) {
             Checked::Failed(failure) => {
-                warn!(%client, zone = %question.name, error = ?failure.error, "transfer request with a bad TSIG: NOTAUTH");
+                // Over UDP anyone can send these as often as the rate limit lets them: no
+                // line per packet (the metrics count them).
+                if transport == Transport::Tcp {
+                    warn!(%client, zone = %question.name, error = ?failure.error, "transfer request with a bad TSIG: NOTAUTH");
+                } else {
+                    debug!(%client, zone = %question.name, error = ?failure.error, "transfer request over UDP with a bad TSIG: NOTAUTH");
+                }
                 self.stats.count(kind.label(), Outcome::BadTsig);
                 response.metadata.response_code = ResponseCode::NotAuth;
                 if let Some(record) = failure.error_record(&response, now) {
@@ -139,10 +146,7 @@ impl Transfers {
             Checked::Signed(signed) => Some(signed),
         };
         let key = signed.as_ref().map(|s| s.signer.signer_name().clone());
-        let allowed = self.config.allow.iter().any(|entry| {
-            entry.from.contains(&client)
-                && entry.key.as_ref().is_none_or(|k| Some(k) == key.as_ref())
-        });
+        let allowed = self.config.admits(client, key.as_ref());
         let mut signer = signed.map(|s| StreamSigner::new(s, now));
         // Each message signed (or encoded) and handed on; false: stop (the client is gone, or a
         // message could not be made).
@@ -159,7 +163,12 @@ impl Transfers {
             response
         };
         if !allowed {
-            info!(%client, zone = %question.name, key = ?key.map(|k| k.to_ascii()), "transfer refused: not in the transfer ACL");
+            let key = key.map(|k| k.to_ascii());
+            if transport == Transport::Tcp {
+                info!(%client, zone = %question.name, ?key, "transfer refused: not in the transfer ACL");
+            } else {
+                debug!(%client, zone = %question.name, ?key, "transfer over UDP refused: not in the transfer ACL");
+            }
             self.stats.count(kind.label(), Outcome::Refused);
             send(error(ResponseCode::Refused, response));
             return Some(kind);
@@ -174,6 +183,12 @@ impl Transfers {
             send(error(ResponseCode::ServFail, response));
             return Some(kind);
         };
+        if is_pending(table, &question.name) {
+            // A source of the zone has not listed yet: what it lacks may exist (as queries).
+            self.stats.count(kind.label(), Outcome::NotReady);
+            send(error(ResponseCode::ServFail, response));
+            return Some(kind);
+        }
         let Some(zone) = ServedZone::find(table, &question.name) else {
             self.stats.count(kind.label(), Outcome::NotAuth);
             send(error(ResponseCode::NotAuth, response));
@@ -260,17 +275,15 @@ impl ZoneTransfers for Transfers {
         true
     }
 
-    /// A secondary's SOA query signed with TSIG (its refresh check) must get a signed answer
-    /// (RFC 8945 §5.3): `respond` makes the ordinary answer, which is signed here; a TSIG that
-    /// does not verify gets NOTAUTH with its error. Other queries go the ordinary way.
+    /// A query signed with TSIG (a secondary's SOA refresh check, or any other) gets a signed
+    /// answer (RFC 8945 §5.3): `respond` makes the ordinary answer, which is signed here; a
+    /// TSIG that does not verify gets NOTAUTH with its error. Unsigned queries go the ordinary
+    /// way.
     fn answer_signed(
         &self,
         query: &[u8],
         respond: &mut dyn FnMut() -> Option<Vec<u8>>,
     ) -> SignedAnswer {
-        if !asks_soa(query) {
-            return SignedAnswer::NotSigned;
-        }
         let Ok(request) = Message::from_bytes(query) else {
             return SignedAnswer::NotSigned;
         };
@@ -334,6 +347,14 @@ fn incremental(old: &Found, table: &RecordTable, zone: &ServedZone) -> Vec<Recor
     records.extend(added);
     records.push(soa);
     records
+}
+
+/// Whether `apex` is a forward zone of `table` whose sources have not all listed.
+fn is_pending(table: &RecordTable, apex: &hickory_proto::rr::Name) -> bool {
+    table
+        .zones()
+        .iter()
+        .any(|z| z.spec.pending && z.spec.apex == *apex)
 }
 
 /// The serial in the SOA record of an IXFR request's authority section.
