@@ -415,6 +415,47 @@ fn the_most_specific_acl_entry_decides_and_udp_transfers_and_signed_queries_pass
     );
 }
 
+/// A rotated TSIG key (its Secret's file rewritten, as the kubelet does) is taken without a
+/// restart, as the cookie secrets are: the new secret signs, the old one gets BADSIG.
+#[test]
+fn a_rotated_tsig_key_is_taken_without_a_restart() {
+    let bed = Bed::new("xfr-rotate");
+    bed.pod(0, "198.18.0.11");
+    let config = bed.config(&[]);
+    let agent = bed.agent(&config, 1053, "serials.json");
+    bed.serial_at(1053);
+    let ns = &bed.ns;
+    let axfr = |key: &str| {
+        let out = ns
+            .command("kdig")
+            .args(["@127.0.0.1", "-p", "1053", "+retry=0", "+timeout=3", "+tcp"])
+            .args(["-y", key, ZONE, "AXFR"])
+            .output()
+            .expect("run kdig");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let old = bed.key.kdig_arg();
+    assert!(axfr(&old).contains("198.18.0.11"), "the key in use signs");
+    // base64 of 32 bytes "the rotated transfer key secret!"
+    let rotated = TsigKey {
+        name: KEY.into(),
+        secret: "dGhlIHJvdGF0ZWQgdHJhbnNmZXIga2V5IHNlY3JldCE=".into(),
+    };
+    bed.dir.write("tsig-key", &rotated.secret);
+    eventually("the rotated secret signs", 30, || {
+        axfr(&rotated.kdig_arg()).contains("198.18.0.11")
+    });
+    let refused = axfr(&old);
+    assert!(refused.contains("BADSIG"), "{refused}");
+    assert!(
+        agent.logs().contains("TSIG keys reloaded"),
+        "{}",
+        agent.logs()
+    );
+}
+
 #[test]
 fn two_agents_give_the_same_serials_and_a_secondary_of_both_never_goes_back() {
     let bed = Bed::new("xfr-two");

@@ -180,6 +180,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         publisher.follow_revisions();
     }
     if let Some(transfers) = transfers {
+        tokio::spawn(transfers.clone().follow_keys());
         tokio::spawn(transfers.notify());
     }
     let mut first = Vec::new();

@@ -19,6 +19,8 @@ pub mod zone_data;
 
 use std::{net::IpAddr, sync::Arc, sync::Mutex};
 
+use arc_swap::ArcSwap;
+
 use hickory_proto::{
     op::{Message, MessageType, OpCode, ResponseCode},
     rr::{DNSClass, RData, Record, RecordType},
@@ -44,6 +46,10 @@ use crate::{
     },
 };
 
+/// How often the TSIG keys' secret files are read again (a Kubernetes Secret's mounted file
+/// changes within about a minute of the Secret).
+pub const KEY_RELOAD: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The bytes of records one message of a transfer carries at most, counted uncompressed: with
 /// the question, the header and a TSIG record it stays well within a TCP message's 65,535.
 const MESSAGE_BUDGET: usize = 60_000;
@@ -56,7 +62,9 @@ const MESSAGE_NAMES: usize = 110;
 /// What the server needs for transfers: the configuration, the keys and the versions kept.
 pub struct Transfers {
     pub config: TransferConfig,
-    pub keys: Keyring,
+    /// The TSIG keys, read again from their files every [`KEY_RELOAD`] (a rotated Secret
+    /// needs no restart).
+    pub keys: ArcSwap<Keyring>,
     history: Mutex<History>,
     /// The newest table, for the NOTIFY task.
     tables: tokio::sync::watch::Sender<Option<Arc<RecordTable>>>,
@@ -65,7 +73,7 @@ pub struct Transfers {
 
 impl Transfers {
     pub fn new(config: TransferConfig) -> anyhow::Result<Self> {
-        let keys = Keyring::load(&config.keys)?;
+        let keys = ArcSwap::from_pointee(Keyring::load(&config.keys)?);
         Ok(Self {
             history: Mutex::new(History::new(config.history)),
             tables: tokio::sync::watch::Sender::new(None),
@@ -73,6 +81,42 @@ impl Transfers {
             keys,
             stats: TransferStats::default(),
         })
+    }
+
+    /// Reads the keys' secret files again; true when they changed. Files that became unreadable
+    /// or invalid keep the keys in use (and the error is returned).
+    pub fn reload_keys(&self) -> anyhow::Result<bool> {
+        let fresh = Keyring::load(&self.config.keys)?;
+        if **self.keys.load() == fresh {
+            return Ok(false);
+        }
+        self.keys.store(Arc::new(fresh));
+        Ok(true)
+    }
+
+    /// Follows the keys' secret files until the agent stops, as the cookie secrets are.
+    pub async fn follow_keys(self: Arc<Self>) {
+        if self.config.keys.is_empty() {
+            return;
+        }
+        let mut failing = false;
+        loop {
+            tokio::time::sleep(KEY_RELOAD).await;
+            match self.reload_keys() {
+                Ok(changed) => {
+                    if changed {
+                        info!("TSIG keys reloaded");
+                    }
+                    failing = false;
+                }
+                Err(err) => {
+                    if !failing {
+                        warn!(err = format!("{err:#}"), "keeping the TSIG keys in use");
+                    }
+                    failing = true;
+                }
+            }
+        }
     }
 
     /// Sends the NOTIFYs the configuration asks for, until the agent stops.
@@ -125,7 +169,7 @@ impl Transfers {
         }
         let now = tsig::unix_now();
         let mut response = response_to(&request);
-        let signed = match tsig::check(query, &request, &self.keys, now) {
+        let signed = match tsig::check(query, &request, &self.keys.load(), now) {
             Checked::Failed(failure) => {
                 // Over UDP anyone can send these as often as the rate limit lets them: no
                 // line per packet (the metrics count them).
@@ -288,7 +332,7 @@ impl ZoneTransfers for Transfers {
             return SignedAnswer::NotSigned;
         };
         let now = tsig::unix_now();
-        let signed = match tsig::check(query, &request, &self.keys, now) {
+        let signed = match tsig::check(query, &request, &self.keys.load(), now) {
             Checked::Unsigned => return SignedAnswer::NotSigned,
             Checked::Failed(failure) => {
                 let mut response = response_to(&request);

@@ -62,8 +62,7 @@ pub async fn run(transfers: Arc<Transfers>, mut tables: watch::Receiver<Option<A
                     let signer = target
                         .key
                         .as_ref()
-                        .and_then(|k| transfers.keys.get(k))
-                        .cloned();
+                        .and_then(|k| transfers.keys.load().get(k).cloned());
                     let task = tokio::spawn(notify(
                         transfers.clone(),
                         target.clone(),

@@ -34,6 +34,20 @@ pub const FUDGE: u16 = 300;
 #[derive(Clone, Default)]
 pub struct Keyring {
     signers: Vec<TSigner>,
+    /// The secrets as read, to tell whether a file changed.
+    secrets: Vec<Vec<u8>>,
+}
+
+impl PartialEq for Keyring {
+    fn eq(&self, other: &Self) -> bool {
+        let names = |k: &Self| -> Vec<(Name, TsigAlgorithm)> {
+            k.signers
+                .iter()
+                .map(|s| (s.signer_name().clone(), s.algorithm().clone()))
+                .collect()
+        };
+        self.secrets == other.secrets && names(self) == names(other)
+    }
 }
 
 impl std::fmt::Debug for Keyring {
@@ -50,16 +64,21 @@ impl std::fmt::Debug for Keyring {
 impl Keyring {
     /// Reads every key's secret (base64, as `tsig-keygen` and `keymgr -t` print it).
     pub fn load(keys: &[KeyConfig]) -> anyhow::Result<Self> {
-        let signers = keys
-            .iter()
-            .map(|key| {
-                let secret = read_secret(&key.secret_file)
-                    .with_context(|| format!("TSIG key {}", key.name))?;
-                TSigner::new(secret, key.algorithm.clone(), key.name.clone(), FUDGE)
-                    .with_context(|| format!("TSIG key {}", key.name))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        Ok(Self { signers })
+        let mut ring = Self::default();
+        for key in keys {
+            let secret =
+                read_secret(&key.secret_file).with_context(|| format!("TSIG key {}", key.name))?;
+            let signer = TSigner::new(
+                secret.clone(),
+                key.algorithm.clone(),
+                key.name.clone(),
+                FUDGE,
+            )
+            .with_context(|| format!("TSIG key {}", key.name))?;
+            ring.signers.push(signer);
+            ring.secrets.push(secret);
+        }
+        Ok(ring)
     }
 
     /// The key named `name`.
