@@ -103,6 +103,36 @@ pub fn endpoint_slice_of(
     })
 }
 
+/// An EndpointSlice of `default/kubernetes` as the kube-apiserver writes it: each address with
+/// its conditions only (no `nodeName`, no `targetRef`).
+pub fn api_server_slice(address_type: &str, name: &str, addresses: &[&str]) -> Value {
+    let endpoints: Vec<Value> = addresses
+        .iter()
+        .map(|address| {
+            json!({"addresses": [address], "conditions": {"ready": true, "serving": true, "terminating": false}})
+        })
+        .collect();
+    json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {
+            "kubernetes.io/service-name": "kubernetes",
+            "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+        }},
+        "addressType": address_type,
+        "endpoints": endpoints,
+        "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+    })
+}
+
+/// A node with these addresses, in order: (type, address), e.g. ("InternalIP", "198.18.0.1").
+pub fn node_with(name: &str, addresses: &[(&str, &str)]) -> Value {
+    let mut listed: Vec<Value> = addresses
+        .iter()
+        .map(|(kind, address)| json!({"type": kind, "address": address}))
+        .collect();
+    listed.push(json!({"type": "Hostname", "address": name}));
+    json!({"metadata": {"name": name}, "status": {"addresses": listed}})
+}
+
 /// A node with an internal and an external address.
 pub fn node(name: &str, internal: &str, external: &str) -> Value {
     json!({

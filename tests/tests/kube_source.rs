@@ -8,7 +8,7 @@ use hostport_dns_tests::{
     clients::{Reply, dig},
     eventually,
     fake_api::{FakeApi, Kind},
-    k8s::{PodSpec, endpoint_slice, endpoint_slice_of, node},
+    k8s::{PodSpec, api_server_slice, endpoint_slice, endpoint_slice_of, node, node_with},
     netns::NetNs,
     require_root,
 };
@@ -88,12 +88,7 @@ fn ingress_pods(api: &FakeApi) {
     }
     api.apply(
         Kind::EndpointSlice,
-        endpoint_slice(
-            "default",
-            "kubernetes-a",
-            "kubernetes",
-            &[("198.18.0.11", None, "cp-0")],
-        ),
+        api_server_slice("IPv4", "kubernetes-a", &["198.18.0.11"]),
     );
 }
 
@@ -892,6 +887,85 @@ fn node_addresses_can_stand_for_the_endpoints() {
         c.api.requests().iter().any(|r| r.starts_with("GET Node")),
         "nodes are watched only when needed"
     );
+}
+
+/// The API servers as real clusters list them: `default/kubernetes` slices without `nodeName`
+/// (IPv4 and IPv6), each address matched to the node that holds it, answered by that node's
+/// internal, external or first public address; the answers follow the nodes' addresses.
+#[test]
+fn api_servers_without_node_names_are_answered_with_their_nodes_addresses() {
+    let extra = "  - zone: prod.coreha.example
+    hostnames: [api-internal]
+    addressSource: node-internal
+  - zone: prod.coreha.example
+    hostnames: [api-external]
+    addressSource: node-external
+  - zone: prod.coreha.example
+    hostnames: [api-public]
+    addressSource: node-public
+  - zone: prod.coreha.example
+    hostnames: [api-public]
+    addressSource: node-public
+    addressType: IPv6
+";
+    // Data only: the public addresses below are answered, never sent to.
+    let cp0 = |external: &str| {
+        node_with(
+            "cp-0",
+            &[
+                ("InternalIP", "198.18.0.11"),
+                ("InternalIP", "2001:db8::11"),
+                ("ExternalIP", "192.0.2.11"),
+                ("ExternalIP", external),
+                ("ExternalIP", "2a00:1450::11"),
+            ],
+        )
+    };
+    let c = cluster(
+        "knoname",
+        |api| {
+            ingress_pods(api);
+            // cp-1 is listed in the IPv6 slice only.
+            api.apply(
+                Kind::EndpointSlice,
+                api_server_slice("IPv6", "kubernetes-v6", &["2001:db8::11", "2001:db8::12"]),
+            );
+            api.apply(Kind::Node, cp0("5.6.7.11"));
+            api.apply(
+                Kind::Node,
+                node_with(
+                    "cp-1",
+                    &[("InternalIP", "2001:db8::12"), ("ExternalIP", "5.6.7.12")],
+                ),
+            );
+            api.apply(Kind::Node, node("worker", "198.18.0.99", "5.6.7.99"));
+        },
+        extra,
+        &[],
+    );
+    let sorted = |mut list: Vec<String>| {
+        list.sort();
+        list
+    };
+    eventually("the nodes' external addresses", 10, || {
+        sorted(c.addresses("api-external")) == ["192.0.2.11", "5.6.7.11", "5.6.7.12"]
+    });
+    assert_eq!(c.addresses("api-internal"), ["198.18.0.11"]);
+    assert_eq!(sorted(c.addresses("api-public")), ["5.6.7.11", "5.6.7.12"]);
+    let aaaa = c
+        .dig(&[&format!("api-public.{ZONE}"), "AAAA"])
+        .answer_data();
+    assert_eq!(aaaa, ["2a00:1450::11"]);
+    assert_eq!(
+        c.addresses("api"),
+        ["198.18.0.11"],
+        "the endpoint addresses themselves"
+    );
+    // The node's public address changes: the answer follows.
+    c.api.apply(Kind::Node, cp0("5.6.7.21"));
+    eventually("the new public address", 10, || {
+        sorted(c.addresses("api-public")) == ["5.6.7.12", "5.6.7.21"]
+    });
 }
 
 #[test]

@@ -199,6 +199,8 @@ pub enum AddressSource {
     EndpointSlice,
     NodeInternal,
     NodeExternal,
+    // The node's first address outside the ranges `sources::kube::public` lists.
+    NodePublic,
 }
 
 /// The agent's configuration file (`run --config`).

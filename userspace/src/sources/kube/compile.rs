@@ -12,7 +12,10 @@ use crate::{
     dns::WireName,
     dns::grammar::host_label,
     records::{RecordData, SourceRecord, Srv},
-    sources::kube::model::{NodeInfo, PodInfo, SliceInfo},
+    sources::kube::{
+        model::{EndpointInfo, NodeInfo, PodInfo, SliceInfo},
+        public,
+    },
 };
 
 /// The label under `nodes.<zone>` SRV targets live.
@@ -175,6 +178,7 @@ pub fn endpoint_addresses<'a>(
         AddressType::IPv6 => "IPv6",
     };
     let mut out = Vec::new();
+    let by_address = NodesByAddress::new(source.address_source, nodes);
     for slice in slices {
         if slice.namespace != source.namespace || slice.service != source.service {
             continue;
@@ -195,16 +199,11 @@ pub fn endpoint_addresses<'a>(
                         out.extend(endpoint.addresses.iter().copied());
                     }
                 }
-                AddressSource::NodeInternal | AddressSource::NodeExternal => {
-                    let Some(node) = endpoint.node_name.as_ref().and_then(|n| nodes.get(n)) else {
+                node_source => {
+                    let Some(node) = by_address.node_of(endpoint, nodes) else {
                         continue;
                     };
-                    let addresses = if source.address_source == AddressSource::NodeInternal {
-                        &node.internal
-                    } else {
-                        &node.external
-                    };
-                    out.extend(addresses.iter().copied());
+                    out.extend(node_addresses(node, node_source, source.address_type));
                 }
             }
         }
@@ -213,6 +212,62 @@ pub fn endpoint_addresses<'a>(
     out.sort();
     out.dedup();
     out
+}
+
+/// The nodes by each of their addresses, for endpoints without `nodeName`: the kube-apiserver
+/// writes `default/kubernetes` that way (addresses and conditions only), so its endpoints are
+/// matched to the node that holds the address, as kuberture does.
+struct NodesByAddress<'a>(BTreeMap<IpAddr, &'a NodeInfo>);
+
+impl<'a> NodesByAddress<'a> {
+    fn new(address_source: AddressSource, nodes: &'a BTreeMap<String, NodeInfo>) -> Self {
+        let mut by_address = BTreeMap::new();
+        if address_source != AddressSource::EndpointSlice {
+            for node in nodes.values() {
+                for address in &node.all {
+                    by_address.entry(*address).or_insert(node);
+                }
+            }
+        }
+        Self(by_address)
+    }
+
+    /// The endpoint's node: by its `nodeName`, else the node that holds one of its addresses.
+    fn node_of(
+        &self,
+        endpoint: &EndpointInfo,
+        nodes: &'a BTreeMap<String, NodeInfo>,
+    ) -> Option<&'a NodeInfo> {
+        if let Some(node) = endpoint.node_name.as_ref().and_then(|n| nodes.get(n)) {
+            return Some(node);
+        }
+        endpoint
+            .addresses
+            .iter()
+            .find_map(|a| self.0.get(&a.to_canonical()).copied())
+    }
+}
+
+/// The addresses of `node` that `address_source` names: its InternalIPs, its ExternalIPs, or
+/// its first public address of the family asked for.
+fn node_addresses(
+    node: &NodeInfo,
+    address_source: AddressSource,
+    family: AddressType,
+) -> Vec<IpAddr> {
+    match address_source {
+        AddressSource::NodeInternal => node.internal.clone(),
+        AddressSource::NodeExternal => node.external.clone(),
+        AddressSource::NodePublic => node
+            .all
+            .iter()
+            .copied()
+            .filter(|a| a.is_ipv4() == (family == AddressType::IPv4))
+            .find(|a| public::is_public(*a))
+            .into_iter()
+            .collect(),
+        AddressSource::EndpointSlice => Vec::new(),
+    }
 }
 
 /// Records of one EndpointSlice source for the resolved addresses.
@@ -473,10 +528,7 @@ mod tests {
         }];
         let nodes = BTreeMap::from([(
             "cp-1".to_owned(),
-            NodeInfo {
-                internal: vec!["198.18.0.21".parse().unwrap()],
-                external: vec!["198.18.1.21".parse().unwrap()],
-            },
+            node_info(&["198.18.0.21"], &["198.18.1.21"]),
         )]);
         let internal =
             endpoint_addresses(&slice_source(AddressSource::NodeInternal), &slices, &nodes);
@@ -484,6 +536,56 @@ mod tests {
         let external =
             endpoint_addresses(&slice_source(AddressSource::NodeExternal), &slices, &nodes);
         assert_eq!(external, ["198.18.1.21".parse::<IpAddr>().unwrap()]);
+    }
+
+    fn node_info(internal: &[&str], external: &[&str]) -> NodeInfo {
+        let parse =
+            |list: &[&str]| -> Vec<IpAddr> { list.iter().map(|a| a.parse().unwrap()).collect() };
+        NodeInfo {
+            internal: parse(internal),
+            external: parse(external),
+            all: parse(&[internal, external].concat()),
+        }
+    }
+
+    /// `default/kubernetes` as the kube-apiserver writes it: addresses and conditions, no
+    /// `nodeName`. Each address is matched to the node holding it (any of its addresses).
+    #[test]
+    fn endpoints_without_a_node_name_are_matched_to_the_node_holding_their_address() {
+        let mut api_server = endpoint("10.0.0.21", Some(true), "");
+        api_server.node_name = None;
+        let mut stranger = endpoint("10.0.0.99", Some(true), "");
+        stranger.node_name = None;
+        let slices = [SliceInfo {
+            port: None,
+            namespace: "default".into(),
+            service: "kubernetes".into(),
+            address_type: "IPv4".into(),
+            endpoints: vec![api_server, stranger],
+        }];
+        let nodes = BTreeMap::from([
+            (
+                "cp-1".to_owned(),
+                node_info(
+                    &["10.0.0.21", "fd00::21"],
+                    &["192.0.2.21", "8.8.4.21", "2a00::21"],
+                ),
+            ),
+            ("cp-2".to_owned(), node_info(&["10.0.0.22"], &["8.8.4.22"])),
+        ]);
+        let resolve = |source: AddressSource| -> Vec<String> {
+            endpoint_addresses(&slice_source(source), &slices, &nodes)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(resolve(AddressSource::NodeInternal), ["10.0.0.21"]);
+        assert_eq!(
+            resolve(AddressSource::NodeExternal),
+            ["8.8.4.21", "192.0.2.21"]
+        );
+        // The first address outside the documentation and private ranges.
+        assert_eq!(resolve(AddressSource::NodePublic), ["8.8.4.21"]);
     }
 
     fn a_records(source: &PodSource, pod: &PodInfo) -> (Vec<String>, Skipped) {

@@ -20,6 +20,7 @@ pub mod contact;
 pub mod failover;
 pub mod groups;
 pub mod model;
+pub mod public;
 pub mod saved;
 pub mod store;
 pub mod syntax;

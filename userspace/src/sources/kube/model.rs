@@ -167,6 +167,9 @@ impl SliceInfo {
 pub struct NodeInfo {
     pub internal: Vec<IpAddr>,
     pub external: Vec<IpAddr>,
+    /// Every IP address the node lists (internal and external), in the node's order: what an
+    /// endpoint without `nodeName` is matched against, and where the public address is sought.
+    pub all: Vec<IpAddr>,
 }
 
 impl NodeInfo {
@@ -183,8 +186,9 @@ impl NodeInfo {
             match address.type_.as_str() {
                 "InternalIP" => info.internal.push(ip),
                 "ExternalIP" => info.external.push(ip),
-                _ => {}
+                _ => continue,
             }
+            info.all.push(ip);
         }
         info
     }
