@@ -36,6 +36,9 @@ pub type ZoneId = u32;
 
 /// The name is a zone apex.
 pub const NAME_FLAG_APEX: u8 = 1 << 0;
+/// The name's zone rotates answers (`zones[].rotateAnswers`): the A or AAAA records of an
+/// answer start at the address `query ID % count` and wrap around, on both paths alike.
+pub const NAME_FLAG_ROTATE: u8 = 1 << 1;
 
 /// What every name entry starts with.
 #[repr(C, align(8))]

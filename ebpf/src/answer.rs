@@ -4,7 +4,7 @@
 use hostport_dns_common::{
     counters::Counter,
     dns::{OPT_RR_LEN, RCODE_NOERROR, RCODE_NXDOMAIN, TYPE_A},
-    entry::{EntryHead, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
+    entry::{EntryHead, NAME_FLAG_ROTATE, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
     limits::{
         A_RR_LEN, AAAA_RR_LEN, MAX_SOA_GUARDS, MAX_XDP_A_RECORDS, MAX_XDP_AAAA_RECORDS,
         NAME_BUF_LEN,
@@ -55,7 +55,11 @@ pub struct Records {
     /// AAAA records (else A).
     pub aaaa: bool,
     pub count: usize,
-    /// Checksum sum of the records' bytes, as if they started at an even offset.
+    /// The address the records start from (below `count`), the others following in order and
+    /// wrapping around: 0, or the query ID modulo `count` when the zone rotates answers.
+    pub first: usize,
+    /// Checksum sum of the records' bytes, as if they started at an even offset. Every record
+    /// is an even number of bytes long: their order does not change it.
     pub sum: u16,
 }
 
@@ -77,7 +81,7 @@ pub fn plan(
     let is_aaaa = query.qtype != TYPE_A;
     let head = &scratch.head;
     let (rcode, records, soa, counter) = match found {
-        Found::Name => match records_of_type(head, is_aaaa) {
+        Found::Name => match records_of_type(head, is_aaaa, query.id) {
             Some(records) => {
                 let counter = Counter::answer(is_aaaa, true, false);
                 (RCODE_NOERROR, Some(records), None, counter)
@@ -114,7 +118,7 @@ pub fn plan(
 
 /// The name's records of the asked type, if it has any.
 #[inline(always)]
-fn records_of_type(head: &EntryHead, aaaa: bool) -> Option<Records> {
+fn records_of_type(head: &EntryHead, aaaa: bool, id: u16) -> Option<Records> {
     let (count, sum, most) = if aaaa {
         (head.aaaa_count, head.aaaa_csum, MAX_XDP_AAAA_RECORDS)
     } else {
@@ -125,7 +129,17 @@ fn records_of_type(head: &EntryHead, aaaa: bool) -> Option<Records> {
     if count == 0 || count > most {
         return None;
     }
-    Some(Records { aaaa, count, sum })
+    let first = if head.flags & NAME_FLAG_ROTATE != 0 {
+        usize::from(id) % count
+    } else {
+        0
+    };
+    Some(Records {
+        aaaa,
+        count,
+        first,
+        sum,
+    })
 }
 
 /// The zone entry for a negative answer, unless userspace must make it: the zone says so, or the

@@ -31,6 +31,8 @@ pub const EDNS_FLAG_DO_BYTE: u8 = (EDNS_FLAG_DO >> 8) as u8;
 pub struct Query {
     /// Header flags as received.
     pub flags: u16,
+    /// The query's ID (rotated answers start from it).
+    pub id: u16,
     /// Wire length of the question name, root byte included.
     pub name_len: usize,
     /// Labels of the question name (root excluded).
@@ -65,7 +67,7 @@ pub fn parse(
     if l4.dns_len > MAX_XDP_QUERY_LEN {
         return Err(Counter::PassTooLarge);
     }
-    let (flags, has_opt) = parse_header(ctx, l4)?;
+    let (id, flags, has_opt) = parse_header(ctx, l4)?;
     let (name_len, labels) = walk_name(ctx, l4, scratch)?;
     let name_len = scratch.forget(name_len, MAX_NAME_LEN)?;
     let labels = scratch.forget(labels, MAX_LABELS - 1)?;
@@ -92,6 +94,7 @@ pub fn parse(
     }
     let name_sum = load_name(ctx, l4, scratch, name_len, seed)?;
     Ok(Query {
+        id,
         flags,
         name_len,
         labels,
@@ -104,9 +107,9 @@ pub fn parse(
 }
 
 /// A query: QR=0, opcode QUERY, one question, no answer or authority, at most one additional
-/// record (the OPT). Returns the flags and whether an additional record follows.
+/// record (the OPT). Returns the ID, the flags and whether an additional record follows.
 #[inline(always)]
-fn parse_header(ctx: &XdpContext, l4: &L4) -> Result<(u16, bool), Counter> {
+fn parse_header(ctx: &XdpContext, l4: &L4) -> Result<(u16, u16, bool), Counter> {
     if l4.dns_len < HEADER_LEN {
         return Err(Counter::PassMalformed);
     }
@@ -124,7 +127,7 @@ fn parse_header(ctx: &XdpContext, l4: &L4) -> Result<(u16, bool), Counter> {
     if arcount > 1 {
         return Err(Counter::PassNotAQuery);
     }
-    Ok((flags, arcount == 1))
+    Ok((be16([h[0], h[1]]), flags, arcount == 1))
 }
 
 /// Walks the question name's labels in the packet: no compression pointer, labels of at most 63

@@ -43,6 +43,21 @@ fn ttl_and_length(ttl: [u8; 4], rdlength: usize) -> u32 {
     u32::from_le_bytes([ttl[2], ttl[3], length[0], length[1]])
 }
 
+// `rotated` bounds indexes with a mask.
+const _: () =
+    assert!(MAX_XDP_A_RECORDS.is_power_of_two() && MAX_XDP_AAAA_RECORDS.is_power_of_two());
+
+/// The address the `k`th record carries: `k` places after the first, wrapping around at the
+/// record count, and bounded below `most` (a power of two) where the verifier can see it.
+#[inline(always)]
+fn rotated(k: usize, records: &Records, most: usize) -> usize {
+    let mut i = k + records.first;
+    if i >= records.count {
+        i -= records.count;
+    }
+    bound(i, most - 1)
+}
+
 /// Writes the records at packet offset `offset`.
 #[inline(always)]
 pub fn write(
@@ -61,8 +76,8 @@ pub fn write(
             if k >= records.count {
                 break;
             }
-            let from = k * AAAA_ADDR_LEN;
-            // SAFETY: k < MAX_XDP_AAAA_RECORDS: within the address buffer.
+            let from = rotated(k, records, MAX_XDP_AAAA_RECORDS) * AAAA_ADDR_LEN;
+            // SAFETY: the rotated index is below MAX_XDP_AAAA_RECORDS: within the address buffer.
             let (head, middle, tail) = unsafe {
                 (
                     (addresses.add(from) as *const u32).read_unaligned(),
@@ -92,7 +107,7 @@ pub fn write(
             if k >= records.count {
                 break;
             }
-            let from = base + k * A_ADDR_LEN;
+            let from = base + rotated(k, records, MAX_XDP_A_RECORDS) * A_ADDR_LEN;
             if from + A_ADDR_LEN > MAX_ADDRESS_BYTES {
                 return Err(Counter::PassTooLarge);
             }

@@ -9,7 +9,7 @@ use std::{
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
-    clients::{dig, kdig, udp_exchange_connected},
+    clients::{dig, kdig, udp_exchange, udp_exchange_connected},
     eventually,
     netns::{BEHIND_SERVER_V4, Link, NetNs},
     packet::QueryBuilder,
@@ -19,6 +19,7 @@ use hostport_dns_tests::{
 
 const TYPE_A: u16 = 1;
 const TYPE_TXT: u16 = 16;
+const TYPE_AAAA: u16 = 28;
 
 const PORT: u16 = 1053;
 
@@ -500,4 +501,75 @@ fn ipvs_addresses_are_not_this_host_and_answer_on_names_what_is() {
     );
     assert_eq!(path_answering(&link, &named, SECOND_ADDRESS), "xdp");
     assert_eq!(path_answering(&link, &named, CLUSTER_IP), "xdp");
+}
+
+/// `rotateAnswers`: the A and AAAA records of each answer start at the address `ID % count` and
+/// wrap around, so clients that take the first address spread over all of them; the kernel's
+/// answer and userspace's are the same bytes for every ID (one agent answers from XDP, the other
+/// with XDP off).
+#[test]
+fn rotated_answers_follow_the_query_id_byte_for_byte_on_both_paths() {
+    require_root();
+    let ns = NetNs::new("rotate");
+    let dir = TempDir::new("rotate");
+    let file = dir.write(
+        "records.yaml",
+        "zones:\n  - name: prod.coreha.example\n    rotateAnswers: true\n    records:\n      lb: [198.18.7.1, 198.18.7.2, 198.18.7.3, \"2001:db8::7:1\", \"2001:db8::7:2\"]\n",
+    );
+    let records = file.to_str().expect("UTF-8");
+    let kernel = Agent::start(
+        &ns,
+        &[
+            "--records",
+            records,
+            "--interface",
+            "lo",
+            "--xdp-mode",
+            "generic",
+        ],
+    );
+    let user = Agent::start_with_metrics(
+        &ns,
+        "127.0.0.1:9391",
+        &["--records", records, "--xdp-mode", "off", "--port", "1054"],
+    );
+    let first_address = |answer: &[u8], qtype: u16| {
+        let message = hickory_proto::op::Message::from_vec(answer).expect("an answer");
+        let data: Vec<String> = message.answers.iter().map(|r| r.data.to_string()).collect();
+        assert_eq!(data.len(), if qtype == TYPE_A { 3 } else { 2 }, "{data:?}");
+        data[0].clone()
+    };
+    let before = xdp_answers(&kernel);
+    let mut firsts = Vec::new();
+    for (qtype, count) in [(TYPE_A, 3u16), (TYPE_AAAA, 2)] {
+        for id in 0..6u16 {
+            let mut query = QueryBuilder::new("lb.prod.coreha.example", qtype)
+                .edns(1232, false)
+                .bytes();
+            query[..2].copy_from_slice(&(1000 + id).to_be_bytes());
+            let from_xdp =
+                udp_exchange(&ns, SocketAddr::from(([127, 0, 0, 1], PORT)), query.clone())
+                    .expect("the kernel's answer");
+            let from_user = udp_exchange(&ns, SocketAddr::from(([127, 0, 0, 1], 1054)), query)
+                .expect("userspace's answer");
+            assert_eq!(from_xdp, from_user, "type {qtype} ID {}", 1000 + id);
+            firsts.push((qtype, (1000 + id) % count, first_address(&from_xdp, qtype)));
+        }
+    }
+    assert!(xdp_answers(&kernel) - before >= 12.0, "the kernel answered");
+    assert_eq!(
+        user.metric("hostport_dns_responses", &[("path", "xdp")]),
+        0.0
+    );
+    // The first address is the (ID % count)th, in the table's order.
+    let a = ["198.18.7.1", "198.18.7.2", "198.18.7.3"];
+    let aaaa = ["2001:db8::7:1", "2001:db8::7:2"];
+    for (qtype, start, first) in firsts {
+        let expected = if qtype == TYPE_A {
+            a[usize::from(start)]
+        } else {
+            aaaa[usize::from(start)]
+        };
+        assert_eq!(first, expected, "type {qtype}");
+    }
 }

@@ -36,6 +36,9 @@ pub struct ZoneSpec {
     /// A source of the zone has not delivered yet: every query in it gets SERVFAIL (Extended DNS
     /// Error 14, Not Ready), from userspace only (the kernel table leaves it out).
     pub pending: bool,
+    /// Answers rotate their A and AAAA records by the query ID (`rotateAnswers`), on both
+    /// paths alike.
+    pub rotate: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +78,7 @@ impl ZoneSpec {
                 addresses: Vec::new(),
             }],
             pending: false,
+            rotate: false,
             apex,
         }
     }
@@ -122,6 +126,11 @@ pub struct ZoneEntry {
     nameservers: Option<Vec<NameServerEntry>>,
     #[serde(default)]
     soa: Option<SoaEntry>,
+    /// Rotate the A and AAAA records of each answer by the query ID (as CoreDNS's
+    /// `loadbalance`), so that clients that take the first address spread over all of them;
+    /// default false (the addresses in order).
+    #[serde(default, rename = "rotateAnswers")]
+    rotate_answers: bool,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -217,6 +226,7 @@ impl ZoneEntry {
     pub fn compile(self) -> Result<(ZoneSpec, Vec<SourceRecord>), String> {
         let apex = self.name.0;
         let mut spec = ZoneSpec::with_defaults(apex.clone());
+        spec.rotate = self.rotate_answers;
         if let Some(ttl) = self.ttl {
             spec.ttl = ttl.0;
             spec.soa.minimum = ttl.0;

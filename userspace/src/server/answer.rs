@@ -238,8 +238,20 @@ pub fn respond_for(
     answer.class = class;
     answer.cookie = cookie;
     answer.zone = ZoneOf::of(&request, table);
-    answer.personal = cookie.client_cookie().is_some() && asker.cookies.is_some();
+    // Made for this client alone: it carries a server cookie, or its order follows its ID.
+    answer.personal =
+        (cookie.client_cookie().is_some() && asker.cookies.is_some()) || rotates(&request, table);
     Some(answer)
+}
+
+/// Whether the question falls in a zone that rotates answers by the query ID.
+fn rotates(request: &Message, table: Option<&RecordTable>) -> bool {
+    let (Some(question), Some(table)) = (request.queries.first(), table) else {
+        return false;
+    };
+    table
+        .zone_for(&question.name)
+        .is_some_and(|zone| zone.spec.rotate)
 }
 
 /// What a response counts as for rate limiting.
@@ -540,10 +552,24 @@ fn answer_in_zone(
     if answers.is_empty() {
         response.add_authority(negative_soa_record(zone, &apex));
     } else {
+        let answers = rotated(answers, zone, response.metadata.id);
         response.add_answers(answers);
         response.add_additionals(additionals);
     }
     ResponseCode::NoError
+}
+
+/// The answer's A or AAAA records from the address `id % count` on, wrapping around, when the
+/// zone rotates answers (the kernel writes them in the same order); other records as they are.
+fn rotated(mut answers: Vec<Record>, zone: &Zone, id: u16) -> Vec<Record> {
+    let addresses = answers
+        .iter()
+        .all(|r| matches!(r.record_type(), RecordType::A | RecordType::AAAA));
+    if zone.spec.rotate && addresses && !answers.is_empty() {
+        let first = usize::from(id) % answers.len();
+        answers.rotate_left(first);
+    }
+    answers
 }
 
 /// An existing name in a zone, as the question spells it.

@@ -16,7 +16,7 @@ use hostport_dns_common::{
         TYPE_A, TYPE_AAAA,
     },
     entry::{
-        BigEntry, Entry, EntryHead, NAME_FLAG_APEX, NameEntry, SoaPatch,
+        BigEntry, Entry, EntryHead, NAME_FLAG_APEX, NAME_FLAG_ROTATE, NameEntry, SoaPatch,
         ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry,
     },
     hash::name_hash,
@@ -53,7 +53,7 @@ pub fn build(wire: &[u8], node: &Node, zone: &Zone, counter_slot: u16) -> Built 
         name_len: wire.len() as u8,
         a_count: a as u8,
         aaaa_count: aaaa as u8,
-        flags: if node.apex { NAME_FLAG_APEX } else { 0 },
+        flags: name_flags(node, zone),
         zone: zone.id as u16,
         a_csum: records_sum(TYPE_A, ttl, node.a.iter().map(|a| a.octets())),
         aaaa_csum: records_sum(TYPE_AAAA, ttl, node.aaaa.iter().map(|a| a.octets())),
@@ -67,6 +67,17 @@ pub fn build(wire: &[u8], node: &Node, zone: &Zone, counter_slot: u16) -> Built 
     } else {
         Built::Pass
     }
+}
+
+/// The `NAME_FLAG_*` bits of `node` in `zone`.
+fn name_flags(node: &Node, zone: &Zone) -> u8 {
+    let apex = if node.apex { NAME_FLAG_APEX } else { 0 };
+    let rotate = if zone.spec.rotate {
+        NAME_FLAG_ROTATE
+    } else {
+        0
+    };
+    apex | rotate
 }
 
 /// An entry of payload `P`: the AAAA addresses, then the A addresses, from the front; the name
