@@ -759,7 +759,7 @@ mod tests {
 
     #[test]
     fn a_bad_address_source_is_reported_with_its_line() {
-        let err = parse_str("zones:\n  - name: p.example\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n    addressSource: node-public\n")
+        let err = parse_str("zones:\n  - name: p.example\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n    addressSource: node-elsewhere\n")
             .unwrap_err();
         assert!(err.to_string().starts_with("agent.yaml:6:"), "{err}");
     }
