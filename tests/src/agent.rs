@@ -277,6 +277,12 @@ impl Agent {
         self.child.wait().ok().and_then(|s| s.code())
     }
 
+    /// Waits for the agent to exit (after a signal sent with [`Agent::signal`]: a second
+    /// SIGTERM would cut its stop short); its exit status.
+    pub fn wait(mut self) -> Option<i32> {
+        self.child.wait().ok().and_then(|s| s.code())
+    }
+
     /// Sends a signal to the agent.
     pub fn signal(&self, signal: i32) {
         // SAFETY: signalling our own child.

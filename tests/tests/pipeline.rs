@@ -181,7 +181,7 @@ fn a_stop_during_a_burst_leaves_records_and_serials_that_agree() {
             }
         }
     }
-    assert_eq!(agent.stop(), Some(0), "a clean stop");
+    assert_eq!(agent.wait(), Some(0), "a clean stop");
     let restored = saved::load(&records)
         .expect("readable saved records")
         .expect("saved records");
