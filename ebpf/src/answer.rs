@@ -129,11 +129,9 @@ fn records_of_type(head: &EntryHead, aaaa: bool, id: u16) -> Option<Records> {
     if count == 0 || count > most {
         return None;
     }
-    let first = if head.flags & NAME_FLAG_ROTATE != 0 {
-        usize::from(id) % count
-    } else {
-        0
-    };
+    // 0 or 1 without a branch (the verifier walks each branch's paths on).
+    let rotates = usize::from(head.flags & NAME_FLAG_ROTATE) / usize::from(NAME_FLAG_ROTATE);
+    let first = usize::from(id) % count * rotates;
     Some(Records {
         aaaa,
         count,

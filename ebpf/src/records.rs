@@ -49,13 +49,11 @@ const _: () =
 
 /// The address the `k`th record carries: `k` places after the first, wrapping around at the
 /// record count, and bounded below `most` (a power of two) where the verifier can see it.
+/// Without a branch: a branch per record would double the paths the verifier walks.
+/// `count` is at least 1 (so that no division-by-zero check calls a panic handler).
 #[inline(always)]
-fn rotated(k: usize, records: &Records, most: usize) -> usize {
-    let mut i = k + records.first;
-    if i >= records.count {
-        i -= records.count;
-    }
-    bound(i, most - 1)
+fn rotated(k: usize, first: usize, count: usize, most: usize) -> usize {
+    bound((k + first) % count, most - 1)
 }
 
 /// Writes the records at packet offset `offset`.
@@ -68,6 +66,8 @@ pub fn write(
 ) -> Result<(), Counter> {
     let ttl = scratch.head.ttl;
     let addresses = scratch.addresses.as_ptr() as *const u8;
+    // Computed once, before the loops: the records' count, never 0 (plan() gives at least 1).
+    let count = records.count.max(1);
     if records.aaaa {
         let first = first_word(TYPE_AAAA, ttl);
         let low = ttl_and_length(ttl, AAAA_ADDR_LEN) as u64;
@@ -76,7 +76,7 @@ pub fn write(
             if k >= records.count {
                 break;
             }
-            let from = rotated(k, records, MAX_XDP_AAAA_RECORDS) * AAAA_ADDR_LEN;
+            let from = rotated(k, records.first, count, MAX_XDP_AAAA_RECORDS) * AAAA_ADDR_LEN;
             // SAFETY: the rotated index is below MAX_XDP_AAAA_RECORDS: within the address buffer.
             let (head, middle, tail) = unsafe {
                 (
@@ -107,7 +107,7 @@ pub fn write(
             if k >= records.count {
                 break;
             }
-            let from = base + rotated(k, records, MAX_XDP_A_RECORDS) * A_ADDR_LEN;
+            let from = base + rotated(k, records.first, count, MAX_XDP_A_RECORDS) * A_ADDR_LEN;
             if from + A_ADDR_LEN > MAX_ADDRESS_BYTES {
                 return Err(Counter::PassTooLarge);
             }
