@@ -646,11 +646,11 @@ fn the_primary_shows_each_secondarys_serial_and_the_alert_sees_one_left_behind()
 /// Zones of the record file whose addresses derive three reverse zones no secondary is
 /// configured for.
 const STATIC_RECORDS: &str = "zones:\n  - name: static.example\n    records:\n      \
-    a: 10.1.0.1\n      b: 10.2.0.1\n      c: 10.3.0.1\n";
+    a: 198.19.1.1\n      b: 198.19.2.1\n      c: 198.19.3.1\n";
 const STATIC_REVERSE: [&str; 3] = [
-    "0.1.10.in-addr.arpa.",
-    "0.2.10.in-addr.arpa.",
-    "0.3.10.in-addr.arpa.",
+    "1.19.198.in-addr.arpa.",
+    "2.19.198.in-addr.arpa.",
+    "3.19.198.in-addr.arpa.",
 ];
 
 /// The deploy guide's secondaries as it configures them: knotd of the zone and the pods' reverse
