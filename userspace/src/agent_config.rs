@@ -33,7 +33,14 @@ use ipnet::IpNet;
 use crate::{
     clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
     dns::grammar::{DnsName, RelativeName, parse_name},
-    sources::{Snapshot, file::FileError, kube::syntax},
+    sources::{
+        Snapshot,
+        file::FileError,
+        kube::{
+            api_health::config::{HealthProbe, HealthProbeEntry},
+            syntax,
+        },
+    },
     table::{Network, ReverseConfig},
     transfer::config::{TransferConfig, TransferEntry},
     zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
@@ -182,6 +189,8 @@ pub struct EndpointSliceSource {
     /// When nothing resolves, keep serving the last non-empty answer (split-brain protection).
     pub keep_last_non_empty: bool,
     pub ttl: u32,
+    /// Each endpoint probed over TLS; those failing are left out of the answer (None: no probe).
+    pub health_probe: Option<HealthProbe>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -434,6 +443,10 @@ struct EndpointSliceEntry {
     #[serde(default = "yes")]
     keep_last_non_empty: bool,
     ttl: Option<u32>,
+    /// Probe each endpoint (API server) over TLS and leave those failing out of the answer;
+    /// absent: no probe.
+    #[serde(default)]
+    health_probe: Option<HealthProbeEntry>,
 }
 
 fn default_service() -> String {
@@ -584,6 +597,11 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
                 "{what}: another output is named {name:?}; give one a `name`"
             )));
         }
+        let health_probe = slices
+            .health_probe
+            .map(|probe| probe.compile(&config.kubernetes))
+            .transpose()
+            .map_err(|e| invalid(format!("{what}.healthProbe.{e}")))?;
         config.endpoint_slices.push(EndpointSliceSource {
             name,
             zone,
@@ -595,6 +613,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             serving_terminating: slices.serving_terminating,
             keep_last_non_empty: slices.keep_last_non_empty,
             ttl: slices.ttl.unwrap_or(DEFAULT_ENDPOINT_TTL),
+            health_probe,
         });
     }
     Ok(config)
@@ -744,6 +763,39 @@ mod tests {
         assert_eq!(names, ["api.prod.example/IPv4", "api.prod.example/IPv6"]);
         let named = two("    name: api-again\n").unwrap();
         assert_eq!(named.endpoint_slices[1].name, "api-again");
+    }
+
+    #[test]
+    fn a_health_probe_inherits_the_api_server_access_and_its_errors_name_the_field() {
+        let with = |probe: &str| {
+            parse_str(&format!(
+                "zones:\n  - name: p.example\nkubernetes:\n  caFile: /etc/k8s/ca.crt\n  tlsServerName: kubernetes.default.svc\nendpointSlices:\n  - zone: p.example\n    hostnames: [api]\n{probe}"
+            ))
+        };
+        let config = with("    healthProbe: {intervalSeconds: 0.5}\n").unwrap();
+        let probe = config.endpoint_slices[0].health_probe.as_ref().unwrap();
+        assert_eq!(probe.interval, std::time::Duration::from_millis(500));
+        assert_eq!(probe.timeout, std::time::Duration::from_millis(250));
+        assert_eq!(probe.ca_file, PathBuf::from("/etc/k8s/ca.crt"));
+        assert_eq!(
+            probe.tls_server_name.as_deref(),
+            Some("kubernetes.default.svc")
+        );
+        assert_eq!(with("").unwrap().endpoint_slices[0].health_probe, None);
+        let err = with("    healthProbe: {failures: 0}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("endpointSlices[0].healthProbe.failures: 0"),
+            "{err}"
+        );
+        let err = with("    healthProbe:\n      period: 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("agent.yaml:10:") && err.contains("unknown field `period`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -78,6 +78,13 @@ pub struct Metrics {
     pub api_server_active: Family<ServerLabel, Gauge>,
     /// 1 while an EndpointSlice output serves its last non-empty answer (nothing resolves now).
     pub kept_last_answer: Family<OutputLabel, Gauge>,
+    /// 1 while a probed server passes its health probes (`endpointSlices[].healthProbe`), 0
+    /// while it is left out of its output's answer.
+    pub api_server_probe_up: Family<ProbeLabel, Gauge>,
+    /// Failed health probes, by server and reason.
+    pub api_server_probe_failures: Family<ProbeFailureLabel, Counter>,
+    /// 1 while every probed server of an output fails its probes: all are kept in the answer.
+    pub api_server_probe_all_down: Family<OutputLabel, Gauge>,
     /// The XDP program's counters, once it is loaded (read at scrape time).
     xdp: XdpCounters,
 }
@@ -97,6 +104,21 @@ pub struct OutputLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct ServerLabel {
     pub server: String,
+}
+
+/// A server an EndpointSlice output probes: the output's name, the server's `address:port`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ProbeLabel {
+    pub output: String,
+    pub server: String,
+}
+
+/// A failed health probe: `timeout`, `refused`, `connect`, `tls`, `http` or `status`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ProbeFailureLabel {
+    pub output: String,
+    pub server: String,
+    pub reason: String,
 }
 
 /// A source's failure: what it was reading and why it failed.
@@ -147,6 +169,9 @@ impl Metrics {
             source_restored: Family::default(),
             api_server_active: Family::default(),
             kept_last_answer: Family::default(),
+            api_server_probe_up: Family::default(),
+            api_server_probe_failures: Family::default(),
+            api_server_probe_all_down: Family::default(),
             xdp: XdpCounters::default(),
         };
         registry.register(
@@ -263,6 +288,21 @@ impl Metrics {
             "kept_last_answer",
             "1 while an EndpointSlice output serves its last non-empty answer because nothing resolves now",
             metrics.kept_last_answer.clone(),
+        );
+        registry.register(
+            "api_server_probe_up",
+            "1 while a server an EndpointSlice output probes passes its health probes, 0 while it is left out of the answer",
+            metrics.api_server_probe_up.clone(),
+        );
+        registry.register(
+            "api_server_probe_failures",
+            "Failed health probes of the servers EndpointSlice outputs probe, by reason (timeout, refused, connect, tls, http, status)",
+            metrics.api_server_probe_failures.clone(),
+        );
+        registry.register(
+            "api_server_probe_all_down",
+            "1 while every probed server of an EndpointSlice output fails its probes: all are kept in the answer",
+            metrics.api_server_probe_all_down.clone(),
         );
         // A gauge of 1 rather than an OpenMetrics info metric: the Prometheus text format (and
         // promtool) has no info type.

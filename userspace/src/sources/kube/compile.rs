@@ -1,7 +1,10 @@
 //! Kubernetes objects to records: a pure function of what the watchers hold, tested without a
 //! cluster.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{IpAddr, SocketAddr},
+};
 
 use hickory_proto::rr::Name;
 
@@ -173,38 +176,37 @@ pub fn endpoint_addresses<'a>(
     slices: impl IntoIterator<Item = &'a SliceInfo>,
     nodes: &BTreeMap<String, NodeInfo>,
 ) -> Vec<IpAddr> {
-    let family = match source.address_type {
-        AddressType::IPv4 => "IPv4",
-        AddressType::IPv6 => "IPv6",
-    };
+    endpoint_addresses_without(source, slices, nodes, &BTreeSet::new())
+}
+
+/// As [`endpoint_addresses`], without the endpoint addresses in `left_out` (servers failing
+/// their health probes): an endpoint whose every address is left out gives nothing, not even
+/// its node's addresses.
+pub fn endpoint_addresses_without<'a>(
+    source: &EndpointSliceSource,
+    slices: impl IntoIterator<Item = &'a SliceInfo>,
+    nodes: &BTreeMap<String, NodeInfo>,
+    left_out: &BTreeSet<IpAddr>,
+) -> Vec<IpAddr> {
     let mut out = Vec::new();
     let by_address = NodesByAddress::new(source.address_source, nodes);
-    for slice in slices {
-        if slice.namespace != source.namespace || slice.service != source.service {
+    for (_, endpoint) in used_endpoints(source, slices) {
+        let mut addresses = endpoint
+            .addresses
+            .iter()
+            .copied()
+            .filter(|a| !left_out.contains(a))
+            .peekable();
+        if addresses.peek().is_none() {
             continue;
         }
-        for endpoint in &slice.endpoints {
-            // Unset conditions as the EndpointSlice API defines them: ready unset is ready;
-            // serving unset defers to ready; terminating unset is not terminating.
-            let ready = endpoint.ready.unwrap_or(true);
-            let serving = endpoint.serving.unwrap_or(ready);
-            let usable = ready
-                || (source.serving_terminating && serving && endpoint.terminating.unwrap_or(false));
-            if !usable {
-                continue;
-            }
-            match source.address_source {
-                AddressSource::EndpointSlice => {
-                    if slice.address_type == family {
-                        out.extend(endpoint.addresses.iter().copied());
-                    }
-                }
-                node_source => {
-                    let Some(node) = by_address.node_of(endpoint, nodes) else {
-                        continue;
-                    };
-                    out.extend(node_addresses(node, node_source, source.address_type));
-                }
+        match source.address_source {
+            AddressSource::EndpointSlice => out.extend(addresses),
+            node_source => {
+                let Some(node) = by_address.node_of(endpoint, nodes) else {
+                    continue;
+                };
+                out.extend(node_addresses(node, node_source, source.address_type));
             }
         }
     }
@@ -212,6 +214,56 @@ pub fn endpoint_addresses<'a>(
     out.sort();
     out.dedup();
     out
+}
+
+/// The servers a health probe checks: each address of the endpoints the source uses, with its
+/// slice's port (the one named `https`, else the first); a slice without a port gives none.
+pub fn probe_targets<'a>(
+    source: &EndpointSliceSource,
+    slices: impl IntoIterator<Item = &'a SliceInfo>,
+) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = used_endpoints(source, slices)
+        .filter_map(|(slice, endpoint)| Some((slice.port?, endpoint)))
+        .flat_map(|(port, endpoint)| {
+            endpoint
+                .addresses
+                .iter()
+                .map(move |a| SocketAddr::new(*a, port))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The endpoints a source uses, with their slice: its Service's, usable, and, when the answer
+/// is their own addresses, of the source's address family.
+fn used_endpoints<'a, 's>(
+    source: &'s EndpointSliceSource,
+    slices: impl IntoIterator<Item = &'a SliceInfo>,
+) -> impl Iterator<Item = (&'a SliceInfo, &'a EndpointInfo)> {
+    let family = match source.address_type {
+        AddressType::IPv4 => "IPv4",
+        AddressType::IPv6 => "IPv6",
+    };
+    slices
+        .into_iter()
+        .filter(move |slice| {
+            slice.namespace == source.namespace
+                && slice.service == source.service
+                && (source.address_source != AddressSource::EndpointSlice
+                    || slice.address_type == family)
+        })
+        .flat_map(|slice| slice.endpoints.iter().map(move |e| (slice, e)))
+        .filter(move |(_, endpoint)| usable(source, endpoint))
+}
+
+/// Whether an endpoint counts, with unset conditions as the EndpointSlice API defines them:
+/// ready unset is ready; serving unset defers to ready; terminating unset is not terminating.
+fn usable(source: &EndpointSliceSource, endpoint: &EndpointInfo) -> bool {
+    let ready = endpoint.ready.unwrap_or(true);
+    let serving = endpoint.serving.unwrap_or(ready);
+    ready || (source.serving_terminating && serving && endpoint.terminating.unwrap_or(false))
 }
 
 /// The nodes by each of their addresses, for endpoints without `nodeName`: the kube-apiserver
@@ -421,6 +473,7 @@ mod tests {
             serving_terminating: false,
             keep_last_non_empty: true,
             ttl: 60,
+            health_probe: None,
         }
     }
 
@@ -586,6 +639,51 @@ mod tests {
         );
         // The first address outside the documentation and private ranges.
         assert_eq!(resolve(AddressSource::NodePublic), ["8.8.4.21"]);
+    }
+
+    /// Servers failing their health probes leave the answer, their own addresses or their
+    /// nodes'; the probes check each used endpoint's addresses on its slice's port.
+    #[test]
+    fn servers_left_out_by_their_probes_give_no_address_and_targets_are_address_and_port() {
+        let mut slice = SliceInfo {
+            port: Some(6443),
+            namespace: "default".into(),
+            service: "kubernetes".into(),
+            address_type: "IPv4".into(),
+            endpoints: vec![
+                endpoint("198.18.0.21", Some(true), "cp-1"),
+                endpoint("198.18.0.22", Some(true), "cp-2"),
+                endpoint("198.18.0.23", Some(false), "cp-3"),
+            ],
+        };
+        let left_out = BTreeSet::from(["198.18.0.22".parse::<IpAddr>().unwrap()]);
+        let own = endpoint_addresses_without(
+            &slice_source(AddressSource::EndpointSlice),
+            [&slice],
+            &BTreeMap::new(),
+            &left_out,
+        );
+        assert_eq!(own, ["198.18.0.21".parse::<IpAddr>().unwrap()]);
+        let nodes = BTreeMap::from([
+            ("cp-1".to_owned(), node_info(&["198.18.1.21"], &[])),
+            ("cp-2".to_owned(), node_info(&["198.18.1.22"], &[])),
+        ]);
+        let internal = endpoint_addresses_without(
+            &slice_source(AddressSource::NodeInternal),
+            [&slice],
+            &nodes,
+            &left_out,
+        );
+        assert_eq!(internal, ["198.18.1.21".parse::<IpAddr>().unwrap()]);
+        let targets = probe_targets(&slice_source(AddressSource::EndpointSlice), [&slice]);
+        let shown: Vec<String> = targets.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            ["198.18.0.21:6443", "198.18.0.22:6443"],
+            "the endpoint not ready is not probed"
+        );
+        slice.port = None;
+        assert!(probe_targets(&slice_source(AddressSource::EndpointSlice), [&slice]).is_empty());
     }
 
     fn a_records(source: &PodSource, pod: &PodInfo) -> (Vec<String>, Skipped) {

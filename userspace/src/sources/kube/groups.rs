@@ -7,19 +7,23 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::IpAddr,
+    net::{IpAddr, SocketAddr},
 };
 
 use tracing::{info, warn};
 
 use crate::{
-    agent_config::{AddressSource, AgentConfig, PodSource},
+    agent_config::{AddressSource, AgentConfig, EndpointSliceSource, PodSource},
     metrics::{Metrics, OutputLabel, ReasonLabel},
     records::RecordGroup,
     sources::{
         GroupKey, Snapshot,
         kube::{
-            compile::{Skipped, endpoint_addresses, endpoint_records, pod_records},
+            api_health::tracker::never_empty,
+            compile::{
+                Skipped, endpoint_addresses, endpoint_addresses_without, endpoint_records,
+                pod_records, probe_targets,
+            },
             model::{NodeInfo, PodInfo, SliceInfo},
             store::Store,
             watchers::{Change, Watchers},
@@ -72,6 +76,10 @@ pub struct State {
     endpoint_groups: Vec<RecordGroup>,
     /// Each output's "keeping the last answer" as last logged.
     kept: Vec<bool>,
+    /// Per output: the endpoint addresses its health probes leave out of the answer.
+    down: Vec<BTreeSet<IpAddr>>,
+    /// Each output's "every server fails its probes, all kept" as last logged.
+    all_down: Vec<bool>,
     /// Pods whose label value is no DNS label, with what it would have named (logged once per
     /// pod, until it is valid or gone).
     invalid: BTreeMap<(usize, String), Vec<String>>,
@@ -92,6 +100,8 @@ impl State {
             last_non_empty: vec![Vec::new(); outputs],
             endpoint_groups: vec![RecordGroup::from([]); outputs],
             kept: vec![false; outputs],
+            down: vec![BTreeSet::new(); outputs],
+            all_down: vec![false; outputs],
             invalid: BTreeMap::new(),
             marked: Marked::default(),
         }
@@ -234,6 +244,25 @@ impl State {
         slices.synced() && nodes_listed
     }
 
+    /// Takes output `output`'s health verdict: the endpoint addresses left out of its answer.
+    /// Returns whether it changed (the output is then marked, to be compiled again).
+    pub fn follow_health(&mut self, output: usize, down: BTreeSet<IpAddr>) -> bool {
+        let Some(held) = self.down.get_mut(output) else {
+            return false;
+        };
+        if *held == down {
+            return false;
+        }
+        *held = down;
+        self.marked.outputs.insert(output);
+        true
+    }
+
+    /// The servers output `i`'s health probes check now.
+    pub fn probe_targets(&self, config: &AgentConfig, i: usize) -> Vec<SocketAddr> {
+        probe_targets(&config.endpoint_slices[i], self.slices[i].objects().values())
+    }
+
     /// The objects of the EndpointSlice output `i`'s watcher.
     pub fn slices(&self, i: usize) -> &BTreeMap<String, SliceInfo> {
         self.slices[i].objects()
@@ -275,7 +304,11 @@ impl State {
         let source = &config.endpoint_slices[i];
         let no_nodes = BTreeMap::new();
         let nodes = self.nodes.as_ref().map_or(&no_nodes, |n| n.objects());
-        let mut addresses = endpoint_addresses(source, self.slices[i].objects().values(), nodes);
+        let slices = self.slices[i].objects().values();
+        let healthy = endpoint_addresses_without(source, slices.clone(), nodes, &self.down[i]);
+        let (mut addresses, all_down) =
+            never_empty(healthy, || endpoint_addresses(source, slices, nodes));
+        self.note_all_down(metrics, i, source, all_down);
         let kept = addresses.is_empty()
             && source.keep_last_non_empty
             && !self.last_non_empty[i].is_empty();
@@ -308,6 +341,37 @@ impl State {
         self.endpoint_groups[i] = records.into();
         Some(self.endpoint_groups[i].clone())
     }
+
+    /// Logs (once per change) and shows whether every probed server of output `i` fails its
+    /// probes, so that all are kept rather than none answered.
+    fn note_all_down(
+        &mut self,
+        metrics: &Metrics,
+        i: usize,
+        source: &EndpointSliceSource,
+        all_down: bool,
+    ) {
+        if source.health_probe.is_none() {
+            return;
+        }
+        let service = format!("{}/{}", source.namespace, source.service);
+        let output = &source.name;
+        if all_down != self.all_down[i] {
+            if all_down {
+                warn!(%service, %output, "every server fails its health probes: all are kept in the answer");
+            } else {
+                info!(%service, %output, "not every server fails its health probes any more: those failing them are left out again");
+            }
+            self.all_down[i] = all_down;
+        }
+        metrics
+            .api_server_probe_all_down
+            .get_or_create(&OutputLabel {
+                source: service,
+                output: output.clone(),
+            })
+            .set(i64::from(all_down));
+    }
 }
 
 /// The group key of pod `key` of pod watcher `i` (two pod sources may both watch a pod).
@@ -315,7 +379,7 @@ fn pod_key(i: usize, key: &str) -> GroupKey {
     GroupKey::from(format!("pod/{i}/{key}"))
 }
 
-/// The group key of EndpointSlice output `i`.
-fn output_key(i: usize) -> GroupKey {
+/// The group key of EndpointSlice output `i` (the external-dns writer reads its records by it).
+pub fn output_key(i: usize) -> GroupKey {
     GroupKey::from(format!("endpoints/{i}"))
 }

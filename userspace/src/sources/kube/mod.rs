@@ -14,6 +14,7 @@
 //! of each watcher that has listed replace their saved ones as soon as it has, so that a watcher
 //! that cannot list holds back only its own records.
 
+pub mod api_health;
 pub mod client;
 pub mod compile;
 pub mod contact;
@@ -51,6 +52,7 @@ use crate::{
     sources::{
         Delta, GroupKey, Snapshot, Update,
         kube::{
+            api_health::Probers,
             failover::{Failover, Move, another_server_may_help},
             groups::State,
             watch_state::{Transition, WatchState, failure_reason},
@@ -216,12 +218,42 @@ pub async fn run(
     show_active_server(&driver.failover, &metrics);
     let mut changes = futures::stream::select_all(std::mem::take(&mut watchers.streams));
     let mut report = tokio::time::interval(REPORT_INTERVAL);
+    let mut probers = Probers::start(&config, &metrics);
     loop {
-        let first = tokio::select! {
-            change = changes.next() => match change {
-                Some(change) => change,
-                None => return,
-            },
+        let (observed, changed) = tokio::select! {
+            change = changes.next() => {
+                let Some(first) = change else { return };
+                // Take every change already waiting: one publication for a burst.
+                let observed = first.2;
+                progress.note_revision(&first, &watchers.probes).await;
+                let mut changed = apply(
+                    &mut state,
+                    &config,
+                    &watchers,
+                    &mut progress,
+                    first,
+                    &metrics,
+                );
+                while let Some(Some(next)) = changes.next().now_or_never() {
+                    progress.note_revision(&next, &watchers.probes).await;
+                    changed |= apply(
+                        &mut state,
+                        &config,
+                        &watchers,
+                        &mut progress,
+                        next,
+                        &metrics,
+                    );
+                }
+                if changed {
+                    follow_probe_targets(&probers, &state, &config);
+                }
+                (observed, changed)
+            }
+            // A health verdict changes the output's group as a change of its slices would.
+            Some(verdict) = probers.verdicts.recv() => {
+                (Instant::now(), state.follow_health(verdict.output, verdict.down))
+            }
             _ = report.tick() => {
                 notice_accepted_watches(&mut progress, &driver.contact);
                 restart_silent_watchers(&driver, &mut watchers, &mut changes, &mut progress);
@@ -231,28 +263,6 @@ pub async fn run(
                 continue;
             }
         };
-        // Take every change already waiting: one publication for a burst.
-        let observed = first.2;
-        progress.note_revision(&first, &watchers.probes).await;
-        let mut changed = apply(
-            &mut state,
-            &config,
-            &watchers,
-            &mut progress,
-            first,
-            &metrics,
-        );
-        while let Some(Some(next)) = changes.next().now_or_never() {
-            progress.note_revision(&next, &watchers.probes).await;
-            changed |= apply(
-                &mut state,
-                &config,
-                &watchers,
-                &mut progress,
-                next,
-                &metrics,
-            );
-        }
         let all_synced = (0..watchers.ids.len()).all(|i| state.synced(i));
         if progress.restored && !all_synced {
             if let Some(delta) =
@@ -375,6 +385,15 @@ fn restored_delta(
         changes,
         pending_zones: None,
     })
+}
+
+/// Hands each probed output's prober the servers its slices list now.
+fn follow_probe_targets(probers: &Probers, state: &State, config: &AgentConfig) {
+    for i in 0..config.endpoint_slices.len() {
+        if probers.probes(i) {
+            probers.follow(i, state.probe_targets(config, i));
+        }
+    }
 }
 
 /// The update that serves the records saved at `path`, if there are any.
