@@ -27,6 +27,7 @@ pub mod stop;
 pub mod table;
 pub mod transfer;
 pub mod xdp;
+pub mod update;
 pub mod zone;
 
 /// The XDP program's object file, built by the build script.

@@ -49,7 +49,12 @@ pub struct Shared {
     pub liveness: Liveness,
     /// Set when the agent stops: the server hands its work over (see `closing`).
     pub closing: closing::Closing,
+    /// Told of every table published, beside the transfers (the RFC 2136 updates).
+    follower: std::sync::OnceLock<Box<TableFollower>>,
 }
+
+/// What follows the tables published: each table, and the names it changed (None: any may).
+pub type TableFollower = dyn Fn(&Arc<RecordTable>, Option<&[WireName]>) + Send + Sync;
 
 impl Shared {
     /// Serves everyone, without limits or cookies.
@@ -91,6 +96,15 @@ impl Shared {
         if let Some(transfers) = &self.transfers {
             transfers.record(&table, changed);
         }
+        if let Some(follower) = self.follower.get() {
+            follower(&table, changed);
+        }
+    }
+
+    /// `follower` is told of every table published from now on (one follower; false: there is
+    /// one already).
+    pub fn follow_tables(&self, follower: Box<TableFollower>) -> bool {
+        self.follower.set(follower).is_ok()
     }
 
     /// Answers a transfer request from `client` message by message, each handed to `emit` as it

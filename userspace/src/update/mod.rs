@@ -1,0 +1,501 @@
+//! RFC 2136 UPDATEs to an existing primary (`update:` in the configuration): the names of a
+//! served zone written into a zone of another server (BIND, or any primary taking TSIG-signed
+//! updates), for users who cannot delegate a zone to hostport-dns.
+//!
+//! Every published table reaches [`Updates::record`] with the names it changed (those the
+//! transfer history keeps for IXFR). One task per target follows them: it keeps what it last
+//! wrote per name and sends the difference ([`plan`]) when the names change, one message in
+//! flight ([`sender`], over TCP). It writes only while `leading` says so (the elected agent);
+//! when it starts writing (at start, or on becoming the leader) every managed name is sent as
+//! not known: "delete RRset, add the current records", which needs no knowledge of the remote
+//! content. A failed exchange is retried with backoff (1 s doubling to 60 s), its names sent as
+//! not known; a failed prerequisite sends them so at once.
+
+pub mod config;
+pub mod plan;
+pub mod sender;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use hickory_proto::rr::Name;
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+use rustc_hash::FxHashSet;
+use tokio::sync::{Notify, watch};
+use tracing::{debug, error, info, warn};
+
+pub use config::{UpdateEntry, UpdateTarget};
+
+use self::{
+    plan::{Rrsets, batches, name_update},
+    sender::Outcome,
+};
+use crate::{
+    dns::WireName,
+    table::{RecordTable, Zone},
+    transfer::{Transfers, zone_data::ServedZone},
+};
+
+/// The first wait after a failed exchange; each next one twice as long, up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Changed names remembered between two runs of a target's task; beyond, every name is
+/// compared (as after a rebuilt table).
+const MAX_PENDING_NAMES: usize = 100_000;
+
+/// The labels of `hostport_dns_update_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    target: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabel {
+    target: String,
+}
+
+/// The metrics of every target.
+#[derive(Clone, Default)]
+struct UpdateMetrics {
+    messages: Family<ResultLabels, Counter>,
+    in_sync: Family<TargetLabel, Gauge>,
+}
+
+/// Tables as they are published, for one target's task: the newest, and the names changed
+/// since the task last took them.
+#[derive(Default)]
+struct Feed {
+    pending: Mutex<Pending>,
+    wake: Notify,
+}
+
+struct Pending {
+    table: Option<Arc<RecordTable>>,
+    /// None: any name may have changed.
+    changed: Option<FxHashSet<WireName>>,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Self {
+            table: None,
+            changed: None,
+        }
+    }
+}
+
+/// The RFC 2136 targets and what feeds them.
+pub struct Updates {
+    targets: Vec<(UpdateTarget, Arc<Feed>)>,
+    metrics: UpdateMetrics,
+}
+
+impl Updates {
+    pub fn new(targets: Vec<UpdateTarget>) -> Self {
+        let metrics = UpdateMetrics::default();
+        for target in &targets {
+            metrics
+                .in_sync
+                .get_or_create(&TargetLabel {
+                    target: target.label(),
+                })
+                .set(0);
+        }
+        Self {
+            targets: targets
+                .into_iter()
+                .map(|t| (t, Arc::new(Feed::default())))
+                .collect(),
+            metrics,
+        }
+    }
+
+    /// Registers `hostport_dns_update_total{target,result}` and `hostport_dns_update_in_sync`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "update",
+            "RFC 2136 UPDATE messages sent, by target (<zone>@<server>) and result (applied, prerequisite_failed, not_authorized, refused, failed)",
+            self.metrics.messages.clone(),
+        );
+        registry.register(
+            "update_in_sync",
+            "1 while the target holds what this agent serves (its last UPDATEs applied); 0 while they fail, before the first, and while another agent writes",
+            self.metrics.in_sync.clone(),
+        );
+    }
+
+    /// A table was published; `changed`: the names it changed from the one before (None: any
+    /// may have).
+    pub fn record(&self, table: &Arc<RecordTable>, changed: Option<&[WireName]>) {
+        for (_, feed) in &self.targets {
+            let mut pending = feed.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.table = Some(table.clone());
+            match (&mut pending.changed, changed) {
+                (Some(names), Some(more)) if names.len() + more.len() <= MAX_PENDING_NAMES => {
+                    names.extend(more.iter().cloned());
+                }
+                (slot, _) => *slot = None,
+            }
+            drop(pending);
+            feed.wake.notify_one();
+        }
+    }
+
+    /// Runs a task per target until the agent stops. `keys`: the transfer configuration's
+    /// keys; `leading`: whether this agent is the one that writes (constant true without
+    /// leader election).
+    pub fn spawn(self: &Arc<Self>, keys: Option<Arc<Transfers>>, leading: watch::Receiver<bool>) {
+        for (target, feed) in &self.targets {
+            let task = Task {
+                target: target.clone(),
+                label: target.label(),
+                feed: feed.clone(),
+                keys: keys.clone(),
+                metrics: self.metrics.clone(),
+                written: BTreeMap::new(),
+                unknown: Unknown::All,
+            };
+            tokio::spawn(task.run(leading.clone()));
+        }
+    }
+}
+
+/// Which names' remote content is not known (sent as "delete RRset, add").
+#[derive(Debug)]
+enum Unknown {
+    /// Every managed name: at start, and on becoming the writer.
+    All,
+    Names(BTreeSet<Name>),
+}
+
+/// One target's writer.
+struct Task {
+    target: UpdateTarget,
+    label: String,
+    feed: Arc<Feed>,
+    keys: Option<Arc<Transfers>>,
+    metrics: UpdateMetrics,
+    /// What was last written per name of the source zone (names written empty are left out).
+    written: BTreeMap<Name, Rrsets>,
+    unknown: Unknown,
+}
+
+/// Why a sync stopped before the end.
+enum Stopped {
+    /// An exchange failed: retry after a wait.
+    Failed,
+    /// Leadership was lost.
+    NotLeading,
+}
+
+impl Task {
+    async fn run(mut self, mut leading: watch::Receiver<bool>) {
+        let mut backoff = FIRST_BACKOFF;
+        // What is still to do: the names changed since the last sync (None: any).
+        let mut changed: Option<FxHashSet<WireName>> = None;
+        let mut table: Option<Arc<RecordTable>> = None;
+        loop {
+            if !*leading.borrow_and_update() {
+                self.set_in_sync(false);
+                // Whoever writes meanwhile, what is there is not known any more.
+                self.unknown = Unknown::All;
+                self.written.clear();
+                if leading.changed().await.is_err() {
+                    return;
+                }
+                info!(target = %self.label, "writing RFC 2136 updates (this agent leads): every name is sent again");
+                continue;
+            }
+            let (newest, more) = self.take();
+            if let Some(newest) = newest {
+                table = Some(newest);
+            }
+            changed = match (changed, more) {
+                (Some(mut a), Some(b)) => {
+                    a.extend(b);
+                    Some(a)
+                }
+                _ => None,
+            };
+            let ready = table
+                .as_ref()
+                .and_then(|t| ServedZone::find(t, &self.target.source));
+            let outcome = match (&table, ready) {
+                (Some(t), Some(ServedZone::Forward(zone))) => {
+                    Some(self.sync(t, &zone, changed.as_ref(), &leading).await)
+                }
+                // No table yet, or the source zone is not ready (a source has not listed:
+                // writing now would delete what it lacks).
+                _ => None,
+            };
+            match outcome {
+                Some(Ok(())) => {
+                    changed = Some(FxHashSet::default());
+                    backoff = FIRST_BACKOFF;
+                    self.set_in_sync(true);
+                }
+                Some(Err(Stopped::NotLeading)) => continue,
+                Some(Err(Stopped::Failed)) => {
+                    self.set_in_sync(false);
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = leadership_changes(&mut leading) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+                None => {}
+            }
+            tokio::select! {
+                () = self.feed.wake.notified() => {}
+                () = leadership_changes(&mut leading) => {}
+            }
+        }
+    }
+
+    /// The newest table and the names changed since the last take.
+    fn take(&self) -> (Option<Arc<RecordTable>>, Option<FxHashSet<WireName>>) {
+        let mut pending = self.feed.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let table = pending.table.clone();
+        let changed = pending.changed.replace(FxHashSet::default());
+        (table, changed)
+    }
+
+    fn set_in_sync(&self, value: bool) {
+        self.metrics
+            .in_sync
+            .get_or_create(&TargetLabel {
+                target: self.label.clone(),
+            })
+            .set(i64::from(value));
+    }
+
+    /// Brings the target to `table`'s content for the names `changed` (None: every managed
+    /// name) and the names not known. Names whose prerequisites failed go again at once,
+    /// without prerequisites (a second round).
+    async fn sync(
+        &mut self,
+        table: &RecordTable,
+        zone: &Zone,
+        changed: Option<&FxHashSet<WireName>>,
+        leading: &watch::Receiver<bool>,
+    ) -> Result<(), Stopped> {
+        let none = FxHashSet::default();
+        let mut changed = changed;
+        for _round in 0..2 {
+            let updates = self.updates(table, zone, changed);
+            let mut prerequisite_failed = false;
+            let all = batches(&self.target.zone, updates, rand_id);
+            let mut left: Vec<Vec<Name>> = all.iter().map(|b| b.keys.clone()).collect();
+            left.reverse();
+            for batch in all {
+                left.pop();
+                if !*leading.borrow() {
+                    return Err(Stopped::NotLeading);
+                }
+                match self.send(batch.message).await {
+                    Outcome::Applied => {
+                        for name in batch.keys {
+                            self.applied(table, zone, name);
+                        }
+                    }
+                    Outcome::PrerequisiteFailed(rcode) => {
+                        info!(target = %self.label, names = batch.keys.len(), %rcode, "a prerequisite failed (the names were changed by someone else): sending them whole");
+                        self.mark_unknown(batch.keys);
+                        prerequisite_failed = true;
+                    }
+                    _ => {
+                        self.mark_unknown(batch.keys);
+                        for keys in left {
+                            self.mark_unknown(keys);
+                        }
+                        return Err(Stopped::Failed);
+                    }
+                }
+            }
+            if !prerequisite_failed {
+                self.unknown = Unknown::Names(BTreeSet::new());
+                return Ok(());
+            }
+            changed = Some(&none);
+        }
+        Err(Stopped::Failed)
+    }
+
+    /// Each name's update, with the name in the source zone.
+    fn updates(
+        &self,
+        table: &RecordTable,
+        zone: &Zone,
+        changed: Option<&FxHashSet<WireName>>,
+    ) -> Vec<(Name, plan::NameUpdate)> {
+        let mut updates = Vec::new();
+        for name in self.names_to_compare(table, zone, changed) {
+            let Some(owner) = self.target.target_name(&name) else {
+                continue;
+            };
+            let after = current(table, zone, &name, self.target.ttl);
+            let before = if self.is_unknown(&name) {
+                None
+            } else {
+                Some(self.written.get(&name).cloned().unwrap_or_default())
+            };
+            if let Some(update) = name_update(&owner, before.as_ref(), &after) {
+                updates.push((name, update));
+            }
+        }
+        updates
+    }
+
+    fn is_unknown(&self, name: &Name) -> bool {
+        match &self.unknown {
+            Unknown::All => true,
+            Unknown::Names(names) => names.contains(name),
+        }
+    }
+
+    fn mark_unknown(&mut self, names: Vec<Name>) {
+        if let Unknown::Names(unknown) = &mut self.unknown {
+            unknown.extend(names);
+        }
+    }
+
+    /// `name` now holds what `table` has.
+    fn applied(&mut self, table: &RecordTable, zone: &Zone, name: Name) {
+        if let Unknown::Names(unknown) = &mut self.unknown {
+            unknown.remove(&name);
+        }
+        let now = current(table, zone, &name, self.target.ttl);
+        if now.is_empty() {
+            self.written.remove(&name);
+        } else {
+            self.written.insert(name, now);
+        }
+    }
+
+    /// The names of the source zone to compare: the changed ones among those managed and the
+    /// ones not known; every managed name when any may have changed or none is known.
+    fn names_to_compare(
+        &self,
+        table: &RecordTable,
+        zone: &Zone,
+        changed: Option<&FxHashSet<WireName>>,
+    ) -> BTreeSet<Name> {
+        let mut names: BTreeSet<Name> = BTreeSet::new();
+        let every = changed.is_none() || matches!(self.unknown, Unknown::All);
+        match &self.target.names {
+            Some(listed) => {
+                let listed = listed.iter();
+                if every {
+                    names.extend(listed.cloned());
+                } else if let Some(changed) = changed {
+                    names.extend(
+                        listed
+                            .filter(|n| changed.contains(&WireName::from_name(n)))
+                            .cloned(),
+                    );
+                }
+            }
+            None => {
+                if every {
+                    names.extend(
+                        table
+                            .nodes()
+                            .filter(|(_, node)| {
+                                node.zone == zone.id
+                                    && (!node.a.is_empty() || !node.aaaa.is_empty())
+                            })
+                            .map(|(name, _)| name.to_name()),
+                    );
+                } else if let Some(changed) = changed {
+                    names.extend(changed.iter().map(WireName::to_name));
+                }
+                // Names written before and gone since.
+                names.extend(self.written.keys().cloned());
+                names.retain(|n| self.target.target_name(n).is_some());
+            }
+        }
+        if let Unknown::Names(unknown) = &self.unknown {
+            names.extend(unknown.iter().cloned());
+        }
+        names
+    }
+
+    /// Sends one message, counts and logs how it went.
+    async fn send(&self, message: hickory_proto::op::Message) -> Outcome {
+        let signer = match &self.target.key {
+            Some(key) => {
+                let signer = self
+                    .keys
+                    .as_ref()
+                    .and_then(|t| t.keys.load().get(key).cloned());
+                if signer.is_none() {
+                    error!(target = %self.label, key = %key, "the TSIG key is not loaded: no UPDATE sent");
+                    return Outcome::Failed("key not loaded".into());
+                }
+                signer
+            }
+            None => None,
+        };
+        let records = message.answers.len() + message.authorities.len();
+        let outcome = sender::exchange(self.target.server, signer.as_ref(), message).await;
+        self.metrics
+            .messages
+            .get_or_create(&ResultLabels {
+                target: self.label.clone(),
+                result: outcome.label().to_owned(),
+            })
+            .inc();
+        let key = self.target.key.as_ref().map(|k| k.to_ascii());
+        let zone = self.target.zone.to_ascii();
+        let server = self.target.server;
+        match &outcome {
+            Outcome::Applied => {
+                debug!(target = %self.label, records, "UPDATE applied")
+            }
+            Outcome::PrerequisiteFailed(_) => {}
+            Outcome::NotAuthorized(why) => {
+                error!(%server, zone, ?key, answer = %why, "UPDATE not authorized: the primary does not accept the key (wrong secret, unknown name or algorithm, or clocks apart)")
+            }
+            Outcome::Refused => {
+                error!(%server, zone, ?key, "UPDATE refused: the primary does not allow this key (or address) to update the zone (allow-update / update-policy)")
+            }
+            Outcome::Failed(why) => {
+                warn!(%server, zone, ?key, error = %why, "UPDATE failed; retrying")
+            }
+        }
+        outcome
+    }
+}
+
+/// Returns when leadership changes; never once no more word can come (the last one stands).
+async fn leadership_changes(leading: &mut watch::Receiver<bool>) {
+    if leading.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What `table` holds at `name` in `zone`, with the TTL `ttl` (None: the records' own).
+fn current(table: &RecordTable, zone: &Zone, name: &Name, ttl: Option<u32>) -> Rrsets {
+    match table.node(name).filter(|n| n.zone == zone.id) {
+        Some(node) if !node.a.is_empty() || !node.aaaa.is_empty() => Rrsets {
+            ttl: ttl.unwrap_or_else(|| node.ttl_in(zone)),
+            a: node.a.clone(),
+            aaaa: node.aaaa.clone(),
+        },
+        _ => Rrsets::default(),
+    }
+}
+
+/// A message ID no off-path sender can guess.
+fn rand_id() -> u16 {
+    crate::clients::cookies::random_u64() as u16
+}
