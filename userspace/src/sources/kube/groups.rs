@@ -260,7 +260,10 @@ impl State {
 
     /// The servers output `i`'s health probes check now.
     pub fn probe_targets(&self, config: &AgentConfig, i: usize) -> Vec<SocketAddr> {
-        probe_targets(&config.endpoint_slices[i], self.slices[i].objects().values())
+        probe_targets(
+            &config.endpoint_slices[i],
+            self.slices[i].objects().values(),
+        )
     }
 
     /// The objects of the EndpointSlice output `i`'s watcher.

@@ -105,10 +105,12 @@ async fn attempt(
     settings: &HealthProbe,
     tls: Arc<ClientConfig>,
 ) -> Result<(), Failure> {
-    let tcp = TcpStream::connect(server).await.map_err(|e| match e.kind() {
-        io::ErrorKind::ConnectionRefused => Failure::Refused,
-        _ => Failure::Connect,
-    })?;
+    let tcp = TcpStream::connect(server)
+        .await
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::ConnectionRefused => Failure::Refused,
+            _ => Failure::Connect,
+        })?;
     let _ = tcp.set_nodelay(true);
     let name = match &settings.tls_server_name {
         Some(name) => ServerName::try_from(name.clone()).map_err(|_| Failure::Tls)?,

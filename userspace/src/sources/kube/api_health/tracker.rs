@@ -177,7 +177,11 @@ mod tests {
         t.observe(server(1), false);
         assert_eq!(t.follow(&[server(2)]), [server(1)]);
         assert!(t.down().is_empty());
-        assert_eq!(t.observe(server(1), false), Turn::Stays, "not listed: ignored");
+        assert_eq!(
+            t.observe(server(1), false),
+            Turn::Stays,
+            "not listed: ignored"
+        );
         t.follow(&[server(1), server(2)]);
         assert!(t.is_up(server(1)), "listed again: in the answer");
     }
