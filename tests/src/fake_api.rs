@@ -5,7 +5,11 @@
 //! answer slowly, or hang (see [`FakeApi::freeze`]).
 //!
 //! Serves Pods (`/api/v1/pods`, namespaced too), Nodes (`/api/v1/nodes`), EndpointSlices
-//! (`/apis/discovery.k8s.io/v1/...`), `/version` and `/readyz`.
+//! (`/apis/discovery.k8s.io/v1/...`), `/version` and `/readyz`; and, in a namespace, Services,
+//! Leases and external-dns's DNSEndpoints, which clients also write: create (POST; 409
+//! AlreadyExists), get, replace (PUT; 409 Conflict when the `resourceVersion` sent is not the
+//! stored one, as optimistic concurrency works) and delete, each write recorded
+//! ([`FakeApi::writes`]).
 
 use std::{
     collections::BTreeMap,
@@ -39,6 +43,9 @@ pub enum Kind {
     Pod,
     Node,
     EndpointSlice,
+    Service,
+    Lease,
+    DnsEndpoint,
 }
 
 impl Kind {
@@ -47,6 +54,9 @@ impl Kind {
             Kind::Pod => "PodList",
             Kind::Node => "NodeList",
             Kind::EndpointSlice => "EndpointSliceList",
+            Kind::Service => "ServiceList",
+            Kind::Lease => "LeaseList",
+            Kind::DnsEndpoint => "DNSEndpointList",
         }
     }
 
@@ -55,13 +65,27 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Node => "Node",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::Service => "Service",
+            Kind::Lease => "Lease",
+            Kind::DnsEndpoint => "DNSEndpoint",
         }
     }
 
     fn api_version(self) -> &'static str {
         match self {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::Lease => "coordination.k8s.io/v1",
+            Kind::DnsEndpoint => "externaldns.k8s.io/v1alpha1",
             _ => "v1",
+        }
+    }
+
+    /// The resource as an error names it (`leases.coordination.k8s.io`).
+    fn qualified_resource(self) -> String {
+        let plural = format!("{}s", self.kind().to_ascii_lowercase());
+        match self.api_version().rsplit_once('/') {
+            Some((group, _)) => format!("{plural}.{group}"),
+            None => plural,
         }
     }
 }
@@ -73,6 +97,39 @@ struct Event {
     namespace: String,
     kind_of_change: &'static str,
     object: Value,
+}
+
+impl ApiState {
+    /// Stores `object` as the next revision (an ADDED or MODIFIED event); returns it as stored.
+    fn store(&mut self, kind: Kind, object: Value) -> Value {
+        self.rv += 1;
+        let rv = self.rv;
+        let mut object = object;
+        object["kind"] = json!(kind.kind());
+        object["apiVersion"] = json!(kind.api_version());
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .expect("an object with a name")
+            .to_owned();
+        let existed = self
+            .objects
+            .insert((kind, namespace.clone(), name), object.clone())
+            .is_some();
+        let kind_of_change = if existed { "MODIFIED" } else { "ADDED" };
+        self.events.push(Event {
+            rv,
+            kind,
+            namespace,
+            kind_of_change,
+            object: object.clone(),
+        });
+        object
+    }
 }
 
 #[derive(Default)]
@@ -218,35 +275,37 @@ impl FakeApi {
 
     /// Creates or replaces an object (a k8s-openapi value serialized to JSON).
     pub fn apply(&self, kind: Kind, object: Value) {
-        let mut s = self.lock();
-        s.rv += 1;
-        let rv = s.rv;
-        let mut object = object;
-        object["kind"] = json!(kind.kind());
-        object["apiVersion"] = json!(kind.api_version());
-        object["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let namespace = object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned();
-        let name = object["metadata"]["name"]
-            .as_str()
-            .expect("an object with a name")
-            .to_owned();
-        let existed = s
-            .objects
-            .insert((kind, namespace.clone(), name), object.clone())
-            .is_some();
-        let kind_of_change = if existed { "MODIFIED" } else { "ADDED" };
-        s.events.push(Event {
-            rv,
-            kind,
-            namespace,
-            kind_of_change,
-            object,
-        });
-        drop(s);
+        self.lock().store(kind, object);
         let _ = self.changes.send(());
+    }
+
+    /// The stored object, if there is one.
+    pub fn object(&self, kind: Kind, namespace: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .objects
+            .get(&(kind, namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// The stored objects of `kind` in `namespace`, by name.
+    pub fn objects(&self, kind: Kind, namespace: &str) -> BTreeMap<String, Value> {
+        self.lock()
+            .objects
+            .iter()
+            .filter(|((k, ns, _), _)| *k == kind && ns == namespace)
+            .map(|((_, _, name), object)| (name.clone(), object.clone()))
+            .collect()
+    }
+
+    /// The write requests seen so far, in order: "POST Service ns", "PUT Lease ns/name",
+    /// "DELETE Service ns/name" (refused ones included).
+    pub fn writes(&self) -> Vec<String> {
+        self.lock()
+            .requests
+            .iter()
+            .filter(|r| !r.starts_with("GET "))
+            .cloned()
+            .collect()
     }
 
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
@@ -416,7 +475,349 @@ fn routes(state: AppState) -> Router {
             "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
             get(|s, q, Path(ns): Path<String>| list_or_watch(s, q, Kind::EndpointSlice, Some(ns))),
         )
+        .merge(writable("/api/v1/namespaces/{ns}/services", Kind::Service))
+        .merge(writable(
+            "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+            Kind::Lease,
+        ))
+        .merge(writable(
+            "/apis/externaldns.k8s.io/v1alpha1/namespaces/{ns}/dnsendpoints",
+            Kind::DnsEndpoint,
+        ))
         .with_state(state)
+}
+
+/// A namespaced collection clients write: list and watch, create; get, replace and delete an
+/// object.
+fn writable(collection: &str, kind: Kind) -> Router<AppState> {
+    Router::new()
+        .route(
+            collection,
+            get(move |s, q, Path(ns): Path<String>| list_or_watch(s, q, kind, Some(ns)))
+                .post(move |s, Path(ns): Path<String>, body: String| create(s, kind, ns, body)),
+        )
+        .route(
+            &format!("{collection}/{{name}}"),
+            get(move |s, Path((ns, name)): Path<(String, String)>| get_one(s, kind, ns, name))
+                .put(
+                    move |s, Path((ns, name)): Path<(String, String)>, body: String| {
+                        replace(s, kind, ns, name, body)
+                    },
+                )
+                .delete(move |s, Path((ns, name)): Path<(String, String)>| {
+                    delete_one(s, kind, ns, name)
+                }),
+        )
+}
+
+/// A Status answer, as the API server words its failures.
+fn status(code: StatusCode, reason: &str, message: String, kind: Kind, name: &str) -> Response {
+    let plural = format!("{}s", kind.kind().to_ascii_lowercase());
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason,
+        "details": {"name": name, "group": kind.api_version().rsplit_once('/').map_or("", |(g, _)| g), "kind": plural},
+        "code": code.as_u16(),
+    });
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Records a request and answers what every request gets first: held while frozen, 503 during
+/// an outage, 403 for a forbidden kind.
+async fn admit(state: &Mutex<ApiState>, line: String, kind: Kind) -> Option<Response> {
+    state
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .requests
+        .push(line);
+    wait_while_frozen(state).await;
+    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    if s.outage {
+        return Some((StatusCode::SERVICE_UNAVAILABLE, "outage").into_response());
+    }
+    if s.forbidden.contains(&kind) {
+        let resource = kind.qualified_resource();
+        return Some(status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{resource} is forbidden: User \"system:serviceaccount:hostport-dns:hostport-dns\" cannot write resource \"{resource}\""
+            ),
+            kind,
+            "",
+        ));
+    }
+    None
+}
+
+fn not_found(kind: Kind, name: &str) -> Response {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("{} \"{name}\" not found", kind.qualified_resource()),
+        kind,
+        name,
+    )
+}
+
+/// The body as an object of `kind` in `namespace`, or the 400/422 a real API server gives.
+fn parse_body(kind: Kind, namespace: &str, body: &str) -> Result<Value, Response> {
+    let mut object: Value = serde_json::from_str(body).map_err(|e| {
+        status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("the body of the request was in an unknown format: {e}"),
+            kind,
+            "",
+        )
+    })?;
+    let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let invalid = |message: String| {
+        status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("{} \"{name}\" is invalid: {message}", kind.kind()),
+            kind,
+            &name,
+        )
+    };
+    if name.is_empty() {
+        return Err(invalid(
+            "metadata.name: Required value: name is required".into(),
+        ));
+    }
+    match object["metadata"]["namespace"].as_str() {
+        None => object["metadata"]["namespace"] = json!(namespace),
+        Some(ns) if ns == namespace => {}
+        Some(ns) => {
+            return Err(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!(
+                    "the namespace of the provided object ({ns}) does not match the namespace sent on the request ({namespace})"
+                ),
+                kind,
+                &name,
+            ));
+        }
+    }
+    if kind == Kind::Service {
+        let spec = &mut object["spec"];
+        if spec["type"].is_null() {
+            spec["type"] = json!("ClusterIP");
+        }
+        let headless = spec["clusterIP"] == json!("None");
+        let no_ports = spec["ports"].as_array().is_none_or(|p| p.is_empty());
+        if no_ports && !headless {
+            return Err(invalid("spec.ports: Required value".into()));
+        }
+        // What the API server allocates and defaults.
+        if spec["clusterIP"].is_null() {
+            spec["clusterIP"] = json!("198.18.255.1");
+        }
+        spec["clusterIPs"] = json!([spec["clusterIP"].clone()]);
+        spec["sessionAffinity"] = json!("None");
+        spec["internalTrafficPolicy"] = json!("Cluster");
+    }
+    Ok(object)
+}
+
+async fn create(
+    State((state, changes)): State<AppState>,
+    kind: Kind,
+    namespace: String,
+    body: String,
+) -> Response {
+    if let Some(refused) = admit(&state, format!("POST {} {namespace}", kind.kind()), kind).await {
+        return refused;
+    }
+    let mut object = match parse_body(kind, &namespace, &body) {
+        Ok(object) => object,
+        Err(response) => return response,
+    };
+    let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    if s.objects
+        .contains_key(&(kind, namespace.clone(), name.clone()))
+    {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", kind.qualified_resource()),
+            kind,
+            &name,
+        );
+    }
+    let rv = s.rv + 1;
+    object["metadata"]["uid"] = json!(format!("uid-{}-{rv}", kind.kind().to_ascii_lowercase()));
+    object["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let stored = s.store(kind, object);
+    drop(s);
+    let _ = changes.send(());
+    (
+        StatusCode::CREATED,
+        [(header::CONTENT_TYPE, "application/json")],
+        stored.to_string(),
+    )
+        .into_response()
+}
+
+async fn get_one(
+    State((state, _)): State<AppState>,
+    kind: Kind,
+    namespace: String,
+    name: String,
+) -> Response {
+    if let Some(refused) = admit(
+        &state,
+        format!("GET {} {namespace}/{name}", kind.kind()),
+        kind,
+    )
+    .await
+    {
+        return refused;
+    }
+    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    match s.objects.get(&(kind, namespace, name.clone())) {
+        Some(object) => json_response(object.clone()),
+        None => not_found(kind, &name),
+    }
+}
+
+async fn replace(
+    State((state, changes)): State<AppState>,
+    kind: Kind,
+    namespace: String,
+    name: String,
+    body: String,
+) -> Response {
+    if let Some(refused) = admit(
+        &state,
+        format!("PUT {} {namespace}/{name}", kind.kind()),
+        kind,
+    )
+    .await
+    {
+        return refused;
+    }
+    let mut object = match parse_body(kind, &namespace, &body) {
+        Ok(object) => object,
+        Err(response) => return response,
+    };
+    if object["metadata"]["name"].as_str() != Some(name.as_str()) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the name of the object does not match the name on the URL".into(),
+            kind,
+            &name,
+        );
+    }
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(stored) = s
+        .objects
+        .get(&(kind, namespace.clone(), name.clone()))
+        .cloned()
+    else {
+        return not_found(kind, &name);
+    };
+    let sent = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
+    // Services refuse an unconditional update; every kind refuses a stale one.
+    if sent.is_empty() && kind == Kind::Service {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!(
+                "Service \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+            ),
+            kind,
+            &name,
+        );
+    }
+    if !sent.is_empty() && sent != stored["metadata"]["resourceVersion"].as_str().unwrap_or("") {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                kind.qualified_resource()
+            ),
+            kind,
+            &name,
+        );
+    }
+    if kind == Kind::Service && object["spec"]["clusterIP"] != stored["spec"]["clusterIP"] {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!(
+                "Service \"{name}\" is invalid: spec.clusterIP: Invalid value: {}: field is immutable",
+                object["spec"]["clusterIP"]
+            ),
+            kind,
+            &name,
+        );
+    }
+    // Set by the server, kept whatever the client sends.
+    object["metadata"]["uid"] = stored["metadata"]["uid"].clone();
+    object["metadata"]["creationTimestamp"] = stored["metadata"]["creationTimestamp"].clone();
+    let unchanged = {
+        let mut a = object.clone();
+        let mut b = stored.clone();
+        for v in [&mut a, &mut b] {
+            v["metadata"]["resourceVersion"] = Value::Null;
+            v["kind"] = Value::Null;
+            v["apiVersion"] = Value::Null;
+        }
+        a == b
+    };
+    if unchanged {
+        // A no-op update: the API server keeps the revision and sends no event.
+        return json_response(stored);
+    }
+    let stored = s.store(kind, object);
+    drop(s);
+    let _ = changes.send(());
+    json_response(stored)
+}
+
+async fn delete_one(
+    State((state, changes)): State<AppState>,
+    kind: Kind,
+    namespace: String,
+    name: String,
+) -> Response {
+    if let Some(refused) = admit(
+        &state,
+        format!("DELETE {} {namespace}/{name}", kind.kind()),
+        kind,
+    )
+    .await
+    {
+        return refused;
+    }
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut object) = s.objects.remove(&(kind, namespace.clone(), name.clone())) else {
+        return not_found(kind, &name);
+    };
+    s.rv += 1;
+    let rv = s.rv;
+    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+    s.events.push(Event {
+        rv,
+        kind,
+        namespace,
+        kind_of_change: "DELETED",
+        object: object.clone(),
+    });
+    drop(s);
+    let _ = changes.send(());
+    json_response(object)
 }
 
 /// Holds a request while the server is frozen (not during an outage, which answers at once).

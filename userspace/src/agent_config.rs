@@ -64,6 +64,8 @@ pub struct AgentConfig {
     pub clients: ClientsConfig,
     /// Zone transfers to secondaries (None: AXFR and IXFR are refused).
     pub transfer: Option<TransferConfig>,
+    /// Objects written for external-dns (None: off).
+    pub external_dns: Option<ExternalDnsConfig>,
 }
 
 impl AgentConfig {
@@ -231,6 +233,8 @@ struct ConfigFile {
     clients: ClientsEntry,
     #[serde(default)]
     transfer: Option<TransferEntry>,
+    #[serde(default)]
+    external_dns: Option<ExternalDnsEntry>,
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
@@ -453,6 +457,164 @@ fn default_service() -> String {
     "default/kubernetes".to_owned()
 }
 
+/// The annotation prefix external-dns reads by default.
+pub const DEFAULT_ANNOTATION_PREFIX: &str = "external-dns.alpha.kubernetes.io/";
+/// The Lease that elects the writer when none is named.
+pub const DEFAULT_EXTERNAL_DNS_LEASE: &str = "hostport-dns-external-dns";
+
+/// Objects written for external-dns, by one agent (the holder of a Lease).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalDnsConfig {
+    /// Where the objects and the Lease live (None: the agent's own namespace).
+    pub namespace: Option<String>,
+    pub lease_name: String,
+    pub outputs: Vec<ExternalDnsOutput>,
+}
+
+/// One `endpointSlices` output written as one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalDnsOutput {
+    /// The index of the `endpointSlices` output.
+    pub endpoint_slices: usize,
+    pub kind: ExternalDnsKind,
+    pub annotation_prefix: String,
+    /// The object's name.
+    pub name: String,
+}
+
+/// Which external-dns source reads the objects.
+#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExternalDnsKind {
+    // An annotated headless Service (external-dns `--source=service`), as kuberture writes.
+    #[default]
+    Service,
+    // A `DNSEndpoint` (`externaldns.k8s.io/v1alpha1`, external-dns `--source=crd`).
+    #[serde(rename = "DNSEndpoint")]
+    DnsEndpoint,
+}
+
+/// `externalDns`: the objects external-dns reads, kept equal to what the agent serves.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExternalDnsEntry {
+    /// Where the objects and the Lease live; default: the agent's own namespace
+    /// (`POD_NAMESPACE`, else the service account's).
+    #[schemars(with = "Option<schema::Namespace>")]
+    namespace: Option<String>,
+    /// The Lease that elects the one agent that writes.
+    #[serde(default = "default_lease_name")]
+    #[schemars(with = "schema::Namespace")]
+    lease_name: String,
+    #[schemars(length(min = 1))]
+    outputs: Vec<ExternalDnsOutputEntry>,
+}
+
+fn default_lease_name() -> String {
+    DEFAULT_EXTERNAL_DNS_LEASE.to_owned()
+}
+
+/// One `endpointSlices` output written for external-dns.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExternalDnsOutputEntry {
+    /// The `endpointSlices` output's name (its `name`, or `<first hostname>/<address type>`).
+    endpoint_slices: String,
+    #[serde(default)]
+    kind: ExternalDnsKind,
+    /// The Service annotations' prefix (external-dns `--annotation-prefix`, kuberture's
+    /// `annotationPrefix`); one per external-dns instance to split the outputs between them.
+    #[serde(default = "default_annotation_prefix")]
+    annotation_prefix: String,
+    /// The object's name (kuberture's `serviceName`); default `hostport-dns-<output>`.
+    #[schemars(with = "Option<schema::Namespace>")]
+    name: Option<String>,
+}
+
+fn default_annotation_prefix() -> String {
+    DEFAULT_ANNOTATION_PREFIX.to_owned()
+}
+
+impl ExternalDnsEntry {
+    /// Checks the entry against the `endpointSlices` outputs (`outputs`).
+    fn compile(self, outputs: &[EndpointSliceSource]) -> Result<ExternalDnsConfig, String> {
+        if let Some(namespace) = &self.namespace {
+            syntax::check_namespace(namespace)
+                .map_err(|e| format!("externalDns.namespace {namespace:?}: {e}"))?;
+        }
+        syntax::check_namespace(&self.lease_name)
+            .map_err(|e| format!("externalDns.leaseName {:?}: {e}", self.lease_name))?;
+        if self.outputs.is_empty() {
+            return Err(
+                "externalDns.outputs is empty (leave externalDns out to write nothing)".into(),
+            );
+        }
+        let mut compiled: Vec<ExternalDnsOutput> = Vec::new();
+        for (i, entry) in self.outputs.into_iter().enumerate() {
+            let what = format!("externalDns.outputs[{i}]");
+            let Some(index) = outputs.iter().position(|o| o.name == entry.endpoint_slices) else {
+                let names: Vec<&str> = outputs.iter().map(|o| o.name.as_str()).collect();
+                return Err(format!(
+                    "{what}.endpointSlices: no endpointSlices output is named {:?} (there are {names:?})",
+                    entry.endpoint_slices
+                ));
+            };
+            let prefix = &entry.annotation_prefix;
+            let subdomain = prefix.strip_suffix('/').ok_or_else(|| {
+                format!("{what}.annotationPrefix {prefix:?}: must end with '/' (as external-dns.alpha.kubernetes.io/ does)")
+            })?;
+            syntax::check_label_key(&format!("{subdomain}/hostname"))
+                .map_err(|e| format!("{what}.annotationPrefix {prefix:?}: {e}"))?;
+            let name = match entry.name {
+                Some(name) => {
+                    syntax::check_namespace(&name)
+                        .map_err(|e| format!("{what}.name {name:?}: {e}"))?;
+                    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                        return Err(format!(
+                            "{what}.name {name:?}: must start with a letter (a Service name)"
+                        ));
+                    }
+                    name
+                }
+                None => default_object_name(&outputs[index].name),
+            };
+            if compiled
+                .iter()
+                .any(|o| o.kind == entry.kind && o.name == name)
+            {
+                return Err(format!(
+                    "{what}: another output writes {:?} {name:?}; give one a `name`",
+                    entry.kind
+                ));
+            }
+            compiled.push(ExternalDnsOutput {
+                endpoint_slices: index,
+                kind: entry.kind,
+                annotation_prefix: entry.annotation_prefix,
+                name,
+            });
+        }
+        Ok(ExternalDnsConfig {
+            namespace: self.namespace,
+            lease_name: self.lease_name,
+            outputs: compiled,
+        })
+    }
+}
+
+/// `hostport-dns-<output>` as a Service name: lowercase letters, digits and `-`, at most 63.
+fn default_object_name(output: &str) -> String {
+    let mut name = String::from("hostport-dns-");
+    for c in output.chars() {
+        let c = c.to_ascii_lowercase();
+        let c = if c.is_ascii_alphanumeric() { c } else { '-' };
+        if !(c == '-' && name.ends_with('-')) {
+            name.push(c);
+        }
+    }
+    name.truncate(63);
+    name.trim_end_matches('-').to_owned()
+}
+
 /// The configuration file's grammar as JSON Schema (draft-07, the dialect Helm checks values
 /// with): what `hostport-dns config-schema` prints, and what the chart's values schema embeds.
 pub fn json_schema() -> serde_json::Value {
@@ -616,6 +778,11 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             health_probe,
         });
     }
+    config.external_dns = file
+        .external_dns
+        .map(|e| e.compile(&config.endpoint_slices))
+        .transpose()
+        .map_err(invalid)?;
     Ok(config)
 }
 
@@ -849,6 +1016,64 @@ mod tests {
             err.to_string().contains("endpointSlices[0].service"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn external_dns_outputs_name_an_endpoint_slices_output_and_default_their_object() {
+        let base = "zones:\n  - name: prod.example\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api]\n  - zone: prod.example\n    hostnames: [api]\n    addressType: IPv6\n";
+        let config = parse_str(&format!(
+            "{base}externalDns:\n  outputs:\n    - endpointSlices: api.prod.example/IPv4\n    - endpointSlices: api.prod.example/IPv6\n      kind: DNSEndpoint\n    - endpointSlices: api.prod.example/IPv4\n      annotationPrefix: internal.example.com/\n      name: api-internal\n"
+        ))
+        .unwrap();
+        let external = config.external_dns.expect("configured");
+        assert_eq!(external.lease_name, DEFAULT_EXTERNAL_DNS_LEASE);
+        assert_eq!(external.namespace, None);
+        let o = &external.outputs;
+        assert_eq!(
+            (o[0].endpoint_slices, o[0].kind, o[0].name.as_str()),
+            (
+                0,
+                ExternalDnsKind::Service,
+                "hostport-dns-api-prod-example-ipv4"
+            )
+        );
+        assert_eq!(o[0].annotation_prefix, DEFAULT_ANNOTATION_PREFIX);
+        assert_eq!(
+            (o[1].endpoint_slices, o[1].kind),
+            (1, ExternalDnsKind::DnsEndpoint)
+        );
+        assert_eq!(o[2].annotation_prefix, "internal.example.com/");
+        assert!(
+            parse_str(base).unwrap().external_dns.is_none(),
+            "off by default"
+        );
+        for (entry, expected) in [
+            (
+                "    - endpointSlices: nope\n",
+                "externalDns.outputs[0].endpointSlices: no endpointSlices output is named \"nope\"",
+            ),
+            (
+                "    - endpointSlices: api.prod.example/IPv4\n      annotationPrefix: external-dns\n",
+                "externalDns.outputs[0].annotationPrefix",
+            ),
+            (
+                "    - endpointSlices: api.prod.example/IPv4\n      name: Api\n",
+                "externalDns.outputs[0].name",
+            ),
+            (
+                "    - endpointSlices: api.prod.example/IPv4\n    - endpointSlices: api.prod.example/IPv4\n",
+                "externalDns.outputs[1]: another output writes",
+            ),
+        ] {
+            let err = parse_str(&format!("{base}externalDns:\n  outputs:\n{entry}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{entry}: {err}");
+        }
+        let err = parse_str(&format!("{base}externalDns:\n  outputs:\n    - endpointSlices: api.prod.example/IPv4\n      kind: Ingress\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("agent.yaml:"), "{err}");
     }
 
     #[test]

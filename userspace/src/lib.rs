@@ -17,6 +17,7 @@ pub mod kernel_path;
 pub mod liveness;
 pub mod metrics;
 pub mod ops;
+pub mod outputs;
 pub mod persist;
 pub mod publisher;
 pub mod records;

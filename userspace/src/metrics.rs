@@ -85,6 +85,10 @@ pub struct Metrics {
     pub api_server_probe_failures: Family<ProbeFailureLabel, Counter>,
     /// 1 while every probed server of an output fails its probes: all are kept in the answer.
     pub api_server_probe_all_down: Family<OutputLabel, Gauge>,
+    /// 1 while this agent holds the lease (it writes the external-dns objects).
+    pub leader: Gauge,
+    /// Writes of external-dns objects, by output and result.
+    pub external_dns_writes: Family<ExternalDnsWriteLabel, Counter>,
     /// The XDP program's counters, once it is loaded (read at scrape time).
     xdp: XdpCounters,
 }
@@ -99,6 +103,14 @@ pub struct SourceLabel {
 pub struct OutputLabel {
     pub source: String,
     pub output: String,
+}
+
+/// A write of an external-dns object: its output, and `created`, `updated`, `deleted` or
+/// `error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ExternalDnsWriteLabel {
+    pub output: String,
+    pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -172,6 +184,8 @@ impl Metrics {
             api_server_probe_up: Family::default(),
             api_server_probe_failures: Family::default(),
             api_server_probe_all_down: Family::default(),
+            leader: Gauge::default(),
+            external_dns_writes: Family::default(),
             xdp: XdpCounters::default(),
         };
         registry.register(
@@ -303,6 +317,16 @@ impl Metrics {
             "api_server_probe_all_down",
             "1 while every probed server of an EndpointSlice output fails its probes: all are kept in the answer",
             metrics.api_server_probe_all_down.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this agent holds the Lease that elects the one writer (external-dns objects)",
+            metrics.leader.clone(),
+        );
+        registry.register(
+            "external_dns_writes",
+            "Writes of the objects external-dns reads, by output and result (created, updated, deleted, error)",
+            metrics.external_dns_writes.clone(),
         );
         // A gauge of 1 rather than an OpenMetrics info metric: the Prometheus text format (and
         // promtool) has no info type.

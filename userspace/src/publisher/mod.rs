@@ -18,7 +18,7 @@ use std::{
 };
 
 use rustc_hash::FxHashMap;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
 pub use both_paths::{AfterFirstWrite, KernelSink, kernel_report};
@@ -30,7 +30,7 @@ use crate::{
     persist::Persister,
     serials::Serials,
     server::Shared,
-    sources::{GroupKey, Update},
+    sources::{GroupKey, Groups, Update},
     table::{CompileWarning, ReverseConfig, TableBuilder},
     xdp::writer_thread::TableChange,
 };
@@ -64,6 +64,9 @@ pub struct Publisher {
     reverse: Arc<ReverseConfig>,
     /// The zones' serials.
     serials: Serials,
+    /// The Kubernetes source's groups as served, once its state is complete (for the
+    /// external-dns writer), if anyone follows them.
+    kubernetes_groups: Option<watch::Sender<Option<Groups>>>,
 }
 
 /// What one batch compiled.
@@ -98,7 +101,37 @@ impl Publisher {
             dropped: FxHashMap::default(),
             reverse: Arc::default(),
             serials: Serials::new(),
+            kubernetes_groups: None,
         }
+    }
+
+    /// The Kubernetes source's groups, each time a publication serves a complete state of it
+    /// that differs (None until the first).
+    pub fn follow_kubernetes_groups(&mut self) -> watch::Receiver<Option<Groups>> {
+        let (sender, receiver) = watch::channel(None);
+        self.kubernetes_groups = Some(sender);
+        receiver
+    }
+
+    /// Hands the Kubernetes groups served now to their follower, when complete and changed (a
+    /// persistent map: the copy costs nothing).
+    fn share_kubernetes_groups(&self) {
+        let Some(sender) = &self.kubernetes_groups else {
+            return;
+        };
+        if self.complete.get(KUBERNETES_SOURCE) != Some(&true) {
+            return;
+        }
+        let Some(state) = self.held.source(KUBERNETES_SOURCE) else {
+            return;
+        };
+        sender.send_if_modified(|shared| {
+            if shared.as_ref().is_some_and(|g| g.ptr_eq(&state.groups)) {
+                return false;
+            }
+            *shared = Some(state.groups.clone());
+            true
+        });
     }
 
     /// Keeps the serials and the Kubernetes records through `persister`, starting from
@@ -164,6 +197,7 @@ impl Publisher {
             );
             return;
         }
+        self.share_kubernetes_groups();
         let started = Instant::now();
         if let Some(revision) = revision {
             self.serials.note_revision(revision);
