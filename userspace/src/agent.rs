@@ -55,9 +55,9 @@ const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 const HANDOVER_LIMIT: Duration = Duration::from_secs(1);
 /// How long a stop waits for the records and serials to reach the disk.
 const STOP_FLUSH_LIMIT: Duration = Duration::from_secs(5);
-/// How the embedded example is named in logs.
 /// How long a stop waits for the lease to be handed back.
 const LEASE_RELEASE_LIMIT: Duration = Duration::from_secs(2);
+/// How the embedded example is named in logs.
 const EMBEDDED_SOURCE: &str = "<embedded example>";
 
 pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
@@ -182,6 +182,11 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     if uses_kubernetes {
         publisher.follow_revisions();
     }
+    let served_groups = sources
+        .config
+        .as_ref()
+        .and_then(|c| c.external_dns.as_ref())
+        .map(|_| publisher.follow_kubernetes_groups());
     if let Some(transfers) = transfers {
         tokio::spawn(transfers.clone().follow_keys());
         tokio::spawn(transfers.notify());
@@ -197,17 +202,6 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     // The XDP path comes up beside the server (it may wait for a previous agent to stop).
     let dataplane = kernel_path::Held::default();
     let (xdp_up_tx, mut xdp_up) = oneshot::channel();
-    let served_groups = sources
-        .config
-        .as_ref()
-        .and_then(|c| c.external_dns.as_ref())
-        .map(|_| publisher.follow_kubernetes_groups());
-    if let Some(updates) = &updates {
-        // Without leader election this agent writes for as long as it runs (the election's
-        // signal takes the place of this constant one where it is configured).
-        let (_always, leading) = tokio::sync::watch::channel(true);
-        updates.spawn(transfers.clone(), leading);
-    }
     let xdp_wanted = prepared.is_some();
     if let Some(prepared) = prepared {
         let wiring = kernel_path::Wiring {
@@ -243,6 +237,18 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
             }
         }
     }
+    let mut outputs = None;
+    if let (Some(config), Some(client), Some(groups)) =
+        (&sources.config, &kube_client, served_groups)
+    {
+        // The lease holder's name: the pod's (the chart sets POD_NAME), else the agent's.
+        let name = std::env::var("POD_NAME")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .or_else(|| args.identity.clone())
+            .unwrap_or_else(host_name);
+        outputs = Outputs::start(config, client, &name, groups, &metrics);
+    }
     if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
         tokio::spawn(kube_source::run(
             Arc::new(config),
@@ -258,18 +264,6 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         udp::serve(udp_sockets, shared.clone()).context("cannot start the UDP workers")?;
     for listener in tcp_listeners {
         tokio::spawn(tcp::serve(
-    let mut outputs = None;
-    if let (Some(config), Some(client), Some(groups)) =
-        (&sources.config, &kube_client, served_groups)
-    {
-        // The lease holder's name: the pod's (the chart sets POD_NAME), else the agent's.
-        let name = std::env::var("POD_NAME")
-            .ok()
-            .filter(|n| !n.is_empty())
-            .or_else(|| args.identity.clone())
-            .unwrap_or_else(host_name);
-        outputs = Outputs::start(config, client, &name, groups, &metrics);
-    }
             listener,
             shared.clone(),
             tcp::TcpLimits {
@@ -356,9 +350,14 @@ async fn stopping(
     persister: &Persister,
     shared: &Shared,
     udp_workers: udp::UdpWorkers,
+    outputs: Option<Outputs>,
 ) {
     shared.liveness.stopping();
     crate::stop::hang_if_asked();
+    // The lease first: another agent takes over the writing at once.
+    if let Some(outputs) = outputs {
+        outputs.stop(LEASE_RELEASE_LIMIT).await;
+    }
     // New queries go to the agent beside this one (a rolling update's), if there is one; those
     // this one holds are answered first (`server::closing`). The XDP program answers throughout.
     shared.closing.start();
@@ -371,14 +370,9 @@ async fn stopping(
     persister.flush(STOP_FLUSH_LIMIT);
     let dataplane = dataplane.lock().unwrap_or_else(|e| e.into_inner()).take();
     match dataplane.as_ref().and_then(|d| d.pin_dir()) {
-    outputs: Option<Outputs>,
         Some(dir) => info!(
             pin_dir = %dir.display(),
             "stopping; the XDP program stays attached (pinned) and answers until its lease (--pinned-lease) runs out, unless an agent takes over: `hostport-dns uninstall` removes it"
-    // The lease first: another agent takes over the writing at once.
-    if let Some(outputs) = outputs {
-        outputs.stop(LEASE_RELEASE_LIMIT).await;
-    }
         ),
         None if dataplane.is_some() => info!("stopping: detaching XDP"),
         None => info!("stopping"),
