@@ -603,19 +603,31 @@ fn used(api: &FakeApi) -> BTreeSet<Permission> {
         .iter()
         .filter_map(|r| {
             let mut words = r.split_whitespace();
-            let (_, kind, rest) = (words.next()?, words.next()?, words.next()?);
+            let (method, kind, rest) = (words.next()?, words.next()?, words.next()?);
             // The group each is served under (the fake serves them at the real paths).
             let (group, resource) = match kind {
                 "Pod" => ("", "pods"),
                 "Node" => ("", "nodes"),
                 "EndpointSlice" => ("discovery.k8s.io", "endpointslices"),
+                "Service" => ("", "services"),
+                "Lease" => ("coordination.k8s.io", "leases"),
+                "DNSEndpoint" => ("externaldns.k8s.io", "dnsendpoints"),
                 _ => return None, // GET /version: allowed to every authenticated client by default
             };
-            let (namespace, query) = rest.split_once('?').unwrap_or((rest, ""));
-            let verb = if query.contains("watch=true") {
-                "watch"
-            } else {
-                "list"
+            let (target, query) = rest.split_once('?').unwrap_or((rest, ""));
+            // "<namespace>/<name>" for one object, "<namespace>" (or "*") for a collection.
+            let (namespace, one) = match target.split_once('/') {
+                Some((namespace, _)) => (namespace, true),
+                None => (target, false),
+            };
+            let verb = match method {
+                "POST" => "create",
+                "PUT" => "update",
+                "PATCH" => "patch",
+                "DELETE" => "delete",
+                _ if one => "get",
+                _ if query.contains("watch=true") => "watch",
+                _ => "list",
             };
             Some((
                 group.to_owned(),
@@ -628,6 +640,17 @@ fn used(api: &FakeApi) -> BTreeSet<Permission> {
 }
 
 fn assert_rbac_is_exact(tag: &str, values: &str) {
+    assert_rbac_is_exact_with(tag, values, |_| {}, |_| true);
+}
+
+/// [`assert_rbac_is_exact`] with objects `prepare` adds before the agent starts, and `settled`
+/// saying when the agent has made every call it makes (`api` is the fake API server).
+fn assert_rbac_is_exact_with(
+    tag: &str,
+    values: &str,
+    prepare: impl FnOnce(&FakeApi),
+    settled: impl Fn(&FakeApi) -> bool,
+) {
     require_root();
     let docs = render(values);
     let secret_dir = TempDir::new(&format!("{tag}-secret"));
@@ -648,6 +671,7 @@ fn assert_rbac_is_exact(tag: &str, values: &str) {
         ),
     );
     api.apply(Kind::Node, node("cp-0", "198.18.0.11", "198.18.1.11"));
+    prepare(&api);
     let dir = TempDir::new(tag);
     // The pod's service account files, as the kubelet would mount them (the fake API server
     // speaks plain HTTP, so there is no CA to trust).
@@ -676,9 +700,11 @@ fn assert_rbac_is_exact(tag: &str, values: &str) {
     eventually("the agent to list everything", 10, || {
         agent.http_get("/readyz").0 == 200
     });
+    // The record sources watch what they list; the external-dns writer only lists its objects.
+    let written = |resource: &str| matches!(resource, "services" | "dnsendpoints");
     let lists = used(&api)
         .iter()
-        .filter(|(_, _, verb, _)| verb == "list")
+        .filter(|(_, resource, verb, _)| verb == "list" && !written(resource))
         .count();
     eventually("a watch for every list", 10, || {
         used(&api)
@@ -687,6 +713,7 @@ fn assert_rbac_is_exact(tag: &str, values: &str) {
             .count()
             == lists
     });
+    eventually("every call the agent makes", 30, || settled(&api));
     let granted = granted(&docs);
     let used = used(&api);
     let allowed = |(group, resource, verb, namespace): &Permission| {
@@ -723,6 +750,133 @@ fn rbac_covers_exactly_what_the_agent_calls_with_namespaced_pods_and_node_addres
     assert_rbac_is_exact(
         "rbacns",
         "pods:\n  - zone: ingress.example.com\n    namespaces: [ingress]\nendpointSlices:\n  - zone: ingress.example.com\n    hostnames: [api]\n    addressSource: node-internal\n",
+    );
+}
+
+/// External-dns outputs of both kinds: the Role in the release namespace grants exactly the
+/// writes they make (create, update, delete; list to find them) and the Lease's get, create and
+/// update.
+#[test]
+fn rbac_covers_exactly_what_the_agent_calls_with_external_dns_outputs() {
+    let values = "externalDns:\n  enabled: true\n  outputs:\n    - endpointSlices: api.ingress.example.com/IPv4\n      name: api-servers\n    - endpointSlices: api.ingress.example.com/IPv4\n      kind: DNSEndpoint\n      name: api-servers\n";
+    let ours = serde_json::json!({"app.kubernetes.io/managed-by": "hostport-dns", "hostport-dns/lease": "hostport-dns-external-dns"});
+    let moved = std::cell::Cell::new(false);
+    assert_rbac_is_exact_with(
+        "rbaced",
+        values,
+        |api| {
+            // Left by an output no longer configured: deleted.
+            api.apply(
+                Kind::Service,
+                serde_json::json!({"metadata": {"name": "stale", "namespace": "kube-system", "labels": ours},
+                                   "spec": {"clusterIP": "None"}}),
+            );
+            api.apply(
+                Kind::DnsEndpoint,
+                serde_json::json!({"metadata": {"name": "stale", "namespace": "kube-system", "labels": ours},
+                                   "spec": {"endpoints": []}}),
+            );
+        },
+        |api| {
+            let writes = api.writes();
+            let wrote = |w: &str| writes.iter().any(|x| x.starts_with(w));
+            let created =
+                wrote("POST Service kube-system") && wrote("POST DNSEndpoint kube-system");
+            if created && !moved.replace(true) {
+                // Moved endpoints: both objects are updated.
+                api.apply(
+                    Kind::EndpointSlice,
+                    endpoint_slice(
+                        "default",
+                        "k",
+                        "kubernetes",
+                        &[("198.18.0.12", None, "cp-0")],
+                    ),
+                );
+            }
+            created
+                && wrote("PUT Service kube-system/api-servers")
+                && wrote("PUT DNSEndpoint kube-system/api-servers")
+                && wrote("DELETE Service kube-system/stale")
+                && wrote("DELETE DNSEndpoint kube-system/stale")
+                && wrote("POST Lease kube-system")
+                && wrote("PUT Lease kube-system/hostport-dns-external-dns")
+        },
+    );
+}
+
+#[test]
+fn the_external_dns_role_and_the_pod_fields_are_rendered_only_when_enabled() {
+    let off = render("");
+    assert!(
+        !off.iter().any(|d| d["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.ends_with("-external-dns"))),
+        "no external-dns Role without externalDns.enabled"
+    );
+    let config = |docs: &[Value]| -> String {
+        let cm: ConfigMap = typed(of_kind(docs, "ConfigMap")[0]);
+        cm.data
+            .and_then(|d| d.get("config.yaml").cloned())
+            .expect("config.yaml")
+    };
+    assert!(!config(&off).contains("externalDns"));
+    let on = render(
+        "externalDns:\n  enabled: true\n  namespace: dns-writers\n  outputs:\n    - endpointSlices: api.ingress.example.com/IPv4\n",
+    );
+    let roles: Vec<Role> = of_kind(&on, "Role").into_iter().map(typed).collect();
+    let role = roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("hostport-dns-external-dns"))
+        .expect("the external-dns Role");
+    assert_eq!(role.metadata.namespace.as_deref(), Some("dns-writers"));
+    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
+        .rules
+        .iter()
+        .flatten()
+        .map(|r| {
+            (
+                r.resources.clone().unwrap_or_default(),
+                r.verbs.clone(),
+                r.resource_names.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rules,
+        [
+            (
+                strings(&["services"]),
+                strings(&["list", "create", "update", "delete"]),
+                vec![]
+            ),
+            (
+                strings(&["leases"]),
+                strings(&["get", "update"]),
+                strings(&["hostport-dns-external-dns"])
+            ),
+            (strings(&["leases"]), strings(&["create"]), vec![]),
+        ],
+        "a Service output: Services and the Lease, nothing else"
+    );
+    let text = config(&on);
+    let parsed = hostport_dns::agent_config::parse(&text, std::path::Path::new("config.yaml"))
+        .expect("the agent reads the chart's configuration");
+    let external = parsed.external_dns.expect("externalDns");
+    assert_eq!(external.namespace.as_deref(), Some("dns-writers"));
+    let ds: DaemonSet = typed(of_kind(&on, "DaemonSet")[0]);
+    let env: Vec<String> = ds
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers[0].env.clone().unwrap_or_default())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(
+        env.contains(&"POD_NAME".to_owned()) && env.contains(&"POD_NAMESPACE".to_owned()),
+        "{env:?}"
     );
 }
 

@@ -68,6 +68,14 @@ fn sections() -> Vec<(&'static str, Value)> {
             reference("TransferEntry/properties/history"),
         ),
         (
+            "/properties/externalDns/properties/leaseName",
+            reference("ExternalDnsEntry/properties/leaseName"),
+        ),
+        (
+            "/properties/externalDns/properties/outputs",
+            array_of("ExternalDnsOutputEntry"),
+        ),
+        (
             "/properties/apiServer/properties/fallbacks",
             reference("KubernetesAccess/properties/fallbackApiServers"),
         ),
@@ -145,6 +153,7 @@ mod tests {
             "CookieConfig": { "properties": { "enabled": {} } }, "KeyName": {},
             "TsigAlgorithmName": {}, "AllowItem": {}, "NotifyItem": {},
             "TransferEntry": { "properties": { "history": {} } },
+            "ExternalDnsEntry": { "properties": { "leaseName": {} } }, "ExternalDnsOutputEntry": {},
             "KubernetesAccess": { "properties": { "fallbackApiServers": {}, "learnApiServers": {} } },
         } });
         embed(&mut values, &generated).expect("embeds");

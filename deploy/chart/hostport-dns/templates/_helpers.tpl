@@ -90,3 +90,8 @@ $(HOST_IP):{{ .Values.metrics.port }}
 {{- end -}}
 {{- toYaml $probe -}}
 {{- end -}}
+
+{{- /* Where the external-dns objects and the Lease live. */}}
+{{- define "hostport-dns.externalDnsNamespace" -}}
+{{ .Values.externalDns.namespace | default .Release.Namespace }}
+{{- end -}}
