@@ -44,6 +44,7 @@ use crate::{
     },
     stop::Stop,
     transfer::Transfers,
+    update::Updates,
     xdp::{XdpError, XdpMode, loader::resolve_interfaces, local_addrs::AnswerOn},
 };
 use hostport_dns_common::generation::Capacity;
@@ -99,6 +100,16 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
             .clone()
             .map(|t| t as Arc<dyn crate::server::zone_transfers::ZoneTransfers>),
     );
+    // RFC 2136 targets follow every table published, from the first one.
+    let updates = sources
+        .config
+        .as_ref()
+        .filter(|c| !c.update.is_empty())
+        .map(|c| Arc::new(Updates::new(c.update.clone())));
+    if let Some(updates) = &updates {
+        let feed = updates.clone();
+        shared.follow_tables(Box::new(move |table, changed| feed.record(table, changed)));
+    }
     let workers = if args.udp_workers == 0 {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -156,7 +167,11 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         None
     };
     tokio::spawn(reload_cookie_secrets(shared.clone()));
-    let (metrics, registry) = Metrics::register(shared.clone(), health.clone(), transfers.clone());
+    let (metrics, mut registry) =
+        Metrics::register(shared.clone(), health.clone(), transfers.clone());
+    if let Some(updates) = &updates {
+        updates.register_metrics(&mut registry);
+    }
     let kernel = Arc::new(KernelSink::default());
     let mut publisher = Publisher::new(
         shared.clone(),
@@ -187,6 +202,12 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|c| c.external_dns.as_ref())
         .map(|_| publisher.follow_kubernetes_groups());
+    if let Some(updates) = &updates {
+        // Without leader election this agent writes for as long as it runs (the election's
+        // signal takes the place of this constant one where it is configured).
+        let (_always, leading) = tokio::sync::watch::channel(true);
+        updates.spawn(transfers.clone(), leading);
+    }
     if let Some(transfers) = transfers {
         tokio::spawn(transfers.clone().follow_keys());
         tokio::spawn(transfers.notify());
@@ -452,6 +473,9 @@ impl Sources {
             crate::zone::check_zones_do_not_overlap(&all)
                 .map_err(|e| anyhow::anyhow!("--config and --records: {e}"))?;
         }
+        if let Some(config) = &config {
+            check_update_sources(config, records.as_ref().map(|(s, _)| s))?;
+        }
         Ok(Self { config, records })
     }
 
@@ -469,6 +493,27 @@ impl Sources {
         }
         expected
     }
+}
+
+/// Every `update` target's source is a zone served, from the configuration or the record file.
+fn check_update_sources(config: &AgentConfig, records: Option<&Snapshot>) -> anyhow::Result<()> {
+    let served = |apex: &hickory_proto::rr::Name| {
+        config
+            .zones
+            .zones
+            .iter()
+            .chain(records.map(|r| r.zones.as_slice()).unwrap_or_default())
+            .any(|z| z.apex == *apex)
+    };
+    for (i, target) in config.update.iter().enumerate() {
+        if !served(&target.source) {
+            anyhow::bail!(
+                "update[{i}].source: zone {} is not served (neither in the configuration's zones nor in the record file)",
+                target.source
+            );
+        }
+    }
+    Ok(())
 }
 
 fn bind_listeners(

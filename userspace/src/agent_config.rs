@@ -43,6 +43,7 @@ use crate::{
     },
     table::{Network, ReverseConfig},
     transfer::config::{TransferConfig, TransferEntry},
+    update::{UpdateEntry, UpdateTarget, config::check_distinct},
     zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
 };
 
@@ -64,6 +65,8 @@ pub struct AgentConfig {
     pub clients: ClientsConfig,
     /// Zone transfers to secondaries (None: AXFR and IXFR are refused).
     pub transfer: Option<TransferConfig>,
+    /// RFC 2136 UPDATEs to existing primaries (empty: none).
+    pub update: Vec<UpdateTarget>,
     /// Objects written for external-dns (None: off).
     pub external_dns: Option<ExternalDnsConfig>,
 }
@@ -233,6 +236,9 @@ struct ConfigFile {
     clients: ClientsEntry,
     #[serde(default)]
     transfer: Option<TransferEntry>,
+    /// RFC 2136 UPDATEs: names of a served zone written into a zone of another primary.
+    #[serde(default)]
+    update: Vec<UpdateEntry>,
     #[serde(default)]
     external_dns: Option<ExternalDnsEntry>,
 }
@@ -663,6 +669,13 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             .map_err(invalid)?,
         ..AgentConfig::default()
     };
+    for (i, entry) in file.update.into_iter().enumerate() {
+        let target = entry
+            .compile(i, config.transfer.as_ref())
+            .map_err(invalid)?;
+        config.update.push(target);
+    }
+    check_distinct(&config.update).map_err(invalid)?;
     let mut zones = Vec::new();
     let mut static_records = Vec::new();
     for zone in file.zones {

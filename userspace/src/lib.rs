@@ -27,8 +27,8 @@ pub mod sources;
 pub mod stop;
 pub mod table;
 pub mod transfer;
-pub mod xdp;
 pub mod update;
+pub mod xdp;
 pub mod zone;
 
 /// The XDP program's object file, built by the build script.

@@ -77,19 +77,12 @@ struct Feed {
     wake: Notify,
 }
 
+/// At first: no table, and any name may have changed.
+#[derive(Default)]
 struct Pending {
     table: Option<Arc<RecordTable>>,
     /// None: any name may have changed.
     changed: Option<FxHashSet<WireName>>,
-}
-
-impl Default for Pending {
-    fn default() -> Self {
-        Self {
-            table: None,
-            changed: None,
-        }
-    }
 }
 
 /// The RFC 2136 targets and what feeds them.

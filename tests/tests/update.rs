@@ -1,0 +1,271 @@
+//! RFC 2136 updates to a real BIND primary (`allow-update { key … }`): the names of a served
+//! zone arrive in the company zone, changes arrive as the difference alone (BIND's log shows
+//! each record added and deleted), deletions included; a change made by another writer fails
+//! our prerequisite and the name is written whole; a restart resynchronises the listed names
+//! (stale ones removed, whatever BIND held); a wrong key is reported (log line naming key and
+//! zone, `hostport_dns_update_total{result="not_authorized"}`) while BIND's content stays as it
+//! was and readiness is unaffected.
+
+use std::io::Write as _;
+
+use hostport_dns_tests::{
+    TempDir, agent::Agent, bind_primary::BindPrimary, eventually, netns::NetNs, require_root,
+    secondary::TsigKey,
+};
+
+const ZONE: &str = "corp.example.";
+const SOURCE: &str = "prod.example";
+const KEY: &str = "update-key";
+const BIND: &str = "127.0.0.1:5310";
+const TARGET: &str = "corp.example.@127.0.0.1:5310";
+
+/// A namespace with BIND serving the company zone and the agent's files.
+struct Bed {
+    ns: NetNs,
+    dir: TempDir,
+    key: TsigKey,
+    bind: BindPrimary,
+}
+
+impl Bed {
+    /// BIND holds the company's own records: `www` (never ours), a TXT at `api` (a type we do
+    /// not manage), and `stale`, an address a previous writer left.
+    fn new(tag: &str) -> Self {
+        require_root();
+        let ns = NetNs::new(tag);
+        let dir = TempDir::new(tag);
+        let key = TsigKey::test(KEY);
+        let bind = BindPrimary::start(
+            &ns,
+            BIND.parse().expect("an address"),
+            ZONE,
+            &key,
+            &[
+                ("www", "A 198.18.9.2"),
+                ("api", "TXT \"company\""),
+                ("stale", "A 198.18.9.3"),
+            ],
+        );
+        Self { ns, dir, key, bind }
+    }
+
+    /// The record file: `records` under the source zone, TTL 30.
+    fn records(&self, records: &str) -> std::path::PathBuf {
+        self.dir.write(
+            "records.yaml",
+            &format!("zones:\n  - name: {SOURCE}\n    ttl: 30\n    records:\n{records}"),
+        )
+    }
+
+    /// The configuration: the key (with `secret` in its file) and one update target; `names`
+    /// a YAML list, or empty for every name.
+    fn config(&self, secret: &str, names: &str) -> std::path::PathBuf {
+        self.dir.write("update-key", secret);
+        let names = if names.is_empty() {
+            String::new()
+        } else {
+            format!("    names: {names}\n")
+        };
+        self.dir.write(
+            "agent.yaml",
+            &format!(
+                "transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/update-key\n\
+                 update:\n  - server: {BIND}\n    zone: {ZONE}\n    source: {SOURCE}\n    key: {KEY}\n{names}",
+                dir = self.dir.path.display()
+            ),
+        )
+    }
+
+    fn agent(&self, config: &std::path::Path, records: &std::path::Path) -> Agent {
+        Agent::start(
+            &self.ns,
+            &[
+                "--config",
+                config.to_str().expect("UTF-8"),
+                "--records",
+                records.to_str().expect("UTF-8"),
+                "--xdp-mode",
+                "off",
+                "--port",
+                "1053",
+            ],
+        )
+    }
+
+    /// Waits until BIND answers `want` (sorted) for `name`.`rtype`.
+    fn wait_for(&self, name: &str, rtype: &str, want: &[&str]) {
+        let fqdn = format!("{name}.{ZONE}");
+        let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        let mut now;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            now = self.bind.records(&fqdn, rtype);
+            if now == want {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!(
+            "BIND answers {now:?} for {fqdn} {rtype}, not {want:?}; its log:\n{}",
+            self.bind.log()
+        );
+    }
+
+    /// Another writer (an operator with nsupdate) replaces `name`'s addresses.
+    fn nsupdate(&self, commands: &str) {
+        let (ip, port) = BIND.split_once(':').expect("address:port");
+        let mut child = self
+            .ns
+            .command("nsupdate")
+            .args(["-y", &self.key.kdig_arg()])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("run nsupdate");
+        let script = format!("server {ip} {port}\nzone {ZONE}\n{commands}send\n");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("write to nsupdate");
+        let status = child.wait().expect("nsupdate ends");
+        assert!(status.success(), "nsupdate failed: {status}");
+    }
+}
+
+#[test]
+fn names_changes_and_deletions_arrive_as_minimal_updates() {
+    let bed = Bed::new("upd-diff");
+    let records = bed.records(
+        "      api: [198.18.1.1, 198.18.1.2]\n      web.ingress: 198.18.2.1\n      v6: \"2001:db8::1\"\n",
+    );
+    let config = bed.config(&bed.key.secret, "");
+    let agent = bed.agent(&config, &records);
+    bed.wait_for("api", "A", &["198.18.1.1", "198.18.1.2"]);
+    bed.wait_for("web.ingress", "A", &["198.18.2.1"]);
+    bed.wait_for("v6", "AAAA", &["2001:db8::1"]);
+    // The company's own records are untouched: another name, and another type at our name.
+    bed.wait_for("www", "A", &["198.18.9.2"]);
+    bed.wait_for("api", "TXT", &["\"company\""]);
+    let ttl = bed.bind.query(&format!("api.{ZONE}"), "A").answer[0].ttl;
+    assert_eq!(ttl, 30, "the records' own TTL");
+    eventually("the target reported in sync", 10, || {
+        agent.metric("hostport_dns_update_in_sync", &[("target", TARGET)]) == 1.0
+    });
+
+    // One address replaced, a name gone, a name new: only that is sent.
+    let before = bed.bind.update_lines().len();
+    bed.records(
+        "      api: [198.18.1.2, 198.18.1.3]\n      v6: \"2001:db8::1\"\n      new: 198.18.3.1\n",
+    );
+    bed.wait_for("api", "A", &["198.18.1.2", "198.18.1.3"]);
+    bed.wait_for("web.ingress", "A", &[]);
+    bed.wait_for("new", "A", &["198.18.3.1"]);
+    bed.wait_for("v6", "AAAA", &["2001:db8::1"]);
+    let mut changes: Vec<String> = bed.bind.update_lines()[before..].to_vec();
+    changes.sort();
+    assert_eq!(
+        changes,
+        [
+            "adding an RR at 'api.corp.example' A 198.18.1.3",
+            "adding an RR at 'new.corp.example' A 198.18.3.1",
+            // BIND names the type, not the record.
+            "deleting an RR at api.corp.example A",
+            "deleting rrset at 'web.ingress.corp.example' A",
+        ],
+        "the difference alone; BIND's log:\n{}",
+        bed.bind.log()
+    );
+
+    // Another writer changes api behind our back: our next change's prerequisite (the RRset
+    // as we last wrote it) fails, and api is written whole.
+    bed.nsupdate(&format!(
+        "update delete api.{ZONE} A\nupdate add api.{ZONE} 30 A 198.18.7.7\n"
+    ));
+    bed.wait_for("api", "A", &["198.18.7.7"]);
+    bed.records(
+        "      api: [198.18.1.3, 198.18.1.4]\n      v6: \"2001:db8::1\"\n      new: 198.18.3.1\n",
+    );
+    bed.wait_for("api", "A", &["198.18.1.3", "198.18.1.4"]);
+    assert!(
+        agent.metric(
+            "hostport_dns_update_total",
+            &[("target", TARGET), ("result", "prerequisite_failed")]
+        ) >= 1.0,
+        "{}",
+        agent.metrics()
+    );
+    assert!(agent.metric("hostport_dns_update_total", &[("result", "applied")]) >= 3.0);
+    bed.wait_for("www", "A", &["198.18.9.2"]);
+}
+
+#[test]
+fn a_restart_resynchronises_the_listed_names() {
+    let bed = Bed::new("upd-restart");
+    let names = "[api, web.ingress, stale]";
+    let records =
+        bed.records("      api: [198.18.1.1, 198.18.1.2]\n      web.ingress: 198.18.2.1\n");
+    let config = bed.config(&bed.key.secret, names);
+    let agent = bed.agent(&config, &records);
+    bed.wait_for("api", "A", &["198.18.1.1", "198.18.1.2"]);
+    bed.wait_for("web.ingress", "A", &["198.18.2.1"]);
+    // A listed name without records: what a previous writer left there is removed.
+    bed.wait_for("stale", "A", &[]);
+    agent.stop();
+
+    // While no agent runs: the records change, and BIND is edited by hand.
+    let records = bed.records("      api: 198.18.1.3\n");
+    bed.nsupdate(&format!("update add api.{ZONE} 30 A 198.18.7.7\n"));
+    bed.wait_for("api", "A", &["198.18.1.1", "198.18.1.2", "198.18.7.7"]);
+    let agent = bed.agent(&config, &records);
+    bed.wait_for("api", "A", &["198.18.1.3"]);
+    bed.wait_for("web.ingress", "A", &[]);
+    bed.wait_for("www", "A", &["198.18.9.2"]);
+    bed.wait_for("api", "TXT", &["\"company\""]);
+    eventually("the target reported in sync", 10, || {
+        agent.metric("hostport_dns_update_in_sync", &[("target", TARGET)]) == 1.0
+    });
+}
+
+#[test]
+fn a_wrong_key_is_reported_and_bind_is_left_alone() {
+    let bed = Bed::new("upd-badkey");
+    let serial = bed.bind.serial(ZONE).expect("a serial");
+    let records = bed.records("      api: 198.18.1.1\n");
+    // The key's name BIND knows, another secret: BADSIG.
+    let config = bed.config("d3JvbmcgdXBkYXRlIGtleSBmb3IgdGhlIHRlc3QhISE=", "");
+    let agent = bed.agent(&config, &records);
+    eventually("the failure counted", 20, || {
+        agent.metric(
+            "hostport_dns_update_total",
+            &[("target", TARGET), ("result", "not_authorized")],
+        ) >= 1.0
+    });
+    let logs = agent.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("UPDATE not authorized"))
+        .unwrap_or_else(|| panic!("no error line naming the failure:\n{logs}"));
+    assert!(
+        line.contains("\"ERROR\"") && line.contains(KEY) && line.contains(ZONE),
+        "{line}"
+    );
+    assert_eq!(
+        agent.metric("hostport_dns_update_in_sync", &[("target", TARGET)]),
+        0.0
+    );
+    assert_eq!(
+        agent.http_get("/readyz").0,
+        200,
+        "readiness is not the primary's"
+    );
+    assert_eq!(bed.bind.serial(ZONE), Some(serial), "BIND's zone unchanged");
+    assert_eq!(
+        bed.bind.records(&format!("api.{ZONE}"), "A"),
+        Vec::<String>::new()
+    );
+    assert!(bed.bind.update_lines().is_empty(), "{}", bed.bind.log());
+}
