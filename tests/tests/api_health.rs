@@ -1,7 +1,8 @@
 //! API server records that follow health (`endpointSlices[].healthProbe`), on the wire: three
 //! fake API servers serve `/readyz` over TLS on 127.0.0.2-4:6443 with a certificate that names
-//! only `kubernetes.default.svc` (as kube-apiserver certificates do), `default/kubernetes` lists
-//! them as the kube-apiserver writes it, and the agent's answer for the API name follows their
+//! only `kubernetes.default.svc` (as kube-apiserver certificates do) and refusing anonymous
+//! requests (the probes carry the configured token), `default/kubernetes` lists them as the
+//! kube-apiserver writes it, and the agent's answer for the API name follows their
 //! probes: a server answering 503 or hanging leaves after N failed probes, comes back after M
 //! successes, and when every server fails all are kept.
 
@@ -30,6 +31,8 @@ const FAILURES: usize = 4;
 const SUCCESSES: usize = 3;
 /// The servers `default/kubernetes` lists (loopback addresses of the test's namespace).
 const SERVERS: [&str; 3] = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+/// The bearer token the probed servers ask for.
+const PROBE_TOKEN: &str = "eyJhbGciOiJSUzI1NiJ9.probe-token";
 
 struct Bed {
     agent: Agent,
@@ -47,16 +50,21 @@ impl Bed {
         let ns = NetNs::new("apihealth");
         let dir = TempDir::new("apihealth");
         let credentials = ApiCredentials::generate_for(&dir, &["kubernetes.default.svc"]);
-        let https = |bind: Option<&str>| Access {
+        let https = |bind: Option<&str>, token: Option<&str>| Access {
             tls: Some(credentials.server_config(false)),
-            bearer_token: None,
+            bearer_token: token.map(str::to_owned),
             bind: bind.map(|b| b.parse().expect("an address")),
         };
-        let api = FakeApi::start_with(Some(&ns), https(None));
+        let api = FakeApi::start_with(Some(&ns), https(None, None));
+        // These refuse anonymous requests (`--anonymous-auth=false`): the probes need the token.
         let servers: Vec<FakeApi> = SERVERS
             .iter()
-            .map(|ip| FakeApi::start_with(Some(&ns), https(Some(&format!("{ip}:6443")))))
+            .map(|ip| {
+                let bind = format!("{ip}:6443");
+                FakeApi::start_with(Some(&ns), https(Some(&bind), Some(PROBE_TOKEN)))
+            })
             .collect();
+        let token = dir.write("token", &format!("{PROBE_TOKEN}\n"));
         api.apply(
             Kind::EndpointSlice,
             api_server_slice("IPv4", "kubernetes", &SERVERS),
@@ -66,9 +74,10 @@ impl Bed {
         let config = dir.write(
             "agent.yaml",
             &format!(
-                "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\n  caFile: {}\n  tlsServerName: kubernetes.default.svc\nendpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    healthProbe:\n      intervalSeconds: 0.3\n      timeoutSeconds: 0.2\n      failures: {FAILURES}\n      successes: {SUCCESSES}\n  - zone: {ZONE}\n    hostnames: [api-wrong-name]\n    name: wrong-name\n    healthProbe:\n      intervalSeconds: 0.3\n      timeoutSeconds: 0.2\n      tlsServerName: kubernetes.other.example\n",
+                "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\n  caFile: {}\n  tlsServerName: kubernetes.default.svc\nendpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    healthProbe:\n      intervalSeconds: 0.3\n      timeoutSeconds: 0.2\n      failures: {FAILURES}\n      successes: {SUCCESSES}\n      tokenFile: {}\n  - zone: {ZONE}\n    hostnames: [api-wrong-name]\n    name: wrong-name\n    healthProbe:\n      intervalSeconds: 0.3\n      timeoutSeconds: 0.2\n      tlsServerName: kubernetes.other.example\n",
                 api.url(),
                 credentials.ca_file.display(),
+                token.display(),
             ),
         );
         let agent = Agent::start_on_lo(&ns, &config, &[]);
@@ -250,6 +259,10 @@ fn api_server_records_follow_the_servers_readiness_and_never_go_empty() {
         );
     }
     assert_eq!(bed.answer(WRONG_NAME), SERVERS);
+    // Every probe that reached HTTP carried the token.
+    for ip in SERVERS {
+        assert_eq!(bed.server(ip).unauthorized_requests(), 0, "{ip}");
+    }
 
     // A server no longer listed is forgotten: its series go, and the answer follows the slices.
     bed.api.apply(

@@ -57,6 +57,11 @@ pub struct HealthProbeEntry {
     /// certificates name `kubernetes.default.svc`, not always the address); default
     /// `kubernetes.tlsServerName`, else the server's address.
     tls_server_name: Option<String>,
+    /// A bearer token file sent with each probe, read again each round, for API servers that
+    /// refuse anonymous requests (`--anonymous-auth=false`); default none: `/readyz` needs no
+    /// credentials. The token goes to every address the slices list: only for
+    /// `default/kubernetes`.
+    token_file: Option<PathBuf>,
 }
 
 fn default_path() -> String {
@@ -88,6 +93,8 @@ pub struct HealthProbe {
     pub ca_file: PathBuf,
     /// None: the certificate must name the server's address.
     pub tls_server_name: Option<String>,
+    /// None: no credentials.
+    pub token_file: Option<PathBuf>,
 }
 
 impl HealthProbeEntry {
@@ -136,6 +143,7 @@ impl HealthProbeEntry {
                 .or_else(|| access.ca_file.clone())
                 .unwrap_or_else(|| IN_CLUSTER_CA.into()),
             tls_server_name,
+            token_file: self.token_file,
         })
     }
 }
@@ -187,6 +195,7 @@ mod tests {
                 successes: 2,
                 ca_file: "/etc/kubernetes/pki/ca.crt".into(),
                 tls_server_name: Some("kubernetes.default.svc".into()),
+                token_file: None,
             }
         );
         let in_cluster = compile("{}", &KubernetesAccess::default()).unwrap();
@@ -202,7 +211,7 @@ mod tests {
             ..KubernetesAccess::default()
         };
         let probe = compile(
-            "{path: /livez, intervalSeconds: 0.3, timeoutSeconds: 0.2, failures: 1, successes: 5, caFile: /ca.pem, tlsServerName: api.example}",
+            "{path: /livez, intervalSeconds: 0.3, timeoutSeconds: 0.2, failures: 1, successes: 5, caFile: /ca.pem, tlsServerName: api.example, tokenFile: /token}",
             &access,
         )
         .unwrap();
@@ -212,6 +221,7 @@ mod tests {
         assert_eq!((probe.failures, probe.successes), (1, 5));
         assert_eq!(probe.ca_file, PathBuf::from("/ca.pem"));
         assert_eq!(probe.tls_server_name.as_deref(), Some("api.example"));
+        assert_eq!(probe.token_file, Some(PathBuf::from("/token")));
     }
 
     #[test]

@@ -112,6 +112,7 @@ impl Prober {
         let mut tracker = Tracker::new(self.settings.failures, self.settings.successes);
         let mut sent = BTreeSet::new();
         let mut ca_problem: Option<String> = None;
+        let mut token_problem: Option<String> = None;
         let mut rounds = tokio::time::interval(self.settings.interval);
         // A round that overran (all probes wait for the slowest) delays the next, not bunches.
         rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -140,11 +141,12 @@ impl Prober {
                     None
                 }
             };
+            let token = self.token(&mut token_problem);
             let settings = &self.settings;
             let results = futures::future::join_all(
                 servers
                     .iter()
-                    .map(|server| probe::probe(*server, settings, tls.clone())),
+                    .map(|server| probe::probe(*server, settings, tls.clone(), token.as_deref())),
             )
             .await;
             for (server, result) in servers.iter().zip(results) {
@@ -160,6 +162,27 @@ impl Prober {
                     return;
                 }
                 sent = down;
+            }
+        }
+    }
+
+    /// The bearer token for this round, read again each time (a projected service-account
+    /// token rotates); None without a token file, or when it cannot be read (logged once per
+    /// problem: the probes go without it, and fail if the servers need it).
+    fn token(&self, problem: &mut Option<String>) -> Option<String> {
+        let path = self.settings.token_file.as_ref()?;
+        match std::fs::read_to_string(path) {
+            Ok(token) => {
+                *problem = None;
+                Some(token.trim().to_owned())
+            }
+            Err(err) => {
+                let err = format!("{}: {err}", path.display());
+                if problem.as_ref() != Some(&err) {
+                    warn!(output = %self.name, %err, "cannot read the health probes' token: probing without it");
+                    *problem = Some(err);
+                }
+                None
             }
         }
     }

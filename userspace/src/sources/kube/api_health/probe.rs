@@ -1,8 +1,8 @@
 //! One probe of one server: a TCP connection, a TLS handshake checked against the configured CA
-//! and name, and `GET <path>` over HTTP/1.1, all within the timeout. No credentials are sent:
-//! the servers are whatever the EndpointSlices list, and `/readyz` needs none on a
-//! kube-apiserver (`system:public-info-viewer`). A new connection each time, so each probe
-//! also checks that the server accepts connections and completes handshakes.
+//! and name, and `GET <path>` over HTTP/1.1, all within the timeout. No credentials unless a
+//! token file is configured: the servers are whatever the EndpointSlices list, and `/readyz`
+//! needs none on a kube-apiserver (`system:public-info-viewer`). A new connection each time, so
+//! each probe also checks that the server accepts connections and completes handshakes.
 
 use std::{io, net::SocketAddr, path::Path, sync::Arc};
 
@@ -84,17 +84,18 @@ pub fn tls_config(ca_file: &Path) -> Result<Arc<ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// Probes `server` once; None for the TLS configuration when the CA could not be read (the
-/// probe fails as a TLS failure).
+/// Probes `server` once, with `token` as a bearer token if given; None for the TLS
+/// configuration when the CA could not be read (the probe fails as a TLS failure).
 pub async fn probe(
     server: SocketAddr,
     settings: &HealthProbe,
     tls: Option<Arc<ClientConfig>>,
+    token: Option<&str>,
 ) -> Result<(), Failure> {
     let Some(tls) = tls else {
         return Err(Failure::Tls);
     };
-    match tokio::time::timeout(settings.timeout, attempt(server, settings, tls)).await {
+    match tokio::time::timeout(settings.timeout, attempt(server, settings, tls, token)).await {
         Ok(result) => result,
         Err(_) => Err(Failure::Timeout),
     }
@@ -104,6 +105,7 @@ async fn attempt(
     server: SocketAddr,
     settings: &HealthProbe,
     tls: Arc<ClientConfig>,
+    token: Option<&str>,
 ) -> Result<(), Failure> {
     let tcp = TcpStream::connect(server)
         .await
@@ -127,11 +129,13 @@ async fn attempt(
         .tls_server_name
         .clone()
         .unwrap_or_else(|| server.to_string());
-    let request = http::Request::get(settings.path.as_str())
+    let mut request = http::Request::get(settings.path.as_str())
         .header(http::header::HOST, host)
-        .header(http::header::USER_AGENT, "hostport-dns-health-probe")
-        .body(String::new())
-        .map_err(|_| Failure::Http)?;
+        .header(http::header::USER_AGENT, "hostport-dns-health-probe");
+    if let Some(token) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(String::new()).map_err(|_| Failure::Http)?;
     // The connection is driven alongside the request; it ends with the probe.
     tokio::pin!(connection);
     let response = tokio::select! {
@@ -174,6 +178,7 @@ mod tests {
             successes: 1,
             ca_file: "/unused".into(),
             tls_server_name: None,
+            token_file: None,
         };
         let config = Arc::new(
             ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
@@ -186,14 +191,14 @@ mod tests {
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let closed_addr = closed.local_addr().unwrap();
         drop(closed);
-        let got = probe(closed_addr, &settings, Some(config.clone())).await;
+        let got = probe(closed_addr, &settings, Some(config.clone()), None).await;
         assert_eq!(got, Err(Failure::Refused));
         // Accepts connections (the kernel's backlog) and never says a word.
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let got = probe(silent.local_addr().unwrap(), &settings, Some(config)).await;
+        let got = probe(silent.local_addr().unwrap(), &settings, Some(config), None).await;
         assert_eq!(got, Err(Failure::Timeout));
         assert_eq!(
-            probe(closed_addr, &settings, None).await,
+            probe(closed_addr, &settings, None, None).await,
             Err(Failure::Tls),
             "no CA, no probe"
         );
