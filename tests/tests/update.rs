@@ -269,3 +269,45 @@ fn a_wrong_key_is_reported_and_bind_is_left_alone() {
     );
     assert!(bed.bind.update_lines().is_empty(), "{}", bed.bind.log());
 }
+
+/// `check-config` (as `run`) refuses a target whose source is not served, with one line naming
+/// the entry; with the record file serving it, the same configuration is valid.
+#[test]
+fn an_update_source_must_be_served() {
+    let dir = TempDir::new("upd-check");
+    dir.write("update-key", &TsigKey::test(KEY).secret);
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/update-key\n\
+             update:\n  - server: {BIND}\n    zone: {ZONE}\n    source: {SOURCE}\n    key: {KEY}\n",
+            dir = dir.path.display()
+        ),
+    );
+    let check = |records: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(hostport_dns_tests::agent::binary());
+        cmd.arg("check-config").arg(&config);
+        if let Some(records) = records {
+            cmd.arg("--records").arg(records);
+        }
+        cmd.output().expect("run check-config")
+    };
+    let out = check(None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("update[0].source: zone prod.example. is not served"),
+        "{stderr}"
+    );
+    let records = dir.write(
+        "records.yaml",
+        &format!("zones:\n  - name: {SOURCE}\n    records:\n      api: 198.18.1.1\n"),
+    );
+    let out = check(Some(&records));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
