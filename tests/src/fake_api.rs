@@ -566,25 +566,25 @@ fn not_found(kind: Kind, name: &str) -> Response {
 }
 
 /// The body as an object of `kind` in `namespace`, or the 400/422 a real API server gives.
-fn parse_body(kind: Kind, namespace: &str, body: &str) -> Result<Value, Response> {
+fn parse_body(kind: Kind, namespace: &str, body: &str) -> Result<Value, Box<Response>> {
     let mut object: Value = serde_json::from_str(body).map_err(|e| {
-        status(
+        Box::new(status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             format!("the body of the request was in an unknown format: {e}"),
             kind,
             "",
-        )
+        ))
     })?;
     let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
     let invalid = |message: String| {
-        status(
+        Box::new(status(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Invalid",
             format!("{} \"{name}\" is invalid: {message}", kind.kind()),
             kind,
             &name,
-        )
+        ))
     };
     if name.is_empty() {
         return Err(invalid(
@@ -595,7 +595,7 @@ fn parse_body(kind: Kind, namespace: &str, body: &str) -> Result<Value, Response
         None => object["metadata"]["namespace"] = json!(namespace),
         Some(ns) if ns == namespace => {}
         Some(ns) => {
-            return Err(status(
+            return Err(Box::new(status(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
                 format!(
@@ -603,7 +603,7 @@ fn parse_body(kind: Kind, namespace: &str, body: &str) -> Result<Value, Response
                 ),
                 kind,
                 &name,
-            ));
+            )));
         }
     }
     if kind == Kind::Service {
@@ -638,7 +638,7 @@ async fn create(
     }
     let mut object = match parse_body(kind, &namespace, &body) {
         Ok(object) => object,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let name = object["metadata"]["name"].as_str().unwrap_or("").to_owned();
     let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -707,7 +707,7 @@ async fn replace(
     }
     let mut object = match parse_body(kind, &namespace, &body) {
         Ok(object) => object,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if object["metadata"]["name"].as_str() != Some(name.as_str()) {
         return status(
