@@ -5,7 +5,7 @@
 //! restarts; the primary shows the serial each secondary holds, and the alert on a secondary
 //! left behind holds for a stopped one, in a real Prometheus.
 
-use std::net::SocketAddr;
+use std::{collections::BTreeMap, net::SocketAddr};
 
 use hostport_dns_tests::{
     TempDir,
@@ -81,21 +81,31 @@ impl Bed {
     /// An agent on `port` (userspace only: two agents share the namespace's lo) with its
     /// serials in `serials`.
     fn agent(&self, config: &std::path::Path, port: u16, serials: &str) -> Agent {
+        self.agent_with(config, port, serials, &[])
+    }
+
+    /// [`Bed::agent`] with more arguments.
+    fn agent_with(
+        &self,
+        config: &std::path::Path,
+        port: u16,
+        serials: &str,
+        more: &[&str],
+    ) -> Agent {
         let serials = self.dir.path.join(serials);
-        Agent::start_with_metrics(
-            &self.ns,
-            &metrics_addr(port),
-            &[
-                "--config",
-                config.to_str().expect("UTF-8"),
-                "--xdp-mode",
-                "off",
-                "--port",
-                &port.to_string(),
-                "--serials",
-                serials.to_str().expect("UTF-8"),
-            ],
-        )
+        let port = port.to_string();
+        let mut args = vec![
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--xdp-mode",
+            "off",
+            "--port",
+            &port,
+            "--serials",
+            serials.to_str().expect("UTF-8"),
+        ];
+        args.extend_from_slice(more);
+        Agent::start_with_metrics(&self.ns, &metrics_addr(&port), &args)
     }
 
     fn secondary(&self, flavor: Flavor, addr: &str, primaries: &[u16]) -> Secondary {
@@ -527,13 +537,117 @@ fn two_agents_give_the_same_serials_and_a_secondary_of_both_never_goes_back() {
     }
 }
 
+/// The zone of the record file in [`every_serial_names_one_content_through_record_file_changes_restarts_and_relists`].
+const STATIC: &str = "static.coreha.example.";
+
+/// What each zone's AXFR carried at each serial, from any agent: one serial must name one
+/// content, whichever agent gave it.
+#[derive(Default)]
+struct Contents(BTreeMap<(String, u32), (u16, Vec<String>)>);
+
+impl Contents {
+    /// Transfers every zone from the agent on `port` and checks each against what any agent
+    /// gave before at the same serial.
+    fn observe(&mut self, bed: &Bed, port: u16, step: &str) {
+        for zone in [ZONE, REVERSE, STATIC] {
+            let records = bed.axfr(port, zone);
+            let serial: u32 = records
+                .first()
+                .and_then(|soa| soa.split_whitespace().nth(6)?.parse().ok())
+                .unwrap_or_else(|| panic!("{step}: {zone} from {port} has no SOA: {records:?}"));
+            match self.0.get(&(zone.to_owned(), serial)) {
+                Some((first, before)) => assert_eq!(
+                    before, &records,
+                    "{step}: {zone} at serial {serial}: the agent on {first} gave one content, the one on {port} another"
+                ),
+                None => {
+                    self.0.insert((zone.to_owned(), serial), (port, records));
+                }
+            }
+        }
+    }
+}
+
+/// The record file of the static zone with one address.
+fn static_records(address: &str) -> String {
+    format!("zones:\n  - name: {STATIC}\n    ttl: 5\n    records:\n      www: {address}\n")
+}
+
+/// Waits until the agent on `port` transfers `zone` with `text` in it.
+fn wait_for_transfer(bed: &Bed, port: u16, zone: &str, text: &str) {
+    eventually(&format!("{zone} from {port} to carry {text}"), 20, || {
+        bed.axfr(port, zone).iter().any(|r| r.contains(text))
+    });
+}
+
+#[test]
+fn every_serial_names_one_content_through_record_file_changes_restarts_and_relists() {
+    let bed = Bed::new("xfr-one");
+    bed.pod(0, "198.18.0.11");
+    bed.pod(1, "198.18.0.12");
+    let config = bed.config(&[]);
+    let records = bed.dir.write("records.yaml", &static_records("198.19.1.1"));
+    let records = records.to_str().expect("UTF-8").to_owned();
+    let ports = [1053, 1054];
+    let files = ["serials-a.json", "serials-b.json"];
+    let start = |i: usize| bed.agent_with(&config, ports[i], files[i], &["--records", &records]);
+    let mut seen = Contents::default();
+    let mut a = Some(start(0));
+    let mut b = Some(start(1));
+    for port in ports {
+        wait_for_transfer(&bed, port, ZONE, "198.18.0.12");
+        seen.observe(&bed, port, "both started");
+    }
+    // B stops; A counts three record-file edits up and then takes a pod change: A's serials for
+    // the edits must not be what B, back on the last file, gives the newer revision.
+    drop(b.take());
+    for n in 2..=4 {
+        let address = format!("198.19.1.{n}");
+        bed.dir.write("records.yaml", &static_records(&address));
+        wait_for_transfer(&bed, ports[0], STATIC, &address);
+        seen.observe(&bed, ports[0], &format!("edit {n} on A alone"));
+    }
+    bed.pod(20, "198.18.0.20");
+    wait_for_transfer(&bed, ports[0], ZONE, "198.18.0.20");
+    seen.observe(&bed, ports[0], "a pod added with A alone");
+    b = Some(start(1));
+    wait_for_transfer(&bed, ports[1], ZONE, "198.18.0.20");
+    seen.observe(&bed, ports[1], "B back on the last edit");
+    // Both relist (the history compacted: 410 Gone), then a pod change and an edit with both up.
+    bed.api.compact();
+    bed.pod(21, "198.18.0.21");
+    bed.dir.write("records.yaml", &static_records("198.19.1.5"));
+    for port in ports {
+        wait_for_transfer(&bed, port, ZONE, "198.18.0.21");
+        wait_for_transfer(&bed, port, STATIC, "198.19.1.5");
+        seen.observe(&bed, port, "relisted, a pod and an edit");
+    }
+    // A stops, a pod leaves and the file changes with B alone, and A comes back.
+    drop(a.take());
+    bed.api.delete(Kind::Pod, "ingress", "nginx-0");
+    bed.dir.write("records.yaml", &static_records("198.19.1.6"));
+    wait_for_transfer(&bed, ports[1], STATIC, "198.19.1.6");
+    eventually("B to drop the pod", 20, || {
+        !bed.axfr(ports[1], ZONE)
+            .iter()
+            .any(|r| r.contains("198.18.0.11"))
+    });
+    seen.observe(&bed, ports[1], "a pod gone and an edit with B alone");
+    a = Some(start(0));
+    wait_for_transfer(&bed, ports[0], STATIC, "198.19.1.6");
+    seen.observe(&bed, ports[0], "A back");
+    seen.observe(&bed, ports[1], "A back");
+    drop((a, b));
+}
+
 /// `a` is greater than `b` in serial number arithmetic (RFC 1982).
 fn serial_gt(a: u32, b: u32) -> bool {
     a != b && a.wrapping_sub(b) < 1 << 31
 }
 
 /// The agent's metrics address in [`Bed::agent`] for `port`.
-fn metrics_addr(port: u16) -> String {
+fn metrics_addr(port: impl std::fmt::Display) -> String {
+    let port: u16 = port.to_string().parse().expect("a port");
     format!("127.0.0.1:{}", 9300 + port % 100)
 }
 

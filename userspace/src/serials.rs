@@ -5,9 +5,12 @@
 //! The scheme:
 //! - A zone keeps its serial while its content (a digest of its records and SOA fields) stays
 //!   the same.
-//! - When the content changes, the serial becomes the Kubernetes *revision* behind the change
-//!   (the `resourceVersion` of the event, etcd's revision: one counter for the whole cluster, the
-//!   same on every node), or the previous serial plus one if that is not greater.
+//! - When the content changes, the serial becomes twice the Kubernetes *revision* behind the
+//!   change (the `resourceVersion` of the event, etcd's revision: one counter for the whole
+//!   cluster, the same on every node), an even number; or, if that is not greater, the next odd
+//!   number above the previous serial. Even serials name what a revision explains, odd ones what
+//!   it does not (a record-file or configuration change, events applied in another order): a
+//!   change counted up on one node never takes the serial another node gives a revision.
 //! - A source that (re)lists learns the collection's revision, which is at least that of every
 //!   event any node has seen before: a node that restarts or relists never gives a serial below
 //!   another node's for older content.
@@ -22,7 +25,9 @@
 //! What holds on one node: one serial names one content of a zone (a zone's serial changes
 //! exactly when its digest does), and the serial never goes below one the node offered before,
 //! restarts included (the state file is written after the records it describes, see
-//! `persist.rs`).
+//! `persist.rs`). Across nodes: an even serial is a revision's, the same content on every node
+//! given the same configuration and record file; an odd one is a node's own step, and may name
+//! other content on another node.
 
 use std::{collections::BTreeMap, path::Path};
 
@@ -43,10 +48,11 @@ pub fn serial_gt(a: u32, b: u32) -> bool {
     a != b && a.wrapping_sub(b) < 1 << 31
 }
 
-/// A Kubernetes revision as a serial: its low 32 bits. Revisions grow by far less than 2^31
-/// between two changes of a zone, so the serial grows with them in RFC 1982 arithmetic.
+/// A Kubernetes revision as a serial: twice its low 31 bits, an even number (odd serials are left
+/// to changes no revision explains). Revisions grow by far less than 2^30 between two changes of
+/// a zone, so the serial grows with them in RFC 1982 arithmetic.
 pub fn serial_of_revision(revision: u64) -> u32 {
-    revision as u32
+    (revision as u32).wrapping_mul(2)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,9 +145,9 @@ impl Serials {
         let candidate = self.revision.map(serial_of_revision);
         let serial = match self.zones.get(apex) {
             Some(kept) if kept.content == content => return kept.serial,
-            Some(kept) => above(candidate, kept.serial),
+            Some(kept) => self.above(candidate, kept.serial),
             None => match self.reverse_floor.filter(|_| is_reverse(apex)) {
-                Some(floor) => above(candidate, floor),
+                Some(floor) => self.above(candidate, floor),
                 None => match candidate {
                     Some(c) => c,
                     None if self.follows_revisions => 1,
@@ -172,12 +178,22 @@ impl Serials {
     }
 }
 
-/// The serial after `before`: the revision's if it is greater, else one more.
-fn above(candidate: Option<u32>, before: u32) -> u32 {
-    match candidate {
-        Some(c) if serial_gt(c, before) => c,
-        _ => before.wrapping_add(1),
+impl Serials {
+    /// The serial after `before`: the revision's if it is greater; else, following revisions, the
+    /// next odd serial (an even one may be another node's serial of a revision, for other
+    /// content); without Kubernetes, one more.
+    fn above(&self, candidate: Option<u32>, before: u32) -> u32 {
+        match candidate {
+            Some(c) if serial_gt(c, before) => c,
+            _ if self.follows_revisions || self.revision.is_some() => next_odd(before),
+            _ => before.wrapping_add(1),
+        }
     }
+}
+
+/// The smallest odd serial greater than `before`.
+fn next_odd(before: u32) -> u32 {
+    before.wrapping_add(1) | 1
 }
 
 /// Whether `apex` is a reverse zone's (under in-addr.arpa or ip6.arpa).
@@ -236,15 +252,51 @@ mod tests {
     fn the_serial_changes_only_with_the_content_and_follows_the_revision() {
         let mut s = Serials::new();
         s.note_revision(100);
-        assert_eq!(s.serial_for(&apex(), 1), 100);
+        assert_eq!(s.serial_for(&apex(), 1), 200);
         s.note_revision(120);
         // The revision moved but the zone did not change.
-        assert_eq!(s.serial_for(&apex(), 1), 100);
-        assert_eq!(s.serial_for(&apex(), 2), 120);
-        // A change the revision does not explain (another source) still counts up.
-        assert_eq!(s.serial_for(&apex(), 3), 121);
+        assert_eq!(s.serial_for(&apex(), 1), 200);
+        assert_eq!(s.serial_for(&apex(), 2), 240);
+        // A change the revision does not explain (another source) takes the next odd serial,
+        // which no node gives a revision.
+        assert_eq!(s.serial_for(&apex(), 3), 241);
+        assert_eq!(s.serial_for(&apex(), 4), 243);
         s.note_revision(110);
-        assert_eq!(s.serial_for(&apex(), 4), 122);
+        assert_eq!(s.serial_for(&apex(), 5), 245);
+        // The next revision that is greater brings the zone back to even serials.
+        s.note_revision(130);
+        assert_eq!(s.serial_for(&apex(), 6), 260);
+    }
+
+    #[test]
+    fn a_change_counted_up_never_takes_the_serial_of_a_revision() {
+        // Node A counts two record-file changes up at revision 100; node B, down meanwhile,
+        // comes back at revision 101 with the second file: the serials differ where the
+        // contents do.
+        let (mut a, mut b) = (Serials::new(), Serials::new());
+        for s in [&mut a, &mut b] {
+            s.note_revision(100);
+            assert_eq!(s.serial_for(&apex(), 1), 200);
+        }
+        let first_edit = a.serial_for(&apex(), 2);
+        let second_edit = a.serial_for(&apex(), 3);
+        b.note_revision(101);
+        let b_serial = b.serial_for(&apex(), 4);
+        assert_eq!((first_edit, second_edit, b_serial), (201, 203, 202));
+        assert!(serial_gt(b_serial, 200));
+    }
+
+    #[test]
+    fn revisions_wrap_to_even_serials_that_still_grow() {
+        let mut s = Serials::new();
+        s.note_revision((1 << 31) - 1);
+        let before = s.serial_for(&apex(), 1);
+        assert_eq!(before, u32::MAX - 1);
+        s.note_revision(1 << 31);
+        let after = s.serial_for(&apex(), 2);
+        assert_eq!(after, 0);
+        assert!(serial_gt(after, before));
+        assert_eq!(s.serial_for(&apex(), 3), 1);
     }
 
     #[test]
@@ -252,8 +304,10 @@ mod tests {
         let mut s = Serials::new();
         s.follow_revisions();
         assert_eq!(s.serial_for(&apex(), 0xffff_ffff_0000_0000), 1);
+        // Changed again before any revision: odd.
+        assert_eq!(s.serial_for(&apex(), 1), 3);
         s.note_revision(40);
-        assert_eq!(s.serial_for(&apex(), 2), 40);
+        assert_eq!(s.serial_for(&apex(), 2), 80);
     }
 
     #[test]
@@ -262,12 +316,12 @@ mod tests {
         let two = Name::from_ascii("1.18.198.in-addr.arpa.").unwrap();
         let mut s = Serials::new();
         s.note_revision(100);
-        assert_eq!(s.serial_for(&one, 1), 100);
-        assert_eq!(s.serial_for(&two, 1), 100);
+        assert_eq!(s.serial_for(&one, 1), 200);
+        assert_eq!(s.serial_for(&two, 1), 200);
         s.note_revision(120);
         // Only the first zone's PTR records changed: the second keeps its serial.
-        assert_eq!(s.serial_for(&one, 2), 120);
-        assert_eq!(s.serial_for(&two, 1), 100);
+        assert_eq!(s.serial_for(&one, 2), 240);
+        assert_eq!(s.serial_for(&two, 1), 200);
     }
 
     #[test]
@@ -283,16 +337,25 @@ mod tests {
         let mut s = Serials::load(&file);
         assert_eq!(s.serial_for(&apex(), 1), 500, "the forward zone is kept");
         let reverse = Name::from_ascii("0.18.198.in-addr.arpa.").unwrap();
-        // Format 1 offered 503 for every reverse zone: each starts above it.
-        assert_eq!(s.serial_for(&reverse, 7), 504);
-        assert_eq!(s.serial_for(&reverse, 7), 504);
+        // Format 1 offered 503 for every reverse zone: each starts above it (here at the
+        // revision's serial, 2 × 500).
+        assert_eq!(s.serial_for(&reverse, 7), 1000);
+        assert_eq!(s.serial_for(&reverse, 7), 1000);
+        let mut no_revision = Serials::load(&file);
+        no_revision.revision = None;
+        no_revision.follow_revisions();
+        assert_eq!(
+            no_revision.serial_for(&reverse, 7),
+            505,
+            "the next odd serial"
+        );
         s.note_revision(600);
-        assert_eq!(s.serial_for(&reverse, 8), 600);
+        assert_eq!(s.serial_for(&reverse, 8), 1200);
         let kept = s.take_changes().unwrap();
         assert_eq!(kept.format, FORMAT);
         store(&file, &kept).unwrap();
         let mut again = Serials::load(&file);
-        assert_eq!(again.serial_for(&reverse, 8), 600);
+        assert_eq!(again.serial_for(&reverse, 8), 1200);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -312,13 +375,13 @@ mod tests {
         let file = dir.join("serials.json");
         let mut s = Serials::load(&file);
         s.note_revision(500);
-        assert_eq!(s.serial_for(&apex(), 1), 500);
+        assert_eq!(s.serial_for(&apex(), 1), 1000);
         store(&file, &s.take_changes().unwrap()).unwrap();
         assert!(s.take_changes().is_none(), "nothing changed since");
         let mut again = Serials::load(&file);
-        assert_eq!(again.serial_for(&apex(), 1), 500);
-        // Changed while down, and no newer revision known yet: one more.
-        assert_eq!(again.serial_for(&apex(), 2), 501);
+        assert_eq!(again.serial_for(&apex(), 1), 1000);
+        // Changed while down, and no newer revision known yet: the next odd serial.
+        assert_eq!(again.serial_for(&apex(), 2), 1001);
         std::fs::write(&file, b"not json").unwrap();
         let mut broken = Serials::load(&file);
         assert_eq!(broken.serial_for(&apex(), 2), 2);
