@@ -146,6 +146,11 @@ struct ApiState {
     frozen: bool,
     /// Lists wait while this is set (see [`FakeApi::hold_lists`]).
     lists_held: bool,
+    /// Watches wait before their first event while this is set (see [`FakeApi::hold_watches`]).
+    watches_held: bool,
+    /// An object applied right after the next list of its kind is answered (see
+    /// [`FakeApi::apply_after_next_list`]).
+    after_list: Option<(Kind, Value)>,
     /// Kinds whose lists and watches get 403 Forbidden, as RBAC answers (see [`FakeApi::forbid`]).
     forbidden: Vec<Kind>,
     /// Every request line, for checking what the agent asked for.
@@ -276,6 +281,28 @@ impl FakeApi {
     /// Creates or replaces an object (a k8s-openapi value serialized to JSON).
     pub fn apply(&self, kind: Kind, object: Value) {
         self.lock().store(kind, object);
+        let _ = self.changes.send(());
+    }
+
+    /// Applies `object` right after the next list of `kind` (a full list, not a `limit=1`
+    /// revision probe) has been read: a change the list does not show, with the revision after
+    /// the list's, as when a pod changes while a list is on its way.
+    pub fn apply_after_next_list(&self, kind: Kind, object: Value) {
+        self.lock().after_list = Some((kind, object));
+    }
+
+    /// Whether an object waits for the next list of its kind.
+    pub fn applies_after_a_list(&self) -> bool {
+        self.lock().after_list.is_some()
+    }
+
+    /// Makes every watch wait before sending anything until [`FakeApi::release_watches`].
+    pub fn hold_watches(&self) {
+        self.lock().watches_held = true;
+    }
+
+    pub fn release_watches(&self) {
+        self.lock().watches_held = false;
         let _ = self.changes.send(());
     }
 
@@ -933,7 +960,7 @@ async fn list_or_watch(
     while state.lock().unwrap_or_else(|p| p.into_inner()).lists_held {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let s = state.lock().unwrap_or_else(|p| p.into_inner());
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
     let items: Vec<&Value> = s
         .objects
         .iter()
@@ -957,12 +984,20 @@ async fn list_or_watch(
     if offset.saturating_add(limit) < items.len() {
         metadata["continue"] = json!((offset + limit).to_string());
     }
-    json_response(json!({
+    let list = json!({
         "kind": kind.list_kind(),
         "apiVersion": kind.api_version(),
         "metadata": metadata,
         "items": page,
-    }))
+    });
+    drop(items);
+    if limit != 1
+        && let Some((kind, object)) = s.after_list.take_if(|(k, _)| *k == kind)
+    {
+        s.store(kind, object);
+        let _ = changes.send(());
+    }
+    json_response(list)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1010,13 +1045,18 @@ fn watch(
                             json!({"type": e.kind_of_change, "object": e.object}).to_string() + "\n"
                         })
                         .collect();
-                    (out, s.outage || s.forbidden.contains(&kind), s.rv, s.frozen)
+                    (
+                        out,
+                        s.outage || s.forbidden.contains(&kind),
+                        s.rv,
+                        s.frozen || s.watches_held,
+                    )
                 };
                 if closed {
                     return None;
                 }
                 if frozen {
-                    // Hung: nothing goes out, not even the end at the timeout.
+                    // Hung or held: nothing goes out, not even the end at the timeout.
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }

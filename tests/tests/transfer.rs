@@ -542,26 +542,35 @@ const STATIC: &str = "static.coreha.example.";
 
 /// What each zone's AXFR carried at each serial, from any agent: one serial must name one
 /// content, whichever agent gave it.
-#[derive(Default)]
-struct Contents(BTreeMap<(String, u32), (u16, Vec<String>)>);
+struct Contents {
+    zones: &'static [&'static str],
+    seen: BTreeMap<(String, u32), (u16, Vec<String>)>,
+}
 
 impl Contents {
+    fn new(zones: &'static [&'static str]) -> Self {
+        Self {
+            zones,
+            seen: BTreeMap::new(),
+        }
+    }
+
     /// Transfers every zone from the agent on `port` and checks each against what any agent
     /// gave before at the same serial.
     fn observe(&mut self, bed: &Bed, port: u16, step: &str) {
-        for zone in [ZONE, REVERSE, STATIC] {
+        for &zone in self.zones {
             let records = bed.axfr(port, zone);
             let serial: u32 = records
                 .first()
                 .and_then(|soa| soa.split_whitespace().nth(6)?.parse().ok())
                 .unwrap_or_else(|| panic!("{step}: {zone} from {port} has no SOA: {records:?}"));
-            match self.0.get(&(zone.to_owned(), serial)) {
+            match self.seen.get(&(zone.to_owned(), serial)) {
                 Some((first, before)) => assert_eq!(
                     before, &records,
                     "{step}: {zone} at serial {serial}: the agent on {first} gave one content, the one on {port} another"
                 ),
                 None => {
-                    self.0.insert((zone.to_owned(), serial), (port, records));
+                    self.seen.insert((zone.to_owned(), serial), (port, records));
                 }
             }
         }
@@ -591,7 +600,7 @@ fn every_serial_names_one_content_through_record_file_changes_restarts_and_relis
     let ports = [1053, 1054];
     let files = ["serials-a.json", "serials-b.json"];
     let start = |i: usize| bed.agent_with(&config, ports[i], files[i], &["--records", &records]);
-    let mut seen = Contents::default();
+    let mut seen = Contents::new(&[ZONE, REVERSE, STATIC]);
     let mut a = Some(start(0));
     let mut b = Some(start(1));
     for port in ports {
@@ -637,6 +646,45 @@ fn every_serial_names_one_content_through_record_file_changes_restarts_and_relis
     wait_for_transfer(&bed, ports[0], STATIC, "198.19.1.6");
     seen.observe(&bed, ports[0], "A back");
     seen.observe(&bed, ports[1], "A back");
+    drop((a, b));
+}
+
+#[test]
+fn a_relisting_agent_names_what_it_listed_not_a_change_after_the_list() {
+    let bed = Bed::new("xfr-list");
+    bed.pod(0, "198.18.0.11");
+    let config = bed.config(&[]);
+    let ports = [1053, 1054];
+    let files = ["serials-a.json", "serials-b.json"];
+    let start = |i: usize| bed.agent(&config, ports[i], files[i]);
+    let mut seen = Contents::new(&[ZONE, REVERSE]);
+    let mut a = Some(start(0));
+    let b = start(1);
+    for port in ports {
+        wait_for_transfer(&bed, port, ZONE, "198.18.0.11");
+        seen.observe(&bed, port, "both started");
+    }
+    // A stops and misses a pod; back, it lists, and another pod joins right after its list is
+    // read, which no watch tells anyone of yet: A's serial must be that of what it listed, not
+    // that of the revision after the list (B's serial for the newer content).
+    drop(a.take());
+    bed.pod(8, "198.18.0.18");
+    wait_for_transfer(&bed, ports[1], ZONE, "198.18.0.18");
+    seen.observe(&bed, ports[1], "a pod A missed");
+    let pod = PodSpec::ingress("nginx-9", "ingress", "web", "cp-9", "198.18.0.19");
+    bed.api.apply_after_next_list(Kind::Pod, pod.to_json());
+    bed.api.hold_watches();
+    a = Some(start(0));
+    eventually("A's list and the pod after it", 20, || {
+        !bed.api.applies_after_a_list()
+    });
+    bed.serial_at(ports[0]);
+    seen.observe(&bed, ports[0], "A listed, the pod not watched yet");
+    bed.api.release_watches();
+    for port in ports {
+        wait_for_transfer(&bed, port, ZONE, "198.18.0.19");
+        seen.observe(&bed, port, "the pod watched");
+    }
     drop((a, b));
 }
 
