@@ -61,17 +61,42 @@ impl Secondary {
         zones: &[&str],
         key: &TsigKey,
     ) -> Self {
-        let dir = TempDir::new(match flavor {
-            Flavor::Knot => "knot-secondary",
-            Flavor::Nsd => "nsd-secondary",
-            Flavor::Bind => "bind-secondary",
-        });
-        let conf = match flavor {
-            Flavor::Knot => knot_conf(&dir.path, addr, primaries, zones, key),
-            Flavor::Nsd => nsd_conf(&dir.path, addr, primaries, zones, key),
-            Flavor::Bind => bind_conf(&dir.path, addr, primaries, zones, key),
+        let dir = secondary_dir(flavor);
+        let zones_conf = match flavor {
+            Flavor::Knot => knot_zones(primaries, zones, key),
+            Flavor::Nsd => nsd_zones(&dir.path, primaries, zones, key),
+            Flavor::Bind => bind_zones(&dir.path, primaries, zones, key),
         };
-        let conf_path = dir.write("secondary.conf", &conf);
+        Self::spawn(flavor, ns, addr, dir, &zones_conf, zones[0])
+    }
+
+    /// A secondary listening on `addr` with `conf` as the operator writes it (keys, primaries,
+    /// zones: deploy/README.md's examples) after the server settings this adds (listen address,
+    /// directories, logs); relative zone files land in its directory. `zone` is one it serves.
+    pub fn start_configured(
+        flavor: Flavor,
+        ns: &NetNs,
+        addr: SocketAddr,
+        conf: &str,
+        zone: &str,
+    ) -> Self {
+        Self::spawn(flavor, ns, addr, secondary_dir(flavor), conf, zone)
+    }
+
+    fn spawn(
+        flavor: Flavor,
+        ns: &NetNs,
+        addr: SocketAddr,
+        dir: TempDir,
+        zones_conf: &str,
+        zone: &str,
+    ) -> Self {
+        let server = match flavor {
+            Flavor::Knot => knot_server(&dir.path, addr),
+            Flavor::Nsd => nsd_server(&dir.path, addr),
+            Flavor::Bind => bind_server(&dir.path, addr),
+        };
+        let conf_path = dir.write("secondary.conf", &format!("{server}{zones_conf}"));
         let log = std::fs::File::create(dir.path.join("log")).expect("create the log file");
         let mut cmd = match flavor {
             Flavor::Knot => {
@@ -102,7 +127,7 @@ impl Secondary {
             addr,
             ns_name: ns.name.clone(),
         };
-        secondary.wait_listening(ns, zones[0]);
+        secondary.wait_listening(ns, zone);
         secondary
     }
 
@@ -189,25 +214,34 @@ impl Drop for Secondary {
     }
 }
 
-/// knotd: a remote per primary, the zones bootstrapped by AXFR and refreshed by IXFR, NOTIFY
-/// accepted from the primaries with the key. Refresh timers are left at the zone's (an hour):
-/// a change reaches it by NOTIFY, not by polling.
-fn knot_conf(
-    dir: &std::path::Path,
-    addr: SocketAddr,
-    primaries: &[SocketAddr],
-    zones: &[&str],
-    key: &TsigKey,
-) -> String {
+fn secondary_dir(flavor: Flavor) -> TempDir {
+    TempDir::new(match flavor {
+        Flavor::Knot => "knot-secondary",
+        Flavor::Nsd => "nsd-secondary",
+        Flavor::Bind => "bind-secondary",
+    })
+}
+
+/// knotd's own settings: one worker of each kind, logs to stderr, zones kept in `dir` and
+/// never written to zone files. Refresh timers are left at the zone's (an hour): a change
+/// reaches it by NOTIFY, not by polling.
+fn knot_server(dir: &std::path::Path, addr: SocketAddr) -> String {
     let d = dir.display();
-    let mut conf = format!(
+    format!(
         "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n\
          log:\n  - target: stderr\n    any: info\n\
          database:\n  storage: {d}\n\
-         key:\n  - id: {k}\n    algorithm: hmac-sha256\n    secret: {s}\n\
-         remote:\n",
+         template:\n  - id: default\n    storage: {d}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n",
         addr.ip(),
         addr.port(),
+    )
+}
+
+/// knotd: a remote per primary, the zones bootstrapped by AXFR and refreshed by IXFR, NOTIFY
+/// accepted from the primaries with the key.
+fn knot_zones(primaries: &[SocketAddr], zones: &[&str], key: &TsigKey) -> String {
+    let mut conf = format!(
+        "key:\n  - id: {k}\n    algorithm: hmac-sha256\n    secret: {s}\nremote:\n",
         k = key.name,
         s = key.secret,
     );
@@ -230,11 +264,7 @@ fn knot_conf(
     let masters: Vec<String> = (0..primaries.len())
         .map(|i| format!("primary{i}"))
         .collect();
-    let _ = write!(
-        conf,
-        "template:\n  - id: default\n    storage: {d}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n\
-         zone:\n"
-    );
+    conf.push_str("zone:\n");
     for zone in zones {
         let _ = write!(
             conf,
@@ -245,23 +275,29 @@ fn knot_conf(
     conf
 }
 
+/// NSD's own settings: one server process, files in `dir`, no remote control.
+fn nsd_server(dir: &std::path::Path, addr: SocketAddr) -> String {
+    let d = dir.display();
+    format!(
+        "server:\n  ip-address: {}@{}\n  zonesdir: \"{d}\"\n  database: \"\"\n  pidfile: \"{d}/nsd.pid\"\n  \
+         xfrdfile: \"{d}/xfrd.state\"\n  zonelistfile: \"{d}/zone.list\"\n  xfrdir: \"{d}\"\n  \
+         username: \"\"\n  server-count: 1\n  verbosity: 2\n  logfile: \"{d}/log\"\n\
+         remote-control:\n  control-enable: no\n",
+        addr.ip(),
+        addr.port(),
+    )
+}
+
 /// NSD: each zone requests transfers from every primary with the key and allows their NOTIFY.
-fn nsd_conf(
+fn nsd_zones(
     dir: &std::path::Path,
-    addr: SocketAddr,
     primaries: &[SocketAddr],
     zones: &[&str],
     key: &TsigKey,
 ) -> String {
     let d = dir.display();
     let mut conf = format!(
-        "server:\n  ip-address: {}@{}\n  zonesdir: \"{d}\"\n  database: \"\"\n  pidfile: \"{d}/nsd.pid\"\n  \
-         xfrdfile: \"{d}/xfrd.state\"\n  zonelistfile: \"{d}/zone.list\"\n  xfrdir: \"{d}\"\n  \
-         username: \"\"\n  server-count: 1\n  verbosity: 2\n  logfile: \"{d}/log\"\n\
-         remote-control:\n  control-enable: no\n\
-         key:\n  name: \"{k}\"\n  algorithm: hmac-sha256\n  secret: \"{s}\"\n",
-        addr.ip(),
-        addr.port(),
+        "key:\n  name: \"{k}\"\n  algorithm: hmac-sha256\n  secret: \"{s}\"\n",
         k = key.name,
         s = key.secret,
     );
@@ -284,23 +320,30 @@ fn nsd_conf(
     conf
 }
 
+/// BIND 9's own settings: files in `dir`, no recursion, no NOTIFY of its own, no control
+/// channel.
+fn bind_server(dir: &std::path::Path, addr: SocketAddr) -> String {
+    let d = dir.display();
+    format!(
+        "options {{\n  directory \"{d}\";\n  managed-keys-directory \"{d}\";\n  pid-file \"{d}/named.pid\";\n  \
+         session-keyfile \"{d}/session.key\";\n  listen-on port {} {{ {}; }};\n  listen-on-v6 {{ none; }};\n  \
+         recursion no;\n  dnssec-validation no;\n  notify no;\n}};\ncontrols {{ }};\n",
+        addr.port(),
+        addr.ip(),
+    )
+}
+
 /// BIND 9: each zone a secondary of every primary with the key, NOTIFY accepted only signed
 /// with it (the configuration deploy/README.md shows).
-fn bind_conf(
+fn bind_zones(
     dir: &std::path::Path,
-    addr: SocketAddr,
     primaries: &[SocketAddr],
     zones: &[&str],
     key: &TsigKey,
 ) -> String {
     let d = dir.display();
     let mut conf = format!(
-        "options {{\n  directory \"{d}\";\n  managed-keys-directory \"{d}\";\n  pid-file \"{d}/named.pid\";\n  \
-         session-keyfile \"{d}/session.key\";\n  listen-on port {} {{ {}; }};\n  listen-on-v6 {{ none; }};\n  \
-         recursion no;\n  dnssec-validation no;\n  notify no;\n}};\ncontrols {{ }};\n\
-         key \"{k}\" {{\n  algorithm hmac-sha256;\n  secret \"{s}\";\n}};\n",
-        addr.port(),
-        addr.ip(),
+        "key \"{k}\" {{\n  algorithm hmac-sha256;\n  secret \"{s}\";\n}};\n",
         k = key.name,
         s = key.secret,
     );

@@ -837,32 +837,20 @@ fn the_deploy_guides_secondaries_get_only_the_notifies_they_take() {
         "agent-guide.yaml",
         &text.replace("notify: []", &format!("notify: {notify}")),
     );
-    // The secondaries first: the NOTIFYs at the agent's start find them listening.
-    let primary = [SocketAddr::from(([127, 0, 0, 1], 1053))];
-    let start = |flavor, addr: &str, zones: &[&str]| {
+    // The secondaries first, configured as the guide shows: the NOTIFYs at the agents' start
+    // find them listening.
+    let [knot_conf, bind_conf, nsd_conf] = guide_secondaries(&bed.key);
+    let start = |flavor, addr: &str, conf: &str| {
         let addr = addr.parse().expect("an address");
-        Secondary::start(flavor, &bed.ns, addr, &primary, zones, &bed.key)
+        Secondary::start_configured(flavor, &bed.ns, addr, conf, ZONE)
     };
-    let knot = start(Flavor::Knot, KNOT, &[ZONE, REVERSE]);
-    let nsd = start(Flavor::Nsd, NSD, &[ZONE]);
-    let bind = start(Flavor::Bind, BIND, &[ZONE]);
-    let serials = bed.dir.path.join("serials.json");
-    let agent = Agent::start_with_metrics(
-        &bed.ns,
-        &metrics_addr(1053),
-        &[
-            "--config",
-            config.to_str().expect("UTF-8"),
-            "--records",
-            records.to_str().expect("UTF-8"),
-            "--xdp-mode",
-            "off",
-            "--port",
-            "1053",
-            "--serials",
-            serials.to_str().expect("UTF-8"),
-        ],
-    );
+    let knot = start(Flavor::Knot, KNOT, &knot_conf);
+    let nsd = start(Flavor::Nsd, NSD, &nsd_conf);
+    let bind = start(Flavor::Bind, BIND, &bind_conf);
+    // The guide's two control-plane nodes.
+    let records = records.to_str().expect("UTF-8");
+    let agent = bed.agent_with(&config, 1053, "serials-a.json", &["--records", records]);
+    let other = bed.agent_with(&config, 1054, "serials-b.json", &["--records", records]);
     let secondaries = [&knot, &nsd, &bind];
     for secondary in secondaries {
         wait_for(secondary, &["198.18.0.11"]);
@@ -911,15 +899,57 @@ fn the_deploy_guides_secondaries_get_only_the_notifies_they_take() {
     );
     // A retry comes 1 s after an attempt without an acknowledgement: wait for any.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let notified = |result: &str| agent.metric("hostport_dns_notify_total", &[("result", result)]);
-    assert_eq!(
-        (notified("retried"), notified("failed")),
-        (0.0, 0.0),
-        "NOTIFYs not acknowledged:\n{}\n{}",
-        agent.logs(),
-        agent.metrics()
-    );
-    assert!(notified("acknowledged") >= 6.0, "{}", agent.metrics());
+    for agent in [&agent, &other] {
+        let notified =
+            |result: &str| agent.metric("hostport_dns_notify_total", &[("result", result)]);
+        assert_eq!(
+            (notified("retried"), notified("failed")),
+            (0.0, 0.0),
+            "NOTIFYs not acknowledged:\n{}\n{}",
+            agent.logs(),
+            agent.metrics()
+        );
+        assert!(notified("acknowledged") >= 6.0, "{}", agent.metrics());
+    }
+}
+
+/// The secondaries' configurations deploy/README.md shows ("Secondary configurations": Knot,
+/// BIND, NSD, in that order), made to run here: the guide's two control-plane nodes become the
+/// agents on 127.0.0.1 ports 1053 and 1054, its zones the test's, its secret the test key.
+fn guide_secondaries(key: &TsigKey) -> [String; 3] {
+    let path = workspace_root().join("deploy/README.md");
+    let text = std::fs::read_to_string(&path).expect("deploy/README.md");
+    let section = text
+        .split_once("### Secondary configurations")
+        .and_then(|(_, rest)| rest.split_once("\n## "))
+        .map(|(section, _)| section)
+        .expect("the guide's section on secondaries");
+    // Every other piece between fences is a block's content.
+    let blocks: Vec<&str> = section
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|block| block.split_once('\n').map_or("", |(_, body)| body))
+        .collect();
+    assert!(blocks.len() >= 3, "Knot, BIND and NSD blocks: {blocks:?}");
+    let here = |conf: &str| {
+        let conf = conf
+            .replace("192.0.2.11@1053", "127.0.0.1@1053")
+            .replace("192.0.2.12@1053", "127.0.0.1@1054")
+            .replace("192.0.2.11 port 1053", "127.0.0.1 port 1053")
+            .replace("192.0.2.12 port 1053", "127.0.0.1 port 1054")
+            .replace("192.0.2.11", "127.0.0.1")
+            .replace("192.0.2.12", "127.0.0.1")
+            .replace("ingress.prod.example.com.", ZONE)
+            .replace("0.2.192.in-addr.arpa.", REVERSE)
+            .replace("<base64 secret>", &key.secret);
+        assert!(
+            !conf.contains("192.0.2.") && !conf.contains('<'),
+            "the guide names something this test does not stand in for:\n{conf}"
+        );
+        conf
+    };
+    [here(blocks[0]), here(blocks[1]), here(blocks[2])]
 }
 
 /// The wire form of `name` (fully qualified, lower case).
