@@ -594,19 +594,38 @@ fn every_serial_names_one_content_through_record_file_changes_restarts_and_relis
     let bed = Bed::new("xfr-one");
     bed.pod(0, "198.18.0.11");
     bed.pod(1, "198.18.0.12");
-    let config = bed.config(&[]);
+    let text = std::fs::read_to_string(bed.config(&[KNOT])).expect("the configuration");
+    let config = bed.dir.write(
+        "agent-static.yaml",
+        &text.replace(
+            &format!("zones: [{ZONE}, {REVERSE}]"),
+            &format!("zones: [{ZONE}, {REVERSE}, {STATIC}]"),
+        ),
+    );
     let records = bed.dir.write("records.yaml", &static_records("198.19.1.1"));
     let records = records.to_str().expect("UTF-8").to_owned();
     let ports = [1053, 1054];
     let files = ["serials-a.json", "serials-b.json"];
     let start = |i: usize| bed.agent_with(&config, ports[i], files[i], &["--records", &records]);
     let mut seen = Contents::new(&[ZONE, REVERSE, STATIC]);
+    let primaries = ports.map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+    let zones = [ZONE, REVERSE, STATIC];
+    let knot = Secondary::start(
+        Flavor::Knot,
+        &bed.ns,
+        KNOT.parse().expect("an address"),
+        &primaries,
+        &zones,
+        &bed.key,
+    );
+    let mut held = Held::default();
     let mut a = Some(start(0));
     let mut b = Some(start(1));
     for port in ports {
         wait_for_transfer(&bed, port, ZONE, "198.18.0.12");
         seen.observe(&bed, port, "both started");
     }
+    held.follow(&knot, &["198.18.0.11", "198.18.0.12"], "198.19.1.1");
     // B stops; A counts three record-file edits up and then takes a pod change: A's serials for
     // the edits must not be what B, back on the last file, gives the newer revision.
     drop(b.take());
@@ -615,13 +634,24 @@ fn every_serial_names_one_content_through_record_file_changes_restarts_and_relis
         bed.dir.write("records.yaml", &static_records(&address));
         wait_for_transfer(&bed, ports[0], STATIC, &address);
         seen.observe(&bed, ports[0], &format!("edit {n} on A alone"));
+        held.follow(&knot, &["198.18.0.11", "198.18.0.12"], &address);
     }
     bed.pod(20, "198.18.0.20");
     wait_for_transfer(&bed, ports[0], ZONE, "198.18.0.20");
     seen.observe(&bed, ports[0], "a pod added with A alone");
+    let pods = ["198.18.0.11", "198.18.0.12", "198.18.0.20"];
+    held.follow(&knot, &pods, "198.19.1.4");
+    // A stops too, B comes back alone on the last edit: the secondary must take B's zones.
+    drop(a.take());
     b = Some(start(1));
     wait_for_transfer(&bed, ports[1], ZONE, "198.18.0.20");
     seen.observe(&bed, ports[1], "B back on the last edit");
+    bed.pod(22, "198.18.0.22");
+    let pods = ["198.18.0.11", "198.18.0.12", "198.18.0.20", "198.18.0.22"];
+    held.follow(&knot, &pods, "198.19.1.4");
+    a = Some(start(0));
+    wait_for_transfer(&bed, ports[0], ZONE, "198.18.0.22");
+    seen.observe(&bed, ports[0], "A back");
     // Both relist (the history compacted: 410 Gone), then a pod change and an edit with both up.
     bed.api.compact();
     bed.pod(21, "198.18.0.21");
@@ -631,6 +661,14 @@ fn every_serial_names_one_content_through_record_file_changes_restarts_and_relis
         wait_for_transfer(&bed, port, STATIC, "198.19.1.5");
         seen.observe(&bed, port, "relisted, a pod and an edit");
     }
+    let pods = [
+        "198.18.0.11",
+        "198.18.0.12",
+        "198.18.0.20",
+        "198.18.0.21",
+        "198.18.0.22",
+    ];
+    held.follow(&knot, &pods, "198.19.1.5");
     // A stops, a pod leaves and the file changes with B alone, and A comes back.
     drop(a.take());
     bed.api.delete(Kind::Pod, "ingress", "nginx-0");
@@ -642,11 +680,41 @@ fn every_serial_names_one_content_through_record_file_changes_restarts_and_relis
             .any(|r| r.contains("198.18.0.11"))
     });
     seen.observe(&bed, ports[1], "a pod gone and an edit with B alone");
+    let pods = &pods[1..];
+    held.follow(&knot, pods, "198.19.1.6");
     a = Some(start(0));
     wait_for_transfer(&bed, ports[0], STATIC, "198.19.1.6");
     seen.observe(&bed, ports[0], "A back");
     seen.observe(&bed, ports[1], "A back");
+    held.follow(&knot, pods, "198.19.1.6");
     drop((a, b));
+}
+
+/// The serials a secondary held, per zone: they must never go back.
+#[derive(Default)]
+struct Held(BTreeMap<&'static str, u32>);
+
+impl Held {
+    /// Waits until `knot` answers the pods' and the record file's addresses, then checks that
+    /// none of its zones' serials went back.
+    fn follow(&mut self, knot: &Secondary, pods: &[&str], static_address: &str) {
+        wait_for(knot, pods);
+        let www = format!("www.{STATIC}");
+        eventually(
+            &format!("the secondary to answer {static_address}"),
+            20,
+            || knot.addresses(&www) == [static_address],
+        );
+        for zone in [ZONE, REVERSE, STATIC] {
+            let now = knot.serial(zone).expect("a serial");
+            if let Some(before) = self.0.insert(zone, now) {
+                assert!(
+                    !serial_gt(before, now),
+                    "{zone}: the secondary went from serial {before} back to {now}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
