@@ -49,12 +49,16 @@ impl Bed {
         Self { ns, dir, key, bind }
     }
 
-    /// The record file: `records` under the source zone, TTL 30.
+    /// The record file: `records` under the source zone, TTL 30; replaced whole (renamed into
+    /// place), so that the agent never reads half of it.
     fn records(&self, records: &str) -> std::path::PathBuf {
-        self.dir.write(
-            "records.yaml",
+        let fresh = self.dir.write(
+            "records.yaml.new",
             &format!("zones:\n  - name: {SOURCE}\n    ttl: 30\n    records:\n{records}"),
-        )
+        );
+        let path = self.dir.path.join("records.yaml");
+        std::fs::rename(&fresh, &path).expect("rename the record file into place");
+        path
     }
 
     /// The configuration: the key (with `secret` in its file) and one update target; `names`
@@ -244,11 +248,15 @@ fn a_wrong_key_is_reported_and_bind_is_left_alone() {
             &[("target", TARGET), ("result", "not_authorized")],
         ) >= 1.0
     });
+    // The log line is read from the agent's output by a thread of the test bed.
+    eventually("the error line", 10, || {
+        agent.logs().contains("UPDATE not authorized")
+    });
     let logs = agent.logs();
     let line = logs
         .lines()
         .find(|l| l.contains("UPDATE not authorized"))
-        .unwrap_or_else(|| panic!("no error line naming the failure:\n{logs}"));
+        .expect("the line");
     assert!(
         line.contains("\"ERROR\"") && line.contains(KEY) && line.contains(ZONE),
         "{line}"

@@ -94,6 +94,8 @@ pub struct Updates {
 impl Updates {
     pub fn new(targets: Vec<UpdateTarget>) -> Self {
         let metrics = UpdateMetrics::default();
+        // Every series from the start, at 0: an alert on a rate needs the series before the
+        // first failure.
         for target in &targets {
             metrics
                 .in_sync
@@ -101,6 +103,12 @@ impl Updates {
                     target: target.label(),
                 })
                 .set(0);
+            for result in sender::RESULTS {
+                let _ = metrics.messages.get_or_create(&ResultLabels {
+                    target: target.label(),
+                    result: result.to_owned(),
+                });
+            }
         }
         Self {
             targets: targets

@@ -39,6 +39,15 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// Every `result` label, as [`Outcome::label`] gives them.
+pub const RESULTS: [&str; 5] = [
+    "applied",
+    "prerequisite_failed",
+    "not_authorized",
+    "refused",
+    "failed",
+];
+
 impl Outcome {
     /// The `result` label of `hostport_dns_update_total`.
     pub fn label(&self) -> &'static str {
