@@ -500,3 +500,151 @@ fn current(table: &RecordTable, zone: &Zone, name: &Name, ttl: Option<u32>) -> R
 fn rand_id() -> u16 {
     crate::clients::cookies::random_u64() as u16
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        records::{RecordData, SourceRecord},
+        table::TableBuilder,
+        zone::ZoneSpec,
+    };
+    use hickory_proto::{
+        op::{Message, MessageType, OpCode, ResponseCode},
+        rr::{DNSClass, RecordType},
+        serialize::binary::BinDecodable,
+    };
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpListener,
+    };
+
+    type Received = Arc<Mutex<Vec<Message>>>;
+
+    /// A primary that answers every UPDATE NOERROR and keeps what it got.
+    async fn primary() -> (std::net::SocketAddr, Received) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("an address");
+        let received: Received = Arc::default();
+        let kept = received.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let len = stream.read_u16().await.expect("a length");
+                let mut bytes = vec![0; usize::from(len)];
+                stream.read_exact(&mut bytes).await.expect("a message");
+                let message = Message::from_bytes(&bytes).expect("an UPDATE");
+                let mut answer =
+                    Message::new(message.metadata.id, MessageType::Response, OpCode::Update);
+                answer.metadata.response_code = ResponseCode::NoError;
+                kept.lock().unwrap().push(message);
+                let answer = answer.to_vec().expect("encodes");
+                let mut framed = (answer.len() as u16).to_be_bytes().to_vec();
+                framed.extend(answer);
+                stream.write_all(&framed).await.expect("answered");
+            }
+        });
+        (addr, received)
+    }
+
+    fn record(name: &str, address: [u8; 4]) -> SourceRecord {
+        let name = Name::from_ascii(name).expect("a name");
+        SourceRecord::new(&name, None, RecordData::A(address.into()))
+    }
+
+    /// Waits for the primary to have received `count` messages.
+    async fn received(received: &Received, count: usize) -> Vec<Message> {
+        for _ in 0..500 {
+            let now = received.lock().unwrap().clone();
+            if now.len() >= count {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{count} UPDATEs never arrived");
+    }
+
+    /// (class, type) of each record of a section.
+    fn kinds(records: &[hickory_proto::rr::Record]) -> Vec<(DNSClass, RecordType)> {
+        records
+            .iter()
+            .map(|r| (r.dns_class, r.record_type()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_until_leading_and_each_leadership_starts_with_every_name_whole() {
+        let (server, got) = primary().await;
+        let target = UpdateTarget {
+            server,
+            zone: Name::from_ascii("corp.example.").unwrap(),
+            source: Name::from_ascii("example.").unwrap(),
+            names: None,
+            key: None,
+            ttl: None,
+        };
+        let updates = Arc::new(Updates::new(vec![target]));
+        let (leading_tx, leading) = watch::channel(false);
+        updates.spawn(None, leading);
+        let zone = ZoneSpec::with_defaults(Name::from_ascii("example.").unwrap());
+        let (mut builder, _) = TableBuilder::new(&[zone]);
+        builder.add(&[record("api.example.", [198, 18, 0, 1])]);
+        builder.finish();
+        updates.record(&Arc::new(builder.table().clone()), None);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(got.lock().unwrap().is_empty(), "written while not leading");
+
+        // Leading: api written whole, without prerequisites.
+        leading_tx.send_replace(true);
+        let first = received(&got, 1).await;
+        assert!(first[0].answers.is_empty());
+        assert_eq!(
+            kinds(&first[0].authorities),
+            [
+                (DNSClass::ANY, RecordType::A),
+                (DNSClass::IN, RecordType::A),
+                (DNSClass::ANY, RecordType::AAAA)
+            ]
+        );
+        assert_eq!(first[0].authorities[1].name.to_ascii(), "api.corp.example.");
+
+        // A change: the difference, under the last written RRset.
+        builder.remove([&record("api.example.", [198, 18, 0, 1])]);
+        builder.add([&record("api.example.", [198, 18, 0, 2])]);
+        let changed = builder.finish();
+        updates.record(&Arc::new(builder.table().clone()), Some(&changed));
+        let second = received(&got, 2).await;
+        assert_eq!(kinds(&second[1].answers), [(DNSClass::IN, RecordType::A)]);
+        assert_eq!(
+            kinds(&second[1].authorities),
+            [
+                (DNSClass::NONE, RecordType::A),
+                (DNSClass::IN, RecordType::A)
+            ]
+        );
+
+        // Leadership lost and regained: whole again, though nothing changed.
+        let in_sync = || {
+            updates
+                .metrics
+                .in_sync
+                .get_or_create(&TargetLabel {
+                    target: format!("corp.example.@{server}"),
+                })
+                .get()
+        };
+        assert_eq!(in_sync(), 1);
+        leading_tx.send_replace(false);
+        // Seen by the task (it says it is no longer in sync) before leading again.
+        while in_sync() != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        leading_tx.send_replace(true);
+        let third = received(&got, 3).await;
+        assert!(third[2].answers.is_empty());
+        assert_eq!(
+            kinds(&third[2].authorities)[0],
+            (DNSClass::ANY, RecordType::A)
+        );
+        assert_eq!(third.len(), 3);
+    }
+}
