@@ -448,7 +448,13 @@ impl Writer {
         let actual = match api.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => list.items,
             Err(err) => {
-                warn!(kind = %resource.kind, namespace = %self.namespace, %err, "cannot list the external-dns objects; retrying");
+                let hint = status_code(&err).filter(|c| *c == 404).map(|_| {
+                    format!(
+                        "is the {} kind installed (external-dns's CRD)?",
+                        resource.kind
+                    )
+                });
+                warn!(kind = %resource.kind, namespace = %self.namespace, %err, hint = hint.as_deref().unwrap_or(""), "cannot list the external-dns objects; retrying");
                 return false;
             }
         };
@@ -487,7 +493,10 @@ impl Writer {
                     verb
                 }
                 Err(err) => {
-                    warn!(kind = %resource.kind, namespace = %self.namespace, %name, %output, %err, "cannot write the external-dns object; retrying");
+                    let hint = (verb == "created" && status_code(&err) == Some(409)).then_some(
+                        "an object of this name exists without hostport-dns's labels: it is left alone; give the output another `name`",
+                    );
+                    warn!(kind = %resource.kind, namespace = %self.namespace, %name, %output, %err, hint = hint.unwrap_or(""), "cannot write the external-dns object; retrying");
                     ok = false;
                     "error"
                 }
@@ -501,6 +510,14 @@ impl Writer {
                 .inc();
         }
         ok
+    }
+}
+
+/// The HTTP status an API error carries.
+fn status_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
     }
 }
 
