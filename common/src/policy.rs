@@ -158,7 +158,11 @@ pub enum Step {
 /// holding `bucket_key` and `window`.
 #[inline(always)]
 pub const fn step(bucket_key: u64, window: u64, key: u64, now: u32, rate: u32) -> Step {
-    if window_second(window) != now || (bucket_key != key && window_count(window) <= rate) {
+    // Only a later second restarts the window: a CPU whose coarse clock still reads the second
+    // before counts in the window another CPU has just started (restarting it "back" would
+    // hand out a second budget within one second, as a multi-CPU flood at a boundary did).
+    let passed = (now.wrapping_sub(window_second(window)) as i32) > 0;
+    if passed || (bucket_key != key && window_count(window) <= rate) {
         Step::Restart
     } else {
         Step::Count
@@ -207,6 +211,17 @@ mod tests {
             }
         };
         decide(count, rate, slip)
+    }
+
+    #[test]
+    fn a_clock_a_second_behind_counts_in_the_newer_window() {
+        let key = rate_key_v4([198, 18, 1, 7], RateClass::Positive);
+        let newer = window(11, 3);
+        assert_eq!(step(key, newer, key, 10, 4), Step::Count);
+        assert_eq!(step(key, newer, key, 12, 4), Step::Restart);
+        // Across the wrap of the 32-bit second.
+        assert_eq!(step(key, window(0, 3), key, u32::MAX, 4), Step::Count);
+        assert_eq!(step(key, window(u32::MAX, 3), key, 0, 4), Step::Restart);
     }
 
     #[test]

@@ -433,9 +433,11 @@ fn a_flood_from_every_cpu_at_once_is_held_to_the_rate() {
         let dropped = program.counters.get(Counter::DropRateLimited);
         println!("{answered} answered, {dropped} dropped, over {seconds} s on {cpus} CPUs");
         assert!(dropped > answered, "the flood went far past the rate");
-        // One budget a second, exactly: every answer is counted once (atomically), and a new
-        // second's count starts once, whichever CPU meets it first.
-        let most = u64::from(rate) * seconds;
+        // One budget a second: every answer is counted once (atomically), and a new second's
+        // count starts once, whichever CPU meets it first. The one allowance: while a CPU claims
+        // the empty bucket for this client (its key written just after the window), each other
+        // CPU may restart that first window once (`rate.rs`: "misattributes at most one answer").
+        let most = u64::from(rate) * seconds + (cpus as u64 - 1);
         assert!(
             answered <= most,
             "{answered} answered over {seconds} s at {rate}/s on {cpus} CPUs: at most {most}"
