@@ -22,7 +22,9 @@ use hostport_dns_tests::{
     k8s::{PodSpec, endpoint_slice, node},
     netns::{NetNs, sh},
     packet::QueryBuilder,
-    require_root, workspace_root,
+    require_root,
+    secondary::TsigKey,
+    workspace_root,
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
@@ -194,12 +196,28 @@ fn config_with_mounted_secret(docs: &[Value], dir: &TempDir) -> String {
         .expect("data")
         .remove("config.yaml")
         .expect("config.yaml");
+    // The TSIG keys' Secret is the operator's: a key file per key, as the kubelet mounts them.
+    let text = if text.contains(TSIG_MOUNT) {
+        let keys = dir.path.join("tsig");
+        std::fs::create_dir_all(&keys).expect("a directory for the TSIG keys");
+        std::fs::write(
+            keys.join("transfer-key"),
+            TsigKey::test("transfer-key").secret,
+        )
+        .expect("write the TSIG key");
+        text.replace(TSIG_MOUNT, &format!("{}/", keys.display()))
+    } else {
+        text
+    };
     let Some(secret) = of_kind(docs, "Secret").first().map(|d| typed::<Secret>(d)) else {
         return text;
     };
     let file = dir.write("cookie-secret", &secret_text(secret));
     text.replace(COOKIE_SECRET_MOUNT, file.to_str().expect("UTF-8"))
 }
+
+/// Where the chart mounts the TSIG keys' Secret.
+const TSIG_MOUNT: &str = "/etc/hostport-dns-tsig/";
 
 /// What the kubelet writes into the mounted file: the Secret's `secret` key, decoded.
 fn secret_text(secret: Secret) -> String {
@@ -759,7 +777,7 @@ fn rbac_covers_exactly_what_the_agent_calls_with_namespaced_pods_and_node_addres
 #[test]
 fn rbac_covers_exactly_what_the_agent_calls_with_external_dns_outputs() {
     let values = "externalDns:\n  enabled: true\n  outputs:\n    - endpointSlices: api.ingress.example.com/IPv4\n      name: api-servers\n    - endpointSlices: api.ingress.example.com/IPv4\n      kind: DNSEndpoint\n      name: api-servers\n";
-    let ours = serde_json::json!({"app.kubernetes.io/managed-by": "hostport-dns", "hostport-dns/lease": "hostport-dns-external-dns"});
+    let ours = serde_json::json!({"app.kubernetes.io/managed-by": "hostport-dns", "hostport-dns/lease": "hostport-dns-leader"});
     let moved = std::cell::Cell::new(false);
     assert_rbac_is_exact_with(
         "rbaced",
@@ -800,7 +818,24 @@ fn rbac_covers_exactly_what_the_agent_calls_with_external_dns_outputs() {
                 && wrote("DELETE Service kube-system/stale")
                 && wrote("DELETE DNSEndpoint kube-system/stale")
                 && wrote("POST Lease kube-system")
-                && wrote("PUT Lease kube-system/hostport-dns-external-dns")
+                && wrote("PUT Lease kube-system/hostport-dns-leader")
+        },
+    );
+}
+
+/// RFC 2136 updates alone: the election's Role grants exactly the Lease's get, create and
+/// update (the primary is not reachable here; the agent elects itself all the same).
+#[test]
+fn rbac_covers_exactly_what_the_agent_calls_with_rfc2136_updates() {
+    let values = "update:\n  enabled: true\n  targets:\n    - server: 127.0.0.1:5399\n      zone: corp.example\n      source: ingress.example.com\n      names: [api]\n      key: transfer-key\n";
+    assert_rbac_is_exact_with(
+        "rbacupd",
+        values,
+        |_| {},
+        |api| {
+            let writes = api.writes();
+            let wrote = |w: &str| writes.iter().any(|x| x.starts_with(w));
+            wrote("POST Lease kube-system") && wrote("PUT Lease kube-system/hostport-dns-leader")
         },
     );
 }
@@ -845,20 +880,17 @@ fn the_external_dns_role_and_the_pod_fields_are_rendered_only_when_enabled() {
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(
         rules,
-        [
-            (
-                strings(&["services"]),
-                strings(&["list", "create", "update", "delete"]),
-                vec![]
-            ),
-            (
-                strings(&["leases"]),
-                strings(&["get", "update"]),
-                strings(&["hostport-dns-external-dns"])
-            ),
-            (strings(&["leases"]), strings(&["create"]), vec![]),
-        ],
-        "a Service output: Services and the Lease, nothing else"
+        [(
+            strings(&["services"]),
+            strings(&["list", "create", "update", "delete"]),
+            vec![]
+        )],
+        "a Service output: Services, nothing else"
+    );
+    assert_eq!(
+        leader_rules(&on),
+        Some(lease_rules("hostport-dns-leader")),
+        "the Lease, in the release namespace"
     );
     let text = config(&on);
     let parsed = hostport_dns::agent_config::parse(&text, std::path::Path::new("config.yaml"))
@@ -878,6 +910,98 @@ fn the_external_dns_role_and_the_pod_fields_are_rendered_only_when_enabled() {
         env.contains(&"POD_NAME".to_owned()) && env.contains(&"POD_NAMESPACE".to_owned()),
         "{env:?}"
     );
+}
+
+/// A Role rule as (resources, verbs, resource names).
+type Rule = (Vec<String>, Vec<String>, Vec<String>);
+
+/// The rules of the election's Role, if rendered (it must be in the release namespace).
+fn leader_rules(docs: &[Value]) -> Option<Vec<Rule>> {
+    let roles: Vec<Role> = of_kind(docs, "Role").into_iter().map(typed).collect();
+    let role = roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some("hostport-dns-leader"))?;
+    assert_eq!(role.metadata.namespace.as_deref(), Some("kube-system"));
+    Some(
+        role.rules
+            .iter()
+            .flatten()
+            .map(|r| {
+                (
+                    r.resources.clone().unwrap_or_default(),
+                    r.verbs.clone(),
+                    r.resource_names.clone().unwrap_or_default(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Get and update on the Lease `name`, create on any (create cannot name its object).
+fn lease_rules(name: &str) -> Vec<Rule> {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![
+        (
+            strings(&["leases"]),
+            strings(&["get", "update"]),
+            strings(&[name]),
+        ),
+        (strings(&["leases"]), strings(&["create"]), vec![]),
+    ]
+}
+
+/// `update.enabled`: the targets reach the agent's configuration with the TSIG keys mounted
+/// (even with zone transfers off: then nobody may transfer), the election's Role and the pod
+/// fields are rendered, and the Lease is the one named; without it, none of that.
+#[test]
+fn rfc2136_updates_render_their_targets_keys_and_lease_only_when_enabled() {
+    let off = render("");
+    assert_eq!(leader_rules(&off), None, "no Lease Role without a writer");
+    let on = render(
+        "update:\n  enabled: true\n  targets:\n    - server: 198.18.0.53\n      zone: corp.example\n      source: ingress.example.com\n      names: [api]\n      key: transfer-key\nleaderElection:\n  leaseName: dns-writer\n",
+    );
+    assert_eq!(leader_rules(&on), Some(lease_rules("dns-writer")));
+    let dir = TempDir::new("updrender");
+    let text = config_with_mounted_secret(&on, &dir);
+    let parsed = hostport_dns::agent_config::parse(&text, std::path::Path::new("config.yaml"))
+        .expect("the agent reads the chart's configuration");
+    assert_eq!(parsed.update.len(), 1);
+    assert_eq!(parsed.update[0].label(), "corp.example.@198.18.0.53:53");
+    assert_eq!(
+        parsed.update[0].key.as_ref().map(|k| k.to_string()),
+        Some("transfer-key.".to_owned())
+    );
+    assert_eq!(parsed.leader_election.lease_name, "dns-writer");
+    assert_eq!(
+        parsed.leader_election.namespace.as_deref(),
+        Some("kube-system")
+    );
+    let transfer = parsed.transfer.expect("the keys");
+    assert!(
+        transfer.allow.is_empty(),
+        "updates alone allow no transfers"
+    );
+    let ds: DaemonSet = typed(of_kind(&on, "DaemonSet")[0]);
+    let pod = ds.spec.and_then(|s| s.template.spec).expect("a pod spec");
+    let env: Vec<String> = pod.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert!(
+        env.contains(&"POD_NAME".to_owned()) && env.contains(&"POD_NAMESPACE".to_owned()),
+        "{env:?}"
+    );
+    let secret = pod
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "tsig")
+        .and_then(|v| v.secret)
+        .and_then(|s| s.secret_name);
+    assert_eq!(secret.as_deref(), Some("hostport-dns-tsig"));
 }
 
 /// The chart's container command line as the kubelet runs it: `$(VAR)` references expanded from

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 const ZONE: &str = "prod.example";
 /// Where the objects and the Lease live.
 const NAMESPACE: &str = "hostport-dns";
-const LEASE: &str = "hostport-dns-external-dns";
+const LEASE: &str = "hostport-dns-leader";
 const PREFIX: &str = "external-dns.alpha.kubernetes.io/";
 
 struct Bed {
@@ -44,7 +44,7 @@ impl Bed {
     /// The configuration: `api.` and `k8s.<zone>` from `default/kubernetes`, written as `kind`.
     fn config(&self, kind: &str) -> std::path::PathBuf {
         let text = format!(
-            "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\nendpointSlices:\n  - zone: {ZONE}\n    name: api\n    hostnames: [api, k8s]\n    ttl: 30\nexternalDns:\n  namespace: {NAMESPACE}\n  outputs:\n    - endpointSlices: api\n      name: api-servers\n      kind: {kind}\n",
+            "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\nendpointSlices:\n  - zone: {ZONE}\n    name: api\n    hostnames: [api, k8s]\n    ttl: 30\nleaderElection:\n  namespace: {NAMESPACE}\nexternalDns:\n  namespace: {NAMESPACE}\n  outputs:\n    - endpointSlices: api\n      name: api-servers\n      kind: {kind}\n",
             self.api.url()
         );
         self.dir.write(&format!("agent-{kind}.yaml"), &text)

@@ -109,7 +109,7 @@ fn promtool_checks_the_rules_and_their_tests() {
         .args(["check", "rules"])
         .arg(rules()));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 12 rules found"),
+        String::from_utf8_lossy(&out.stdout).contains("SUCCESS: 13 rules found"),
         "{out:?}"
     );
     let dir = TempDir::new("rules-test");
@@ -222,7 +222,7 @@ fn a_real_prometheus_scrapes_the_agent_and_every_dashboard_query_returns_data() 
         .iter()
         .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
         .collect();
-    assert_eq!(loaded.len(), 12, "{rules}");
+    assert_eq!(loaded.len(), 13, "{rules}");
     for rule in &loaded {
         assert_eq!(rule["health"], "ok", "{rule}\n{}", prometheus.log());
     }
@@ -231,7 +231,7 @@ fn a_real_prometheus_scrapes_the_agent_and_every_dashboard_query_returns_data() 
     // against this agent's series, selects nothing; but the NOTIFY one (its secondary is absent).
     let alerting: Vec<&serde_json::Value> =
         loaded.iter().filter(|r| r["type"] == "alerting").collect();
-    assert_eq!(alerting.len(), 12, "every rule is an alert");
+    assert_eq!(alerting.len(), 13, "every rule is an alert");
     let holding: Vec<String> = alerting
         .iter()
         .filter(|rule| rule["name"] != "HostportDnsNotifyFailing")

@@ -4,12 +4,20 @@
 //! our prerequisite and the name is written whole; a restart resynchronises the listed names
 //! (stale ones removed, whatever BIND held); a wrong key is reported (log line naming key and
 //! zone, `hostport_dns_update_total{result="not_authorized"}`) while BIND's content stays as it
-//! was and readiness is unaffected.
+//! was and readiness is unaffected; with several agents only the holder of the
+//! `leaderElection` Lease writes, and another takes over when it is killed.
 
 use std::io::Write as _;
 
 use hostport_dns_tests::{
-    TempDir, agent::Agent, bind_primary::BindPrimary, eventually, netns::NetNs, require_root,
+    TempDir,
+    agent::Agent,
+    bind_primary::BindPrimary,
+    eventually,
+    fake_api::{FakeApi, Kind},
+    k8s::api_server_slice,
+    netns::NetNs,
+    require_root,
     secondary::TsigKey,
 };
 
@@ -276,6 +284,96 @@ fn a_wrong_key_is_reported_and_bind_is_left_alone() {
         Vec::<String>::new()
     );
     assert!(bed.bind.update_lines().is_empty(), "{}", bed.bind.log());
+}
+
+/// Two agents, one Lease (the agents watch Kubernetes, so they elect a writer): only the holder
+/// sends UPDATEs (the other counts none and reports itself out of sync, so an alert takes the
+/// maximum over agents); killed, its lease expires and the other takes over, writes every name
+/// whole and then the changes.
+#[test]
+fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
+    let bed = Bed::new("upd-lead");
+    let api = FakeApi::start(Some(&bed.ns));
+    api.apply(
+        Kind::EndpointSlice,
+        api_server_slice("IPv4", "kubernetes-a", &["198.18.0.11"]),
+    );
+    let records = bed.records("      api: [198.18.1.1, 198.18.1.2]\n");
+    bed.dir.write("update-key", &bed.key.secret);
+    let config = bed.dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: k8s.example\nkubernetes:\n  apiServer: {url}\n\
+             endpointSlices:\n  - zone: k8s.example\n    hostnames: [api]\n\
+             leaderElection:\n  namespace: hostport-dns\n  leaseName: dns-writer\n\
+             transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/update-key\n\
+             update:\n  - server: {BIND}\n    zone: {ZONE}\n    source: {SOURCE}\n    key: {KEY}\n    names: [api]\n",
+            url = api.url(),
+            dir = bed.dir.path.display()
+        ),
+    );
+    let agent = |port: u16, name: &str| {
+        Agent::start_with_metrics(
+            &bed.ns,
+            &format!("127.0.0.1:{}", 9300 + port % 100),
+            &[
+                "--config",
+                config.to_str().expect("UTF-8"),
+                "--records",
+                records.to_str().expect("UTF-8"),
+                "--xdp-mode",
+                "off",
+                "--port",
+                &port.to_string(),
+                "--identity",
+                name,
+            ],
+        )
+    };
+    let holder = || {
+        api.object(Kind::Lease, "hostport-dns", "dns-writer")
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))
+            .filter(|h| !h.is_empty())
+    };
+    let a = agent(1053, "agent-a");
+    let b = agent(1054, "agent-b");
+    bed.wait_for("api", "A", &["198.18.1.1", "198.18.1.2"]);
+    let first = holder().expect("a holder");
+    let (leader, follower) = if first.starts_with("agent-a_") {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let applied = |agent: &Agent| {
+        agent.metric(
+            "hostport_dns_update_total",
+            &[("target", TARGET), ("result", "applied")],
+        )
+    };
+    let in_sync =
+        |agent: &Agent| agent.metric("hostport_dns_update_in_sync", &[("target", TARGET)]);
+    eventually("the holder to report the target in sync", 10, || {
+        in_sync(&leader) == 1.0
+    });
+    assert!(applied(&leader) >= 1.0, "{}", leader.metrics());
+    assert_eq!(applied(&follower), 0.0, "the follower sent nothing");
+    assert_eq!(in_sync(&follower), 0.0);
+    let updates_so_far = bed.bind.update_lines().len();
+    assert!(updates_so_far >= 2, "{}", bed.bind.log());
+
+    // Killed (SIGKILL): nothing is released; the follower takes the lease once it expires and
+    // writes the name whole, then the change that came meanwhile.
+    drop(leader);
+    bed.records("      api: 198.18.1.3\n");
+    eventually("the follower to take the lease", 40, || {
+        holder().is_some_and(|h| h != first)
+    });
+    bed.wait_for("api", "A", &["198.18.1.3"]);
+    eventually("the new holder to report the target in sync", 10, || {
+        in_sync(&follower) == 1.0
+    });
+    assert!(applied(&follower) >= 1.0, "{}", follower.metrics());
+    bed.wait_for("www", "A", &["198.18.9.2"]);
 }
 
 /// `check-config` (as `run`) refuses a target whose source is not served, with one line naming

@@ -202,15 +202,9 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|c| c.external_dns.as_ref())
         .map(|_| publisher.follow_kubernetes_groups());
-    if let Some(updates) = &updates {
-        // Without leader election this agent writes for as long as it runs (the election's
-        // signal takes the place of this constant one where it is configured).
-        let (_always, leading) = tokio::sync::watch::channel(true);
-        updates.spawn(transfers.clone(), leading);
-    }
-    if let Some(transfers) = transfers {
+    if let Some(transfers) = &transfers {
         tokio::spawn(transfers.clone().follow_keys());
-        tokio::spawn(transfers.notify());
+        tokio::spawn(transfers.clone().notify());
     }
     let mut first = Vec::new();
     if let Some(config) = &sources.config {
@@ -259,16 +253,28 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         }
     }
     let mut outputs = None;
-    if let (Some(config), Some(client), Some(groups)) =
-        (&sources.config, &kube_client, served_groups)
-    {
+    if let (Some(config), Some(client)) = (&sources.config, &kube_client) {
         // The lease holder's name: the pod's (the chart sets POD_NAME), else the agent's.
         let name = std::env::var("POD_NAME")
             .ok()
             .filter(|n| !n.is_empty())
             .or_else(|| args.identity.clone())
             .unwrap_or_else(host_name);
-        outputs = Outputs::start(config, client, &name, groups, &metrics);
+        outputs = Outputs::start(config, client, &name, served_groups, &metrics);
+    }
+    if let Some(updates) = &updates {
+        let leading = match &outputs {
+            Some(outputs) => outputs.leading(),
+            None => {
+                // No Kubernetes source, so no Lease to elect by: this agent writes for as long
+                // as it runs (the prerequisites keep two such agents from undoing each other).
+                info!(
+                    "RFC 2136 updates without leader election (no Kubernetes source): this agent sends them"
+                );
+                tokio::sync::watch::channel(true).1
+            }
+        };
+        updates.spawn(transfers.clone(), leading);
     }
     if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
         tokio::spawn(kube_source::run(

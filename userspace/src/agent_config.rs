@@ -69,6 +69,8 @@ pub struct AgentConfig {
     pub update: Vec<UpdateTarget>,
     /// Objects written for external-dns (None: off).
     pub external_dns: Option<ExternalDnsConfig>,
+    /// The Lease that elects the one agent writing `external_dns` and `update`.
+    pub leader_election: LeaderElection,
 }
 
 impl AgentConfig {
@@ -241,6 +243,8 @@ struct ConfigFile {
     update: Vec<UpdateEntry>,
     #[serde(default)]
     external_dns: Option<ExternalDnsEntry>,
+    #[serde(default)]
+    leader_election: LeaderElectionEntry,
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
@@ -466,14 +470,74 @@ fn default_service() -> String {
 /// The annotation prefix external-dns reads by default.
 pub const DEFAULT_ANNOTATION_PREFIX: &str = "external-dns.alpha.kubernetes.io/";
 /// The Lease that elects the writer when none is named.
-pub const DEFAULT_EXTERNAL_DNS_LEASE: &str = "hostport-dns-external-dns";
+pub const DEFAULT_LEADER_LEASE: &str = "hostport-dns-leader";
 
-/// Objects written for external-dns, by one agent (the holder of a Lease).
+/// Which Lease elects the one agent that writes for others (the external-dns objects, the RFC
+/// 2136 updates): every agent of an installation names the same one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExternalDnsConfig {
-    /// Where the objects and the Lease live (None: the agent's own namespace).
+pub struct LeaderElection {
+    /// Where the Lease lives (None: the agent's own namespace).
     pub namespace: Option<String>,
     pub lease_name: String,
+}
+
+impl Default for LeaderElection {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            lease_name: DEFAULT_LEADER_LEASE.to_owned(),
+        }
+    }
+}
+
+/// `leaderElection`: the Lease whose holder alone writes the external-dns objects and sends
+/// the RFC 2136 updates (used only when `externalDns` or `update` is configured).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LeaderElectionEntry {
+    /// Where the Lease lives; default: the agent's own namespace (`POD_NAMESPACE`, else the
+    /// service account's).
+    #[schemars(with = "Option<schema::Namespace>")]
+    namespace: Option<String>,
+    /// The Lease's name: one per installation (two installations in one namespace need two).
+    #[serde(default = "default_lease_name")]
+    #[schemars(with = "schema::Namespace")]
+    lease_name: String,
+}
+
+impl Default for LeaderElectionEntry {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            lease_name: default_lease_name(),
+        }
+    }
+}
+
+fn default_lease_name() -> String {
+    DEFAULT_LEADER_LEASE.to_owned()
+}
+
+impl LeaderElectionEntry {
+    fn compile(self) -> Result<LeaderElection, String> {
+        if let Some(namespace) = &self.namespace {
+            syntax::check_namespace(namespace)
+                .map_err(|e| format!("leaderElection.namespace {namespace:?}: {e}"))?;
+        }
+        syntax::check_namespace(&self.lease_name)
+            .map_err(|e| format!("leaderElection.leaseName {:?}: {e}", self.lease_name))?;
+        Ok(LeaderElection {
+            namespace: self.namespace,
+            lease_name: self.lease_name,
+        })
+    }
+}
+
+/// Objects written for external-dns, by one agent (the holder of the `leaderElection` Lease).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalDnsConfig {
+    /// Where the objects live (None: the agent's own namespace).
+    pub namespace: Option<String>,
     pub outputs: Vec<ExternalDnsOutput>,
 }
 
@@ -503,20 +567,12 @@ pub enum ExternalDnsKind {
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ExternalDnsEntry {
-    /// Where the objects and the Lease live; default: the agent's own namespace
-    /// (`POD_NAMESPACE`, else the service account's).
+    /// Where the objects live; default: the agent's own namespace (`POD_NAMESPACE`, else the
+    /// service account's).
     #[schemars(with = "Option<schema::Namespace>")]
     namespace: Option<String>,
-    /// The Lease that elects the one agent that writes.
-    #[serde(default = "default_lease_name")]
-    #[schemars(with = "schema::Namespace")]
-    lease_name: String,
     #[schemars(length(min = 1))]
     outputs: Vec<ExternalDnsOutputEntry>,
-}
-
-fn default_lease_name() -> String {
-    DEFAULT_EXTERNAL_DNS_LEASE.to_owned()
 }
 
 /// One `endpointSlices` output written for external-dns.
@@ -547,8 +603,6 @@ impl ExternalDnsEntry {
             syntax::check_namespace(namespace)
                 .map_err(|e| format!("externalDns.namespace {namespace:?}: {e}"))?;
         }
-        syntax::check_namespace(&self.lease_name)
-            .map_err(|e| format!("externalDns.leaseName {:?}: {e}", self.lease_name))?;
         if self.outputs.is_empty() {
             return Err(
                 "externalDns.outputs is empty (leave externalDns out to write nothing)".into(),
@@ -601,7 +655,6 @@ impl ExternalDnsEntry {
         }
         Ok(ExternalDnsConfig {
             namespace: self.namespace,
-            lease_name: self.lease_name,
             outputs: compiled,
         })
     }
@@ -667,6 +720,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             .map(TransferEntry::compile)
             .transpose()
             .map_err(invalid)?,
+        leader_election: file.leader_election.compile().map_err(invalid)?,
         ..AgentConfig::default()
     };
     for (i, entry) in file.update.into_iter().enumerate() {
@@ -1032,14 +1086,37 @@ mod tests {
     }
 
     #[test]
+    fn the_leader_lease_is_named_and_checked() {
+        let config =
+            parse_str("leaderElection:\n  namespace: dns-system\n  leaseName: dns-writer\n")
+                .unwrap();
+        assert_eq!(
+            config.leader_election,
+            LeaderElection {
+                namespace: Some("dns-system".into()),
+                lease_name: "dns-writer".into(),
+            }
+        );
+        let err = parse_str("leaderElection:\n  leaseName: Dns_Writer\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("leaderElection.leaseName \"Dns_Writer\""),
+            "{err}"
+        );
+        let err = parse_str("externalDns:\n  leaseName: old\n  outputs: []\n").unwrap_err();
+        assert!(err.to_string().contains("leaseName"), "{err}");
+    }
+
+    #[test]
     fn external_dns_outputs_name_an_endpoint_slices_output_and_default_their_object() {
         let base = "zones:\n  - name: prod.example\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api]\n  - zone: prod.example\n    hostnames: [api]\n    addressType: IPv6\n";
         let config = parse_str(&format!(
             "{base}externalDns:\n  outputs:\n    - endpointSlices: api.prod.example/IPv4\n    - endpointSlices: api.prod.example/IPv6\n      kind: DNSEndpoint\n    - endpointSlices: api.prod.example/IPv4\n      annotationPrefix: internal.example.com/\n      name: api-internal\n"
         ))
         .unwrap();
+        assert_eq!(config.leader_election, LeaderElection::default());
+        assert_eq!(config.leader_election.lease_name, "hostport-dns-leader");
         let external = config.external_dns.expect("configured");
-        assert_eq!(external.lease_name, DEFAULT_EXTERNAL_DNS_LEASE);
         assert_eq!(external.namespace, None);
         let o = &external.outputs;
         assert_eq!(

@@ -68,8 +68,12 @@ fn sections() -> Vec<(&'static str, Value)> {
             reference("TransferEntry/properties/history"),
         ),
         (
-            "/properties/externalDns/properties/leaseName",
-            reference("ExternalDnsEntry/properties/leaseName"),
+            "/properties/leaderElection/properties/leaseName",
+            reference("LeaderElectionEntry/properties/leaseName"),
+        ),
+        (
+            "/properties/update/properties/targets",
+            array_of("UpdateEntry"),
         ),
         (
             "/properties/externalDns/properties/outputs",
@@ -153,7 +157,8 @@ mod tests {
             "CookieConfig": { "properties": { "enabled": {} } }, "KeyName": {},
             "TsigAlgorithmName": {}, "AllowItem": {}, "NotifyItem": {},
             "TransferEntry": { "properties": { "history": {} } },
-            "ExternalDnsEntry": { "properties": { "leaseName": {} } }, "ExternalDnsOutputEntry": {},
+            "LeaderElectionEntry": { "properties": { "leaseName": {} } }, "ExternalDnsOutputEntry": {},
+            "UpdateEntry": {},
             "KubernetesAccess": { "properties": { "fallbackApiServers": {}, "learnApiServers": {} } },
         } });
         embed(&mut values, &generated).expect("embeds");

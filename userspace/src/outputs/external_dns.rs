@@ -87,7 +87,7 @@ impl Output {
                     hostnames: source.hostnames.clone(),
                     address_type: source.address_type,
                     ttl: source.ttl,
-                    lease: external.lease_name.clone(),
+                    lease: config.leader_election.lease_name.clone(),
                 })
             })
             .collect()
@@ -555,7 +555,7 @@ mod tests {
             ],
             address_type: AddressType::IPv4,
             ttl: 60,
-            lease: "hostport-dns-external-dns".into(),
+            lease: "hostport-dns-leader".into(),
         }
     }
 

@@ -1,5 +1,6 @@
-//! What the agent writes for others to read: the objects external-dns reads ([`external_dns`]),
-//! written by the one agent a Lease elects ([`leader`]). Off unless `externalDns` is configured.
+//! What the agent writes for others to read, by the one agent a Lease elects ([`leader`]): the
+//! objects external-dns reads ([`external_dns`]) and, through [`Outputs::leading`], the RFC 2136
+//! updates (`crate::update`). Off unless `externalDns` or `update` is configured.
 
 pub mod external_dns;
 pub mod leader;
@@ -19,50 +20,53 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Starts the election and the external-dns writer, if `externalDns` is configured.
-    /// `groups` are the Kubernetes source's groups as served (once complete); `name` is this
+    /// Starts the election if anything needs one writer (`externalDns` or `update`), and the
+    /// external-dns writer if `externalDns` is configured. `groups`: the Kubernetes source's
+    /// groups as served (once complete; None without external-dns outputs); `name`: this
     /// agent's name (its pod's, else its identity), made unique per process for the lease.
     pub fn start(
         config: &AgentConfig,
         client: &Client,
         name: &str,
-        groups: watch::Receiver<Option<Groups>>,
+        groups: Option<watch::Receiver<Option<Groups>>>,
         metrics: &Arc<Metrics>,
     ) -> Option<Self> {
-        let external = config.external_dns.as_ref()?;
-        // The configured namespace, else the pod's (the chart sets POD_NAMESPACE), else the
-        // client's (the service account's, or the kubeconfig context's).
-        let namespace = external
+        if config.external_dns.is_none() && config.update.is_empty() {
+            return None;
+        }
+        let lease_namespace = config
+            .leader_election
             .namespace
             .clone()
-            .or_else(|| {
-                std::env::var("POD_NAMESPACE")
-                    .ok()
-                    .filter(|n| !n.is_empty())
-            })
-            .unwrap_or_else(|| client.default_namespace().to_owned());
+            .unwrap_or_else(|| own_namespace(client));
         let settings = leader::LeaseSettings {
-            namespace: namespace.clone(),
-            name: external.lease_name.clone(),
+            namespace: lease_namespace.clone(),
+            name: config.leader_election.lease_name.clone(),
             identity: leader::identity(name),
         };
         info!(
-            namespace = %namespace,
+            namespace = %lease_namespace,
             lease = %settings.name,
             identity = %settings.identity,
-            outputs = external.outputs.len(),
-            "external-dns outputs: writing while this agent holds the lease"
+            external_dns_outputs = config.external_dns.as_ref().map_or(0, |e| e.outputs.len()),
+            update_targets = config.update.len(),
+            "writing for others (external-dns objects, RFC 2136 updates) while this agent holds the lease"
         );
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &lease_namespace);
         let leadership = leader::Leadership::start(leases, settings, metrics);
-        let writer = external_dns::Writer {
-            client: client.clone(),
-            namespace,
-            lease: external.lease_name.clone(),
-            outputs: external_dns::Output::all(config),
-            metrics: metrics.clone(),
-        };
-        tokio::spawn(writer.run(groups, leadership.subscribe()));
+        if let (Some(external), Some(groups)) = (&config.external_dns, groups) {
+            let writer = external_dns::Writer {
+                client: client.clone(),
+                namespace: external
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| own_namespace(client)),
+                lease: config.leader_election.lease_name.clone(),
+                outputs: external_dns::Output::all(config),
+                metrics: metrics.clone(),
+            };
+            tokio::spawn(writer.run(groups, leadership.subscribe()));
+        }
         Some(Self { leadership })
     }
 
@@ -75,4 +79,13 @@ impl Outputs {
     pub async fn stop(self, limit: Duration) {
         self.leadership.release(limit).await;
     }
+}
+
+/// The agent's own namespace: its pod's (the chart sets POD_NAMESPACE), else the client's (the
+/// service account's, or the kubeconfig context's).
+fn own_namespace(client: &Client) -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| client.default_namespace().to_owned())
 }

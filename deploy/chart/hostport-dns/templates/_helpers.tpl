@@ -91,7 +91,17 @@ $(HOST_IP):{{ .Values.metrics.port }}
 {{- toYaml $probe -}}
 {{- end -}}
 
-{{- /* Where the external-dns objects and the Lease live. */}}
+{{- /* Whether one agent is elected to write for others (a Lease in the release namespace). */}}
+{{- define "hostport-dns.elects" -}}
+{{- if or .Values.externalDns.enabled .Values.update.enabled }}true{{ end -}}
+{{- end -}}
+
+{{- /* Whether the TSIG keys are mounted (zone transfers or RFC 2136 updates sign with them). */}}
+{{- define "hostport-dns.tsig" -}}
+{{- if or .Values.transfer.enabled .Values.update.enabled }}true{{ end -}}
+{{- end -}}
+
+{{- /* Where the external-dns objects live. */}}
 {{- define "hostport-dns.externalDnsNamespace" -}}
 {{ .Values.externalDns.namespace | default .Release.Namespace }}
 {{- end -}}
