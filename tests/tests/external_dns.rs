@@ -2,7 +2,8 @@
 //! external-dns reads (annotated headless Services, DNSEndpoints) say what the agent answers,
 //! follow the endpoints, are written by one agent (the Lease holder) and only when something
 //! changed, leave every object the agent does not own alone, and move to another agent when the
-//! holder is killed (its lease expires) or stopped (it hands the lease back).
+//! holder is killed (its lease expires) or stopped (it hands the lease back). Pod names go into
+//! one DNSEndpoint per `pods` entry, one endpoint per name and family.
 
 use hostport_dns_tests::{
     TempDir,
@@ -10,7 +11,7 @@ use hostport_dns_tests::{
     clients::dig,
     eventually,
     fake_api::{FakeApi, Kind},
-    k8s::api_server_slice,
+    k8s::{PodSpec, api_server_slice},
     netns::NetNs,
     require_root,
 };
@@ -263,6 +264,97 @@ fn dns_endpoints_say_what_is_served_and_follow_the_endpoints() {
     assert!(
         bed.api.objects(Kind::Service, NAMESPACE).is_empty(),
         "a DNSEndpoint output writes no Service"
+    );
+    drop(agent);
+}
+
+/// The records dig gets for `name` and `rtype` from the agent on `port`, sorted.
+fn dug(bed: &Bed, port: u16, name: &str, rtype: &str) -> Vec<String> {
+    let reply = dig(&bed.ns, "127.0.0.1", port, &[name, rtype]);
+    let mut data: Vec<String> = reply.answer.iter().map(|r| r.data.clone()).collect();
+    data.sort();
+    data
+}
+
+#[test]
+fn pod_names_are_one_dns_endpoint_that_follows_the_ready_pods() {
+    let bed = Bed::new("edpods");
+    let pod = |name: &str, value: &str, node: &str, ip: &str| {
+        PodSpec::ingress(name, "ingress", value, node, ip)
+    };
+    bed.api.apply(
+        Kind::Pod,
+        pod("web-1", "web", "cp-0", "198.18.0.21").to_json(),
+    );
+    bed.api.apply(
+        Kind::Pod,
+        pod("web-2", "web", "cp-1", "198.18.0.22").to_json(),
+    );
+    bed.api.apply(
+        Kind::Pod,
+        pod("edge-1", "edge", "cp-1", "198.18.0.22").to_json(),
+    );
+    let mut not_ready = pod("web-3", "web", "cp-2", "198.18.0.23");
+    not_ready.ready = false;
+    bed.api.apply(Kind::Pod, not_ready.to_json());
+    let config = bed.dir.write(
+        "agent-pods.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\n    ttl: 7\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n\
+             leaderElection:\n  namespace: {NAMESPACE}\nexternalDns:\n  namespace: {NAMESPACE}\n  outputs:\n\
+             \x20   - pods: 0\n      kind: DNSEndpoint\n",
+            bed.api.url()
+        ),
+    );
+    let agent = bed.agent(&config, 1053, "agent-a");
+    let endpoints = || {
+        bed.api
+            .object(Kind::DnsEndpoint, NAMESPACE, "hostport-dns-pods-0")
+            .map(|o| o["spec"]["endpoints"].clone())
+    };
+    let expected = |edge: &[&str], web: &[&str]| {
+        json!([
+            {"dnsName": "edge.ingress.prod.example", "recordType": "A", "targets": edge, "recordTTL": 7},
+            {"dnsName": "web.ingress.prod.example", "recordType": "A", "targets": web, "recordTTL": 7},
+        ])
+    };
+    eventually("the pods' DNSEndpoint to be written", 20, || {
+        endpoints().is_some()
+    });
+    assert_eq!(
+        endpoints(),
+        Some(expected(&["198.18.0.22"], &["198.18.0.21", "198.18.0.22"]))
+    );
+    // What external-dns publishes is what the agent answers.
+    assert_eq!(
+        dug(&bed, 1053, "web.ingress.prod.example", "A"),
+        ["198.18.0.21", "198.18.0.22"]
+    );
+    assert_eq!(
+        dug(&bed, 1053, "edge.ingress.prod.example", "A"),
+        ["198.18.0.22"]
+    );
+
+    // A pod turns Ready, another is deleted: the one object follows.
+    let mut ready = pod("web-3", "web", "cp-2", "198.18.0.23");
+    ready.ready = true;
+    bed.api.apply(Kind::Pod, ready.to_json());
+    bed.api.delete(Kind::Pod, "ingress", "web-1");
+    eventually("the DNSEndpoint to follow the pods", 20, || {
+        endpoints() == Some(expected(&["198.18.0.22"], &["198.18.0.22", "198.18.0.23"]))
+    });
+    assert_eq!(
+        dug(&bed, 1053, "web.ingress.prod.example", "A"),
+        ["198.18.0.22", "198.18.0.23"]
+    );
+    // The last pod of a name goes: its endpoint goes with it.
+    bed.api.delete(Kind::Pod, "ingress", "edge-1");
+    eventually("the gone name to leave the DNSEndpoint", 20, || {
+        endpoints().is_some_and(|e| e.as_array().is_some_and(|a| a.len() == 1))
+    });
+    assert_eq!(
+        endpoints().and_then(|e| e[0]["dnsName"].as_str().map(str::to_owned)),
+        Some("web.ingress.prod.example".to_owned())
     );
     drop(agent);
 }

@@ -272,7 +272,12 @@ fn wrong_keys_strangers_and_udp_are_refused_as_the_rfcs_say() {
     let bed = Bed::new("xfr-refused");
     bed.pod(0, "198.18.0.11");
     let config = bed.config(&[]);
-    let _agent = bed.agent(&config, 1053, "serials.json");
+    let agent = bed.agent(&config, 1053, "serials.json");
+    // Until the pods are listed the zone is pending and every transfer gets SERVFAIL (a loaded
+    // machine lists later than the first kdig runs).
+    eventually("the agent to be ready", 30, || {
+        agent.http_get("/readyz").0 == 200
+    });
     let ns = &bed.ns;
     // kdig's whole output, its errors included (it exits non-zero on them).
     let kdig_text = |args: &[&str]| {

@@ -541,15 +541,24 @@ pub struct ExternalDnsConfig {
     pub outputs: Vec<ExternalDnsOutput>,
 }
 
-/// One `endpointSlices` output written as one object.
+/// One output written as one object: an `endpointSlices` output's names, or every pod name of
+/// a `pods` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExternalDnsOutput {
-    /// The index of the `endpointSlices` output.
-    pub endpoint_slices: usize,
+    pub source: ExternalDnsSource,
     pub kind: ExternalDnsKind,
     pub annotation_prefix: String,
     /// The object's name.
     pub name: String,
+}
+
+/// What an external-dns output writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExternalDnsSource {
+    /// The `endpointSlices` output of this index.
+    EndpointSlices(usize),
+    /// The `pods` entry of this index: every name it serves.
+    Pods(usize),
 }
 
 /// Which external-dns source reads the objects.
@@ -575,19 +584,24 @@ struct ExternalDnsEntry {
     outputs: Vec<ExternalDnsOutputEntry>,
 }
 
-/// One `endpointSlices` output written for external-dns.
+/// One output written for external-dns: `endpointSlices` or `pods`, not both.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ExternalDnsOutputEntry {
     /// The `endpointSlices` output's name (its `name`, or `<first hostname>/<address type>`).
-    endpoint_slices: String,
+    endpoint_slices: Option<String>,
+    /// A `pods` entry, by its index (0: the first): every name it serves, in one DNSEndpoint (a
+    /// Service's annotations give all its names one set of targets, so `kind` must be
+    /// DNSEndpoint).
+    pods: Option<usize>,
     #[serde(default)]
     kind: ExternalDnsKind,
     /// The Service annotations' prefix (external-dns `--annotation-prefix`, kuberture's
     /// `annotationPrefix`); one per external-dns instance to split the outputs between them.
     #[serde(default = "default_annotation_prefix")]
     annotation_prefix: String,
-    /// The object's name (kuberture's `serviceName`); default `hostport-dns-<output>`.
+    /// The object's name (kuberture's `serviceName`); default `hostport-dns-<output>`, or
+    /// `hostport-dns-pods-<index>`.
     #[schemars(with = "Option<schema::Namespace>")]
     name: Option<String>,
 }
@@ -596,9 +610,52 @@ fn default_annotation_prefix() -> String {
     DEFAULT_ANNOTATION_PREFIX.to_owned()
 }
 
+impl ExternalDnsOutputEntry {
+    /// What the entry writes, and its default object name; `what`: the entry, for errors.
+    fn source(
+        &self,
+        what: &str,
+        outputs: &[EndpointSliceSource],
+        pods: usize,
+    ) -> Result<(ExternalDnsSource, String), String> {
+        match (&self.endpoint_slices, self.pods) {
+            (Some(output), None) => {
+                let Some(index) = outputs.iter().position(|o| &o.name == output) else {
+                    let names: Vec<&str> = outputs.iter().map(|o| o.name.as_str()).collect();
+                    return Err(format!(
+                        "{what}.endpointSlices: no endpointSlices output is named {output:?} (there are {names:?})"
+                    ));
+                };
+                Ok((
+                    ExternalDnsSource::EndpointSlices(index),
+                    default_object_name(output),
+                ))
+            }
+            (None, Some(index)) if index >= pods => Err(format!(
+                "{what}.pods: there is no pods entry {index} (there are {pods}, from 0)"
+            )),
+            (None, Some(_)) if self.kind == ExternalDnsKind::Service => Err(format!(
+                "{what}: pod names need kind DNSEndpoint (a Service gives all its names one set of targets)"
+            )),
+            (None, Some(index)) => Ok((
+                ExternalDnsSource::Pods(index),
+                format!("hostport-dns-pods-{index}"),
+            )),
+            _ => Err(format!(
+                "{what}: name either `endpointSlices` (an output's name) or `pods` (an entry's index)"
+            )),
+        }
+    }
+}
+
 impl ExternalDnsEntry {
-    /// Checks the entry against the `endpointSlices` outputs (`outputs`).
-    fn compile(self, outputs: &[EndpointSliceSource]) -> Result<ExternalDnsConfig, String> {
+    /// Checks the entry against the `endpointSlices` outputs (`outputs`) and the number of
+    /// `pods` entries.
+    fn compile(
+        self,
+        outputs: &[EndpointSliceSource],
+        pods: usize,
+    ) -> Result<ExternalDnsConfig, String> {
         if let Some(namespace) = &self.namespace {
             syntax::check_namespace(namespace)
                 .map_err(|e| format!("externalDns.namespace {namespace:?}: {e}"))?;
@@ -611,13 +668,7 @@ impl ExternalDnsEntry {
         let mut compiled: Vec<ExternalDnsOutput> = Vec::new();
         for (i, entry) in self.outputs.into_iter().enumerate() {
             let what = format!("externalDns.outputs[{i}]");
-            let Some(index) = outputs.iter().position(|o| o.name == entry.endpoint_slices) else {
-                let names: Vec<&str> = outputs.iter().map(|o| o.name.as_str()).collect();
-                return Err(format!(
-                    "{what}.endpointSlices: no endpointSlices output is named {:?} (there are {names:?})",
-                    entry.endpoint_slices
-                ));
-            };
+            let (source, default_name) = entry.source(&what, outputs, pods)?;
             let prefix = &entry.annotation_prefix;
             let subdomain = prefix.strip_suffix('/').ok_or_else(|| {
                 format!("{what}.annotationPrefix {prefix:?}: must end with '/' (as external-dns.alpha.kubernetes.io/ does)")
@@ -635,7 +686,7 @@ impl ExternalDnsEntry {
                     }
                     name
                 }
-                None => default_object_name(&outputs[index].name),
+                None => default_name,
             };
             if compiled
                 .iter()
@@ -647,7 +698,7 @@ impl ExternalDnsEntry {
                 ));
             }
             compiled.push(ExternalDnsOutput {
-                endpoint_slices: index,
+                source,
                 kind: entry.kind,
                 annotation_prefix: entry.annotation_prefix,
                 name,
@@ -847,7 +898,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
     }
     config.external_dns = file
         .external_dns
-        .map(|e| e.compile(&config.endpoint_slices))
+        .map(|e| e.compile(&config.endpoint_slices, config.pods.len()))
         .transpose()
         .map_err(invalid)?;
     Ok(config)
@@ -1120,17 +1171,20 @@ mod tests {
         assert_eq!(external.namespace, None);
         let o = &external.outputs;
         assert_eq!(
-            (o[0].endpoint_slices, o[0].kind, o[0].name.as_str()),
+            (o[0].source, o[0].kind, o[0].name.as_str()),
             (
-                0,
+                ExternalDnsSource::EndpointSlices(0),
                 ExternalDnsKind::Service,
                 "hostport-dns-api-prod-example-ipv4"
             )
         );
         assert_eq!(o[0].annotation_prefix, DEFAULT_ANNOTATION_PREFIX);
         assert_eq!(
-            (o[1].endpoint_slices, o[1].kind),
-            (1, ExternalDnsKind::DnsEndpoint)
+            (o[1].source, o[1].kind),
+            (
+                ExternalDnsSource::EndpointSlices(1),
+                ExternalDnsKind::DnsEndpoint
+            )
         );
         assert_eq!(o[2].annotation_prefix, "internal.example.com/");
         assert!(
@@ -1154,6 +1208,18 @@ mod tests {
                 "    - endpointSlices: api.prod.example/IPv4\n    - endpointSlices: api.prod.example/IPv4\n",
                 "externalDns.outputs[1]: another output writes",
             ),
+            (
+                "    - pods: 0\n      kind: DNSEndpoint\n",
+                "externalDns.outputs[0].pods: there is no pods entry 0 (there are 0, from 0)",
+            ),
+            (
+                "    - kind: DNSEndpoint\n",
+                "externalDns.outputs[0]: name either `endpointSlices`",
+            ),
+            (
+                "    - endpointSlices: api.prod.example/IPv4\n      pods: 0\n",
+                "externalDns.outputs[0]: name either `endpointSlices`",
+            ),
         ] {
             let err = parse_str(&format!("{base}externalDns:\n  outputs:\n{entry}"))
                 .unwrap_err()
@@ -1164,6 +1230,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("agent.yaml:"), "{err}");
+    }
+
+    #[test]
+    fn pod_names_are_written_as_one_dns_endpoint_per_pods_entry() {
+        let base = "zones:\n  - name: prod.example\npods:\n  - zone: prod.example\n  - zone: prod.example\n    labelKey: gateway.example/name\n";
+        let config = parse_str(&format!(
+            "{base}externalDns:\n  outputs:\n    - pods: 1\n      kind: DNSEndpoint\n"
+        ))
+        .unwrap();
+        let output = &config.external_dns.expect("configured").outputs[0];
+        assert_eq!(output.source, ExternalDnsSource::Pods(1));
+        assert_eq!(output.name, "hostport-dns-pods-1");
+        let err = parse_str(&format!("{base}externalDns:\n  outputs:\n    - pods: 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("externalDns.outputs[0]: pod names need kind DNSEndpoint"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,12 +1,14 @@
-//! External-dns outputs: the records an `endpointSlices` output serves, written as the objects
-//! external-dns reads, by the agent that holds the lease ([`super::leader`]).
+//! External-dns outputs: the records an `endpointSlices` output serves, or every pod name of a
+//! `pods` entry, written as the objects external-dns reads, by the agent that holds the lease
+//! ([`super::leader`]).
 //!
 //! Two kinds, per output: a headless Service (`clusterIP: None`, no selector, no port) annotated
 //! as kuberture annotates it (`<prefix>hostname`: the names without their final dot,
 //! comma-separated; `<prefix>target`: the addresses; `<prefix>ttl`), for external-dns's
 //! `service` source; or a `DNSEndpoint` (`externaldns.k8s.io/v1alpha1`, its `crd` source), one
-//! endpoint per name. An output that serves no address has no object (external-dns then removes
-//! its records, as the names answer no address).
+//! endpoint per name and address family (pod names only go there: each has its own targets). An
+//! output that serves no address has no object (external-dns then removes its records, as the
+//! names answer no address).
 //!
 //! What the writer owns is labelled `app.kubernetes.io/managed-by: hostport-dns` and
 //! `hostport-dns/lease: <lease>`; it lists only those, and creates, replaces (with the
@@ -31,11 +33,17 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::{
-    agent_config::{AddressType, AgentConfig, ExternalDnsKind},
+    agent_config::{AgentConfig, ExternalDnsKind, ExternalDnsSource},
     dns::WireName,
     metrics::{ExternalDnsWriteLabel, Metrics},
     records::{RecordData, SourceRecord},
-    sources::{Groups, kube::groups::output_key},
+    sources::{
+        GroupKey, Groups,
+        kube::{
+            compile::NODES_LABEL,
+            groups::{output_key, pods_prefix},
+        },
+    },
 };
 
 /// The label every object written carries (with [`LEASE_LABEL`]).
@@ -50,19 +58,23 @@ const RESYNC: Duration = Duration::from_secs(60);
 /// How long after a failed write or read the writer tries again.
 const RETRY: Duration = Duration::from_secs(5);
 
-/// One external-dns output, resolved against its `endpointSlices` entry.
+/// One external-dns output, resolved against its `endpointSlices` or `pods` entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Output {
-    /// The `endpointSlices` output's name (metrics, logs).
+    /// The `endpointSlices` output's name, or `pods/<index>` (metrics, logs).
     pub output: String,
-    /// Its index in `endpointSlices` (its record group).
-    pub index: usize,
+    /// Where its records are.
+    pub source: ExternalDnsSource,
     pub kind: ExternalDnsKind,
     /// The object's name.
     pub name: String,
     pub annotation_prefix: String,
-    pub hostnames: Vec<Name>,
-    pub address_type: AddressType,
+    /// The names written, in order (None: every name with addresses, in DNS order).
+    pub hostnames: Option<Vec<Name>>,
+    /// Names at or below this one are not written: the SRV targets `<node>.nodes.<zone>` of pod
+    /// sources (glue for the SRV records, which are not written).
+    pub leave_out: Option<Name>,
+    /// The TTL of records without their own.
     pub ttl: u32,
     pub lease: String,
 }
@@ -77,20 +89,60 @@ impl Output {
             .outputs
             .iter()
             .filter_map(|o| {
-                let source = config.endpoint_slices.get(o.endpoint_slices)?;
+                let (output, hostnames, ttl, leave_out) = match o.source {
+                    ExternalDnsSource::EndpointSlices(i) => {
+                        let source = config.endpoint_slices.get(i)?;
+                        (
+                            source.name.clone(),
+                            Some(source.hostnames.clone()),
+                            source.ttl,
+                            None,
+                        )
+                    }
+                    ExternalDnsSource::Pods(i) => {
+                        let zone = &config.pods.get(i)?.zone;
+                        let ttl = config
+                            .zones
+                            .zones
+                            .iter()
+                            .find(|z| &z.apex == zone)
+                            .map_or(hostport_dns_common::limits::DEFAULT_TTL, |z| z.ttl);
+                        let nodes = Name::from_labels([NODES_LABEL.as_bytes()])
+                            .ok()
+                            .and_then(|n| n.append_domain(zone).ok());
+                        (format!("pods/{i}"), None, ttl, nodes)
+                    }
+                };
                 Some(Output {
-                    output: source.name.clone(),
-                    index: o.endpoint_slices,
+                    output,
+                    source: o.source,
                     kind: o.kind,
                     name: o.name.clone(),
                     annotation_prefix: o.annotation_prefix.clone(),
-                    hostnames: source.hostnames.clone(),
-                    address_type: source.address_type,
-                    ttl: source.ttl,
+                    hostnames,
+                    leave_out,
+                    ttl,
                     lease: config.leader_election.lease_name.clone(),
                 })
             })
             .collect()
+    }
+
+    /// The records this output writes from: its group, or every pod group of its source.
+    pub fn records(&self, groups: &Groups) -> Vec<SourceRecord> {
+        match self.source {
+            ExternalDnsSource::EndpointSlices(i) => groups
+                .get(output_key(i).as_ref())
+                .map_or_else(Vec::new, |g| g.to_vec()),
+            ExternalDnsSource::Pods(i) => {
+                let prefix = pods_prefix(i);
+                groups
+                    .range(GroupKey::from(prefix.as_str())..)
+                    .take_while(|(key, _)| key.starts_with(&prefix))
+                    .flat_map(|(_, group)| group.iter().cloned())
+                    .collect()
+            }
+        }
     }
 
     fn labels(&self) -> BTreeMap<String, String> {
@@ -154,10 +206,29 @@ pub struct Desired {
     pub owned: Owned,
 }
 
-/// The addresses each hostname of `output` is served with (its record group), in order.
+/// The addresses each name of `output` is served with (from its records), in order.
 fn served(output: &Output, group: &[SourceRecord]) -> Vec<(Name, Vec<IpAddr>, u32)> {
-    output
-        .hostnames
+    let every: Vec<Name>;
+    let hostnames = match &output.hostnames {
+        Some(listed) => listed,
+        None => {
+            let names: BTreeSet<&WireName> = group
+                .iter()
+                .filter(|r| matches!(r.data, RecordData::A(_) | RecordData::Aaaa(_)))
+                .map(|r| &r.name)
+                .collect();
+            let mut names: Vec<Name> = names
+                .into_iter()
+                .map(WireName::to_name)
+                .filter(|n| !output.leave_out.as_ref().is_some_and(|l| l.zone_of(n)))
+                .collect();
+            // In DNS order (RFC 4034 §6.1): stable, so an unchanged set is never rewritten.
+            names.sort();
+            every = names;
+            &every
+        }
+    };
+    hostnames
         .iter()
         .filter_map(|hostname| {
             let mut ttl = output.ttl;
@@ -215,20 +286,27 @@ pub fn desired(output: &Output, group: &[SourceRecord]) -> Option<Desired> {
             }
         }
         ExternalDnsKind::DnsEndpoint => {
-            let record_type = match output.address_type {
-                AddressType::IPv4 => "A",
-                AddressType::IPv6 => "AAAA",
-            };
+            // One endpoint per name and record type (a pod name may have both).
             let endpoints: Vec<Value> = served
                 .iter()
-                .map(|(name, addresses, ttl)| {
-                    let targets: Vec<String> = addresses.iter().map(IpAddr::to_string).collect();
-                    json!({
-                        "dnsName": external_name(name),
-                        "recordType": record_type,
-                        "targets": targets,
-                        "recordTTL": ttl,
-                    })
+                .flat_map(|(name, addresses, ttl)| {
+                    [("A", true), ("AAAA", false)].into_iter().filter_map(
+                        move |(record_type, v4)| {
+                            let targets: Vec<String> = addresses
+                                .iter()
+                                .filter(|a| a.is_ipv4() == v4)
+                                .map(IpAddr::to_string)
+                                .collect();
+                            (!targets.is_empty()).then(|| {
+                                json!({
+                                    "dnsName": external_name(name),
+                                    "recordType": record_type,
+                                    "targets": targets,
+                                    "recordTTL": ttl,
+                                })
+                            })
+                        },
+                    )
                 })
                 .collect();
             Owned {
@@ -418,10 +496,7 @@ impl Writer {
         let desired: Vec<Desired> = self
             .outputs
             .iter()
-            .filter_map(|o| {
-                let group = groups.get(output_key(o.index).as_ref());
-                desired(o, group.map_or(&[][..], |g| &g[..]))
-            })
+            .filter_map(|o| desired(o, &o.records(groups)))
             .collect();
         let mut ok = true;
         let kinds: BTreeSet<ExternalDnsKind> = self.outputs.iter().map(|o| o.kind).collect();
@@ -545,15 +620,15 @@ mod tests {
     fn output(kind: ExternalDnsKind) -> Output {
         Output {
             output: "api.prod.example/IPv4".into(),
-            index: 0,
+            source: ExternalDnsSource::EndpointSlices(0),
             kind,
             name: "hostport-dns-api".into(),
             annotation_prefix: "external-dns.alpha.kubernetes.io/".into(),
-            hostnames: vec![
+            hostnames: Some(vec![
                 Name::from_ascii("api.prod.example.").unwrap(),
                 Name::from_ascii("k8s.prod.example.").unwrap(),
-            ],
-            address_type: AddressType::IPv4,
+            ]),
+            leave_out: None,
             ttl: 60,
             lease: "hostport-dns-leader".into(),
         }
@@ -609,6 +684,64 @@ mod tests {
             want.owned.spec["endpoints"][1],
             json!({"dnsName": "k8s.prod.example", "recordType": "A", "targets": ["198.18.0.11"], "recordTTL": 30})
         );
+    }
+
+    #[test]
+    fn pod_names_each_get_their_own_endpoints_per_family() {
+        let pods = Output {
+            output: "pods/0".into(),
+            source: ExternalDnsSource::Pods(0),
+            hostnames: None,
+            leave_out: Some(Name::from_ascii("nodes.prod.example.").unwrap()),
+            ttl: 5,
+            ..output(ExternalDnsKind::DnsEndpoint)
+        };
+        let record = |name: &str, address: &str| SourceRecord {
+            name: WireName::from_name(&Name::from_ascii(name).unwrap()),
+            ttl: None,
+            data: RecordData::from(address.parse::<IpAddr>().unwrap()),
+        };
+        // Two pods of one name (two nodes), one dual-stack pod of another.
+        let records = [
+            record("web.ingress.prod.example.", "198.18.0.12"),
+            record("edge.gw.prod.example.", "198.18.0.13"),
+            record("edge.gw.prod.example.", "2001:db8::13"),
+            record("web.ingress.prod.example.", "198.18.0.11"),
+            // An SRV target's address: not a pod name.
+            record("cp-0.nodes.prod.example.", "198.18.0.11"),
+        ];
+        let want = desired(&pods, &records).expect("an object");
+        assert_eq!(
+            want.owned.spec["endpoints"],
+            json!([
+                {"dnsName": "edge.gw.prod.example", "recordType": "A", "targets": ["198.18.0.13"], "recordTTL": 5},
+                {"dnsName": "edge.gw.prod.example", "recordType": "AAAA", "targets": ["2001:db8::13"], "recordTTL": 5},
+                {"dnsName": "web.ingress.prod.example", "recordType": "A", "targets": ["198.18.0.11", "198.18.0.12"], "recordTTL": 5},
+            ])
+        );
+        let mut groups = Groups::new();
+        groups.insert(
+            GroupKey::from("pod/0/gw/edge-1"),
+            records[1..3].to_vec().into(),
+        );
+        groups.insert(
+            GroupKey::from("pod/0/ingress/web-1"),
+            vec![records[0].clone()].into(),
+        );
+        groups.insert(
+            GroupKey::from("pod/1/ingress/other"),
+            vec![record("x.prod.example.", "198.18.0.99")].into(),
+        );
+        groups.insert(
+            GroupKey::from("endpoints/0"),
+            vec![record("api.prod.example.", "198.18.0.98")].into(),
+        );
+        let read: Vec<String> = pods
+            .records(&groups)
+            .iter()
+            .map(|r| r.name.to_string())
+            .collect();
+        assert_eq!(read.len(), 3, "the pod groups of entry 0 alone: {read:?}");
     }
 
     #[test]

@@ -379,7 +379,13 @@ impl State {
 
 /// The group key of pod `key` of pod watcher `i` (two pod sources may both watch a pod).
 fn pod_key(i: usize, key: &str) -> GroupKey {
-    GroupKey::from(format!("pod/{i}/{key}"))
+    GroupKey::from(format!("{}{key}", pods_prefix(i)))
+}
+
+/// What the group keys of pod source `i` start with, one group per pod (the external-dns
+/// writer reads the source's records by it).
+pub fn pods_prefix(i: usize) -> String {
+    format!("pod/{i}/")
 }
 
 /// The group key of EndpointSlice output `i` (the external-dns writer reads its records by it).
