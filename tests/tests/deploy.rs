@@ -859,24 +859,8 @@ fn the_external_dns_role_and_the_pod_fields_are_rendered_only_when_enabled() {
     let on = render(
         "externalDns:\n  enabled: true\n  namespace: dns-writers\n  outputs:\n    - endpointSlices: api.ingress.example.com/IPv4\n",
     );
-    let roles: Vec<Role> = of_kind(&on, "Role").into_iter().map(typed).collect();
-    let role = roles
-        .iter()
-        .find(|r| r.metadata.name.as_deref() == Some("hostport-dns-external-dns"))
-        .expect("the external-dns Role");
-    assert_eq!(role.metadata.namespace.as_deref(), Some("dns-writers"));
-    let rules: Vec<(Vec<String>, Vec<String>, Vec<String>)> = role
-        .rules
-        .iter()
-        .flatten()
-        .map(|r| {
-            (
-                r.resources.clone().unwrap_or_default(),
-                r.verbs.clone(),
-                r.resource_names.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
+    let rules =
+        role_rules(&on, "hostport-dns-external-dns", "dns-writers").expect("the external-dns Role");
     let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(
         rules,
@@ -898,10 +882,15 @@ fn the_external_dns_role_and_the_pod_fields_are_rendered_only_when_enabled() {
     let external = parsed.external_dns.expect("externalDns");
     assert_eq!(external.namespace.as_deref(), Some("dns-writers"));
     let ds: DaemonSet = typed(of_kind(&on, "DaemonSet")[0]);
-    let env: Vec<String> = ds
-        .spec
-        .and_then(|s| s.template.spec)
-        .map(|s| s.containers[0].env.clone().unwrap_or_default())
+    assert_names_its_pod(&ds.spec.and_then(|s| s.template.spec).expect("a pod spec"));
+}
+
+/// The agent's container gets its pod's name and namespace (the Lease holder's name, the
+/// default namespace of what it writes).
+fn assert_names_its_pod(pod: &k8s_openapi::api::core::v1::PodSpec) {
+    let env: Vec<String> = pod.containers[0]
+        .env
+        .clone()
         .unwrap_or_default()
         .into_iter()
         .map(|e| e.name)
@@ -917,11 +906,16 @@ type Rule = (Vec<String>, Vec<String>, Vec<String>);
 
 /// The rules of the election's Role, if rendered (it must be in the release namespace).
 fn leader_rules(docs: &[Value]) -> Option<Vec<Rule>> {
+    role_rules(docs, "hostport-dns-leader", "kube-system")
+}
+
+/// The rules of the Role `name`, if rendered (it must be in `namespace`).
+fn role_rules(docs: &[Value], name: &str, namespace: &str) -> Option<Vec<Rule>> {
     let roles: Vec<Role> = of_kind(docs, "Role").into_iter().map(typed).collect();
     let role = roles
         .iter()
-        .find(|r| r.metadata.name.as_deref() == Some("hostport-dns-leader"))?;
-    assert_eq!(role.metadata.namespace.as_deref(), Some("kube-system"));
+        .find(|r| r.metadata.name.as_deref() == Some(name))?;
+    assert_eq!(role.metadata.namespace.as_deref(), Some(namespace));
     Some(
         role.rules
             .iter()
@@ -983,17 +977,7 @@ fn rfc2136_updates_render_their_targets_keys_and_lease_only_when_enabled() {
     );
     let ds: DaemonSet = typed(of_kind(&on, "DaemonSet")[0]);
     let pod = ds.spec.and_then(|s| s.template.spec).expect("a pod spec");
-    let env: Vec<String> = pod.containers[0]
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
-    assert!(
-        env.contains(&"POD_NAME".to_owned()) && env.contains(&"POD_NAMESPACE".to_owned()),
-        "{env:?}"
-    );
+    assert_names_its_pod(&pod);
     let secret = pod
         .volumes
         .unwrap_or_default()

@@ -89,8 +89,21 @@ impl Bed {
     }
 
     fn agent(&self, config: &std::path::Path, records: &std::path::Path) -> Agent {
-        Agent::start(
+        self.agent_as(config, records, 1053, "agent")
+    }
+
+    /// An agent on `port` (its metrics on 93<port % 100>), named `identity` (the Lease holder's
+    /// name), so that several share the namespace.
+    fn agent_as(
+        &self,
+        config: &std::path::Path,
+        records: &std::path::Path,
+        port: u16,
+        identity: &str,
+    ) -> Agent {
+        Agent::start_with_metrics(
             &self.ns,
+            &format!("127.0.0.1:{}", 9300 + port % 100),
             &[
                 "--config",
                 config.to_str().expect("UTF-8"),
@@ -99,7 +112,9 @@ impl Bed {
                 "--xdp-mode",
                 "off",
                 "--port",
-                "1053",
+                &port.to_string(),
+                "--identity",
+                identity,
             ],
         )
     }
@@ -312,24 +327,7 @@ fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
             dir = bed.dir.path.display()
         ),
     );
-    let agent = |port: u16, name: &str| {
-        Agent::start_with_metrics(
-            &bed.ns,
-            &format!("127.0.0.1:{}", 9300 + port % 100),
-            &[
-                "--config",
-                config.to_str().expect("UTF-8"),
-                "--records",
-                records.to_str().expect("UTF-8"),
-                "--xdp-mode",
-                "off",
-                "--port",
-                &port.to_string(),
-                "--identity",
-                name,
-            ],
-        )
-    };
+    let agent = |port: u16, name: &str| bed.agent_as(&config, &records, port, name);
     let holder = || {
         api.object(Kind::Lease, "hostport-dns", "dns-writer")
             .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_owned))

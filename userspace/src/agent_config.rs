@@ -21,7 +21,7 @@
 //! ```
 
 use crate::config_schema as schema;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hickory_proto::rr::Name;
 use schemars::JsonSchema;
@@ -37,6 +37,7 @@ use crate::{
         Snapshot,
         file::FileError,
         kube::{
+            access::KubernetesAccess,
             api_health::config::{HealthProbe, HealthProbeEntry},
             syntax,
         },
@@ -84,55 +85,6 @@ impl AgentConfig {
         self.endpoint_slices
             .iter()
             .any(|e| e.address_source != AddressSource::EndpointSlice)
-    }
-}
-
-/// How to reach the API server; without any field: in-cluster, else the default kubeconfig.
-#[derive(Clone, Debug, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct KubernetesAccess {
-    /// A kubeconfig file.
-    pub kubeconfig: Option<PathBuf>,
-    /// An explicit API server URL, such as the node-local API server of a control-plane node.
-    pub api_server: Option<String>,
-    /// Bearer token file (service account token) for `apiServer`.
-    pub token_file: Option<PathBuf>,
-    /// CA bundle for `apiServer`.
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate and key for `apiServer`.
-    pub client_cert_file: Option<PathBuf>,
-    pub client_key_file: Option<PathBuf>,
-    /// The name the API servers' certificate is checked against (and sent as SNI), instead of
-    /// the host of the URL: the node-local API server's certificate rarely names 127.0.0.1, and
-    /// one name (`kubernetes.default.svc`) fits every control-plane node's.
-    pub tls_server_name: Option<String>,
-    /// API servers tried in order when `apiServer` is down (it restarts during every
-    /// control-plane upgrade), before the ones learned from `default/kubernetes`.
-    #[serde(default)]
-    pub fallback_api_servers: Vec<String>,
-    /// Also try the API servers `default/kubernetes`'s EndpointSlices name (when an
-    /// `endpointSlices` output watches that Service).
-    #[serde(default = "learn_by_default")]
-    pub learn_api_servers: bool,
-}
-
-fn learn_by_default() -> bool {
-    true
-}
-
-impl Default for KubernetesAccess {
-    fn default() -> Self {
-        Self {
-            kubeconfig: None,
-            api_server: None,
-            token_file: None,
-            ca_file: None,
-            client_cert_file: None,
-            client_key_file: None,
-            tls_server_name: None,
-            fallback_api_servers: Vec::new(),
-            learn_api_servers: true,
-        }
     }
 }
 
@@ -1061,7 +1013,7 @@ mod tests {
         let probe = config.endpoint_slices[0].health_probe.as_ref().unwrap();
         assert_eq!(probe.interval, std::time::Duration::from_millis(500));
         assert_eq!(probe.timeout, std::time::Duration::from_millis(250));
-        assert_eq!(probe.ca_file, PathBuf::from("/etc/k8s/ca.crt"));
+        assert_eq!(probe.ca_file, std::path::PathBuf::from("/etc/k8s/ca.crt"));
         assert_eq!(
             probe.tls_server_name.as_deref(),
             Some("kubernetes.default.svc")

@@ -13,9 +13,9 @@ use kube::{
     },
 };
 
-use crate::{
-    agent_config::KubernetesAccess,
-    sources::kube::contact::{ContactLayer, ContactLog},
+use crate::sources::kube::{
+    access::KubernetesAccess,
+    contact::{ContactLayer, ContactLog},
 };
 
 /// A client for `server` (an explicit URL, with the configured token or client certificate, CA

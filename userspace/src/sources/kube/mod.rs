@@ -14,6 +14,7 @@
 //! of each watcher that has listed replace their saved ones as soon as it has, so that a watcher
 //! that cannot list holds back only its own records.
 
+pub mod access;
 pub mod api_health;
 pub mod client;
 pub mod compile;

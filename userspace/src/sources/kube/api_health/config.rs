@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_rustls::rustls::pki_types::ServerName;
 
-use crate::agent_config::KubernetesAccess;
+use crate::sources::kube::access::KubernetesAccess;
 
 /// Where a pod finds the cluster CA: the service-account mount.
 pub const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
