@@ -66,7 +66,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     let mut sources = Sources::load(&args)?;
     let contact = kube_source::contact::ContactLog::default();
     let kube_client = match &sources.config {
-        Some(config) if config.uses_kubernetes() => {
+        Some(config) if config.uses_kubernetes() || config.elects() => {
             let first = config.kubernetes.api_server.as_deref();
             Some(kube_source::client::connect(&config.kubernetes, first, &contact).await?)
         }
@@ -266,17 +266,21 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         let leading = match &outputs {
             Some(outputs) => outputs.leading(),
             None => {
-                // No Kubernetes source, so no Lease to elect by: this agent writes for as long
-                // as it runs (the prerequisites keep two such agents from undoing each other).
+                // No Kubernetes source and no `leaderElection`: nothing to elect by, this agent
+                // writes for as long as it runs. Several such agents would each send their own
+                // view whole at start and after a failed prerequisite: run one per target.
                 info!(
-                    "RFC 2136 updates without leader election (no Kubernetes source): this agent sends them"
+                    "RFC 2136 updates without leader election (no Kubernetes source, no leaderElection): this agent sends them"
                 );
                 tokio::sync::watch::channel(true).1
             }
         };
         updates.spawn(transfers.clone(), leading);
     }
-    if let (Some(config), Some(client)) = (sources.config.clone(), kube_client) {
+    if let (Some(config), Some(client)) = (
+        sources.config.clone().filter(|c| c.uses_kubernetes()),
+        kube_client,
+    ) {
         tokio::spawn(kube_source::run(
             Arc::new(config),
             client,

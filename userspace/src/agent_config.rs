@@ -80,6 +80,14 @@ impl AgentConfig {
         !self.pods.is_empty() || !self.endpoint_slices.is_empty()
     }
 
+    /// Whether one agent is elected (by the `leaderElection` Lease) to write for the others:
+    /// with external-dns outputs, and with RFC 2136 updates from agents that reach the API
+    /// server anyway or were told to elect (`leaderElection` given).
+    pub fn elects(&self) -> bool {
+        self.external_dns.is_some()
+            || (!self.update.is_empty() && (self.uses_kubernetes() || self.leader_election.given))
+    }
+
     /// Whether EndpointSlice outputs need Node addresses.
     pub fn needs_nodes(&self) -> bool {
         self.endpoint_slices
@@ -196,7 +204,7 @@ struct ConfigFile {
     #[serde(default)]
     external_dns: Option<ExternalDnsEntry>,
     #[serde(default)]
-    leader_election: LeaderElectionEntry,
+    leader_election: Option<LeaderElectionEntry>,
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
@@ -431,6 +439,9 @@ pub struct LeaderElection {
     /// Where the Lease lives (None: the agent's own namespace).
     pub namespace: Option<String>,
     pub lease_name: String,
+    /// Whether the configuration has the section (then updates elect even without a
+    /// Kubernetes source).
+    pub given: bool,
 }
 
 impl Default for LeaderElection {
@@ -438,6 +449,7 @@ impl Default for LeaderElection {
         Self {
             namespace: None,
             lease_name: DEFAULT_LEADER_LEASE.to_owned(),
+            given: false,
         }
     }
 }
@@ -457,15 +469,6 @@ struct LeaderElectionEntry {
     lease_name: String,
 }
 
-impl Default for LeaderElectionEntry {
-    fn default() -> Self {
-        Self {
-            namespace: None,
-            lease_name: default_lease_name(),
-        }
-    }
-}
-
 fn default_lease_name() -> String {
     DEFAULT_LEADER_LEASE.to_owned()
 }
@@ -481,6 +484,7 @@ impl LeaderElectionEntry {
         Ok(LeaderElection {
             namespace: self.namespace,
             lease_name: self.lease_name,
+            given: true,
         })
     }
 }
@@ -723,7 +727,12 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             .map(TransferEntry::compile)
             .transpose()
             .map_err(invalid)?,
-        leader_election: file.leader_election.compile().map_err(invalid)?,
+        leader_election: file
+            .leader_election
+            .map(LeaderElectionEntry::compile)
+            .transpose()
+            .map_err(invalid)?
+            .unwrap_or_default(),
         ..AgentConfig::default()
     };
     for (i, entry) in file.update.into_iter().enumerate() {
@@ -1098,8 +1107,25 @@ mod tests {
             LeaderElection {
                 namespace: Some("dns-system".into()),
                 lease_name: "dns-writer".into(),
+                given: true,
             }
         );
+        // Updates elect with a Kubernetes source, or when told to; not otherwise.
+        let update = "zones:\n  - name: prod.example\ntransfer:\n  keys: [{name: k, secretFile: /k}]\nupdate:\n  - {server: 198.18.0.53, zone: corp.example, source: prod.example, key: k}\n";
+        assert!(!parse_str(update).unwrap().elects());
+        assert!(
+            parse_str(&format!("{update}leaderElection: {{}}\n"))
+                .unwrap()
+                .elects()
+        );
+        assert!(
+            parse_str(&format!(
+                "{update}endpointSlices:\n  - zone: prod.example\n    hostnames: [api]\n"
+            ))
+            .unwrap()
+            .elects()
+        );
+        assert!(!config.elects(), "nothing to write: no election");
         let err = parse_str("leaderElection:\n  leaseName: Dns_Writer\n").unwrap_err();
         assert!(
             err.to_string()

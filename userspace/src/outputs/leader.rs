@@ -6,12 +6,14 @@
 //! `resourceVersion`, so two agents can never both win a round: the API server takes the first
 //! and answers the other 409 Conflict. A holder that cannot renew for [`RENEW_DEADLINE`] stops
 //! leading before its lease ([`LEASE_DURATION`]) runs out, so it never writes once another may
-//! have taken over. The others take a lease whose record has not changed for its duration, as
+//! have taken over: the deadline counts from when the last successful renewal was *sent* (the
+//! others count from when they saw it, later), every call to the API server is cut off at the
+//! deadline, and the deadline ends leadership by itself, whatever a request is doing. The others take a lease whose record has not changed for its duration, as
 //! measured by their own clocks from when they saw it change (client-go's rule: no clock skew
 //! between nodes matters), and at once a lease its holder released: a holder that stops
 //! gracefully clears `holderIdentity`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -22,6 +24,7 @@ use kube::{Api, api::PostParams};
 use tokio::{
     sync::{oneshot, watch},
     task::JoinHandle,
+    time::Instant,
 };
 use tracing::{info, warn};
 
@@ -35,6 +38,9 @@ pub const RENEW_INTERVAL: Duration = Duration::from_secs(5);
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// How often an agent that does not lead looks at the lease.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a call to the API server about the lease may take while not leading (a leader's
+/// calls end at its deadline).
+pub const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Which lease, and who this agent is.
 #[derive(Clone, Debug)]
@@ -195,7 +201,7 @@ struct Election {
     seen: Option<(Record, Instant)>,
     /// The lease as this agent last wrote it, while it leads (renewed without reading).
     held: Option<Lease>,
-    /// When this agent last renewed.
+    /// When this agent sent its last renewal that succeeded.
     renewed_at: Option<Instant>,
     gauge: prometheus_client::metrics::gauge::Gauge,
 }
@@ -203,7 +209,16 @@ struct Election {
 impl Election {
     async fn run(&mut self, mut stopped: oneshot::Receiver<()>) {
         loop {
-            self.round().await;
+            // A round that hangs past the deadline ends leadership first (the round's own
+            // calls are cut off there too; this covers the rest).
+            let deadline = self.deadline();
+            let overdue = tokio::select! {
+                () = self.round() => false,
+                () = sleep_until_some(deadline) => true,
+            };
+            if overdue {
+                self.set_leading(false);
+            }
             let pause = if *self.leading.borrow() {
                 RENEW_INTERVAL
             } else {
@@ -211,6 +226,7 @@ impl Election {
             };
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
+                () = sleep_until_some(self.deadline()) => self.set_leading(false),
                 _ = &mut stopped => {
                     self.release().await;
                     return;
@@ -219,24 +235,52 @@ impl Election {
         }
     }
 
+    /// While leading: when leadership ends unless renewed (the last renewal's sending time plus
+    /// [`RENEW_DEADLINE`]).
+    fn deadline(&self) -> Option<Instant> {
+        if !*self.leading.borrow() {
+            return None;
+        }
+        self.renewed_at.map(|at| at + RENEW_DEADLINE)
+    }
+
+    /// `call`, cut off at the deadline while leading (else at [`LEASE_CALL_TIMEOUT`]).
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Option<Result<T, kube::Error>> {
+        let limit = self
+            .deadline()
+            .unwrap_or_else(|| Instant::now() + LEASE_CALL_TIMEOUT);
+        tokio::time::timeout_at(limit, call).await.ok()
+    }
+
     /// One look at the lease, and what it decides.
     async fn round(&mut self) {
         let (lease, decision) = match self.held.take() {
             Some(held) => (Some(held), Decision::Renew),
-            None => match self.api.get_opt(&self.settings.name).await {
-                Ok(lease) => {
+            None => match self.bounded(self.api.get_opt(&self.settings.name)).await {
+                None => {
+                    warn!(lease = %self.settings.name, "reading the lease timed out");
+                    self.check_deadline();
+                    return;
+                }
+                Some(Ok(lease)) => {
                     let record = lease.as_ref().map(Record::of);
                     let unchanged_for = self.note(record.as_ref());
                     let decision = decide(record.as_ref(), &self.settings.identity, unchanged_for);
                     (lease, decision)
                 }
-                Err(err) => {
+                Some(Err(err)) => {
                     warn!(lease = %self.settings.name, %err, "cannot read the lease");
                     self.check_deadline();
                     return;
                 }
             },
         };
+        // The others count the lease's duration from when they see this write: from when it
+        // was sent, this agent's deadline comes first whatever the write's delay.
+        let sent_at = Instant::now();
         let written = match decision {
             Decision::Follow => {
                 self.set_leading(false);
@@ -244,7 +288,8 @@ impl Election {
             }
             Decision::Create => {
                 let lease = held(&self.settings, None, true);
-                self.api.create(&PostParams::default(), &lease).await
+                self.bounded(self.api.create(&PostParams::default(), &lease))
+                    .await
             }
             Decision::Acquire | Decision::Renew => {
                 let lease = held(
@@ -252,14 +297,21 @@ impl Election {
                     lease.as_ref(),
                     decision == Decision::Acquire,
                 );
-                self.api
-                    .replace(&self.settings.name, &PostParams::default(), &lease)
-                    .await
+                self.bounded(
+                    self.api
+                        .replace(&self.settings.name, &PostParams::default(), &lease),
+                )
+                .await
             }
+        };
+        let Some(written) = written else {
+            warn!(lease = %self.settings.name, "writing the lease timed out");
+            self.check_deadline();
+            return;
         };
         match written {
             Ok(lease) => {
-                self.renewed_at = Some(Instant::now());
+                self.renewed_at = Some(sent_at);
                 self.held = Some(lease);
                 self.set_leading(true);
             }
@@ -349,6 +401,14 @@ impl Election {
     }
 }
 
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A holder identity unique to this process: `<name>_<8 hex digits>` (a restarted agent is a
 /// new holder, and two agents of one node during a rolling update never share one).
 pub fn identity(name: &str) -> String {
@@ -435,6 +495,61 @@ mod tests {
             .holder,
             None
         );
+    }
+
+    /// An API server that answers the first look (no lease) and the create, then hangs on
+    /// every request: the renewals never return.
+    fn hanging_after_create() -> Api<Lease> {
+        let service = tower::service_fn(|request: http::Request<kube::client::Body>| async move {
+            let (status, body) = match *request.method() {
+                http::Method::GET => (
+                    404,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+                ),
+                http::Method::POST => (
+                    201,
+                    serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                        "metadata": {"name": "l", "namespace": "ns", "resourceVersion": "1"},
+                        "spec": {"holderIdentity": "me_00000001", "leaseDurationSeconds": 15}}),
+                ),
+                _ => std::future::pending().await,
+            };
+            let response = http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(kube::client::Body::from(body.to_string().into_bytes()))?;
+            Ok::<_, http::Error>(response)
+        });
+        Api::namespaced(kube::Client::new(service, "ns"), "ns")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_renewals_hang_stops_leading_at_its_deadline() {
+        let (leading_tx, mut leading) = watch::channel(false);
+        let (_stop, stopped) = oneshot::channel();
+        let mut election = Election {
+            api: hanging_after_create(),
+            settings: LeaseSettings {
+                namespace: "ns".into(),
+                name: "l".into(),
+                identity: "me_00000001".into(),
+            },
+            leading: leading_tx,
+            seen: None,
+            held: None,
+            renewed_at: None,
+            gauge: Default::default(),
+        };
+        let task = tokio::spawn(async move { election.run(stopped).await });
+        leading.changed().await.expect("a change");
+        assert!(*leading.borrow(), "created the lease: leads");
+        let since = Instant::now();
+        leading.changed().await.expect("a change");
+        assert!(!*leading.borrow());
+        // The renewal sent at RENEW_INTERVAL hangs; leadership ends at the deadline counted
+        // from the create, well before the others may take over (LEASE_DURATION).
+        assert_eq!(since.elapsed(), RENEW_DEADLINE);
+        task.abort();
     }
 
     #[test]

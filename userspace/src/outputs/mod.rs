@@ -31,7 +31,7 @@ impl Outputs {
         groups: Option<watch::Receiver<Option<Groups>>>,
         metrics: &Arc<Metrics>,
     ) -> Option<Self> {
-        if config.external_dns.is_none() && config.update.is_empty() {
+        if !config.elects() {
             return None;
         }
         let lease_namespace = config
