@@ -304,7 +304,8 @@ fn a_wrong_key_is_reported_and_bind_is_left_alone() {
 /// Two agents, one Lease (the agents watch Kubernetes, so they elect a writer): only the holder
 /// sends UPDATEs (the other counts none and reports itself out of sync, so an alert takes the
 /// maximum over agents); killed, its lease expires and the other takes over, writes every name
-/// whole and then the changes.
+/// whole and then the changes, and deletes the name that went meanwhile (every name managed:
+/// the follower remembers what the leader may have written).
 #[test]
 fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
     let bed = Bed::new("upd-lead");
@@ -313,7 +314,8 @@ fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
         Kind::EndpointSlice,
         api_server_slice("IPv4", "kubernetes-a", &["198.18.0.11"]),
     );
-    let records = bed.records("      api: [198.18.1.1, 198.18.1.2]\n");
+    let records =
+        bed.records("      api: [198.18.1.1, 198.18.1.2]\n      web.ingress: 198.18.2.1\n");
     bed.dir.write("update-key", &bed.key.secret);
     let config = bed.dir.write(
         "agent.yaml",
@@ -322,7 +324,7 @@ fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
              endpointSlices:\n  - zone: k8s.example\n    hostnames: [api]\n\
              leaderElection:\n  namespace: hostport-dns\n  leaseName: dns-writer\n\
              transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/update-key\n\
-             update:\n  - server: {BIND}\n    zone: {ZONE}\n    source: {SOURCE}\n    key: {KEY}\n    names: [api]\n",
+             update:\n  - server: {BIND}\n    zone: {ZONE}\n    source: {SOURCE}\n    key: {KEY}\n",
             url = api.url(),
             dir = bed.dir.path.display()
         ),
@@ -336,6 +338,7 @@ fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
     let a = agent(1053, "agent-a");
     let b = agent(1054, "agent-b");
     bed.wait_for("api", "A", &["198.18.1.1", "198.18.1.2"]);
+    bed.wait_for("web.ingress", "A", &["198.18.2.1"]);
     let first = holder().expect("a holder");
     let (leader, follower) = if first.starts_with("agent-a_") {
         (a, b)
@@ -367,6 +370,7 @@ fn only_the_lease_holder_writes_and_another_takes_over_when_it_is_killed() {
         holder().is_some_and(|h| h != first)
     });
     bed.wait_for("api", "A", &["198.18.1.3"]);
+    bed.wait_for("web.ingress", "A", &[]);
     eventually("the new holder to report the target in sync", 10, || {
         in_sync(&follower) == 1.0
     });

@@ -162,6 +162,7 @@ impl Updates {
                 keys: keys.clone(),
                 metrics: self.metrics.clone(),
                 written: BTreeMap::new(),
+                seen: BTreeSet::new(),
                 unknown: Unknown::All,
             };
             tokio::spawn(task.run(leading.clone()));
@@ -186,6 +187,10 @@ struct Task {
     metrics: UpdateMetrics,
     /// What was last written per name of the source zone (names written empty are left out).
     written: BTreeMap<Name, Rrsets>,
+    /// Every name of the source zone with addresses in a table this agent took, while leading
+    /// or not, until written empty: with every name managed (no `names`), what another leader
+    /// may have written, so a name gone by the time this agent leads is still deleted.
+    seen: BTreeSet<Name>,
     unknown: Unknown,
 }
 
@@ -209,7 +214,7 @@ impl Task {
                 // Whoever writes meanwhile, what is there is not known any more.
                 self.unknown = Unknown::All;
                 self.written.clear();
-                if leading.changed().await.is_err() {
+                if !self.follow(&mut leading).await {
                     return;
                 }
                 info!(target = %self.label, "writing RFC 2136 updates (this agent leads): every name is sent again");
@@ -217,6 +222,7 @@ impl Task {
             }
             let (newest, more) = self.take();
             if let Some(newest) = newest {
+                self.note_seen(&newest, more.as_ref());
                 table = Some(newest);
             }
             changed = match (changed, more) {
@@ -259,6 +265,50 @@ impl Task {
                 () = self.feed.wake.notified() => {}
                 () = leadership_changes(&mut leading) => {}
             }
+        }
+    }
+
+    /// While another agent writes: notes the names of each table until leadership changes;
+    /// false once no more word on it can come.
+    async fn follow(&mut self, leading: &mut watch::Receiver<bool>) -> bool {
+        let feed = self.feed.clone();
+        loop {
+            tokio::select! {
+                changed = leading.changed() => return changed.is_ok(),
+                () = feed.wake.notified() => {
+                    if let (Some(table), changed) = self.take() {
+                        self.note_seen(&table, changed.as_ref());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Notes the names of the source zone with addresses among `changed` (None: all) in
+    /// `table`, when every name is managed.
+    fn note_seen(&mut self, table: &RecordTable, changed: Option<&FxHashSet<WireName>>) {
+        if self.target.names.is_some() {
+            return;
+        }
+        let Some(ServedZone::Forward(zone)) = ServedZone::find(table, &self.target.source) else {
+            return;
+        };
+        let has_addresses = |name: &Name| !current(table, &zone, name, None).is_empty();
+        match changed {
+            Some(changed) => self.seen.extend(
+                changed
+                    .iter()
+                    .map(WireName::to_name)
+                    .filter(|n| has_addresses(n)),
+            ),
+            None => self.seen.extend(
+                table
+                    .nodes()
+                    .filter(|(_, node)| {
+                        node.zone == zone.id && (!node.a.is_empty() || !node.aaaa.is_empty())
+                    })
+                    .map(|(name, _)| name.to_name()),
+            ),
         }
     }
 
@@ -376,6 +426,7 @@ impl Task {
         }
         let now = current(table, zone, &name, self.target.ttl);
         if now.is_empty() {
+            self.seen.remove(&name);
             self.written.remove(&name);
         } else {
             self.written.insert(name, now);
@@ -419,8 +470,12 @@ impl Task {
                 } else if let Some(changed) = changed {
                     names.extend(changed.iter().map(WireName::to_name));
                 }
-                // Names written before and gone since.
+                // Names written before (by this agent, or seen with addresses while another
+                // may have written them) and gone since.
                 names.extend(self.written.keys().cloned());
+                if every {
+                    names.extend(self.seen.iter().cloned());
+                }
                 names.retain(|n| self.target.target_name(n).is_some());
             }
         }
@@ -646,5 +701,68 @@ mod tests {
             (DNSClass::ANY, RecordType::A)
         );
         assert_eq!(third.len(), 3);
+    }
+
+    /// A name another leader wrote and that went while this agent followed is deleted when
+    /// this agent leads (every name managed, so nothing lists it).
+    #[tokio::test]
+    async fn a_name_gone_while_following_is_deleted_on_taking_over() {
+        let (server, got) = primary().await;
+        let target = UpdateTarget {
+            server,
+            zone: Name::from_ascii("corp.example.").unwrap(),
+            source: Name::from_ascii("example.").unwrap(),
+            names: None,
+            key: None,
+            ttl: None,
+        };
+        let updates = Arc::new(Updates::new(vec![target]));
+        let (leading_tx, leading) = watch::channel(false);
+        updates.spawn(None, leading);
+        let zone = ZoneSpec::with_defaults(Name::from_ascii("example.").unwrap());
+        let (mut builder, _) = TableBuilder::new(&[zone]);
+        builder.add(&[
+            record("api.example.", [198, 18, 0, 1]),
+            record("old.example.", [198, 18, 0, 9]),
+        ]);
+        builder.finish();
+        updates.record(&Arc::new(builder.table().clone()), None);
+        // The follower takes each table as it comes (its wake is not lost).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        builder.remove([&record("old.example.", [198, 18, 0, 9])]);
+        let changed = builder.finish();
+        updates.record(&Arc::new(builder.table().clone()), Some(&changed));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(got.lock().unwrap().is_empty(), "written while not leading");
+
+        leading_tx.send_replace(true);
+        let sent = received(&got, 1).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let sent_names: BTreeSet<String> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m.authorities.iter().map(|r| r.name.to_ascii()))
+            .collect();
+        assert!(
+            sent_names.contains("old.corp.example."),
+            "the gone name is deleted: {sent_names:?} in {sent:?}"
+        );
+        let old_records: Vec<(DNSClass, RecordType)> = got
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m.authorities.clone())
+            .filter(|r| r.name.to_ascii() == "old.corp.example.")
+            .map(|r| (r.dns_class, r.record_type()))
+            .collect();
+        assert_eq!(
+            old_records,
+            [
+                (DNSClass::ANY, RecordType::A),
+                (DNSClass::ANY, RecordType::AAAA)
+            ],
+            "deleted, nothing added"
+        );
     }
 }
