@@ -26,7 +26,7 @@ use hickory_proto::rr::Name;
 use k8s_openapi::api::core::v1::Service;
 use kube::{
     Api, Client,
-    api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams},
+    api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions},
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -188,7 +188,8 @@ pub fn resource(kind: ExternalDnsKind) -> ApiResource {
 }
 
 /// What of an object the writer owns: its labels (only the writer's keys), its annotations
-/// (all of them), and the part of its spec the writer sets.
+/// (only the keys it writes: others' annotations, a webhook's say, are left as they are), and
+/// the part of its spec the writer sets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owned {
     pub labels: BTreeMap<String, String>,
@@ -329,8 +330,9 @@ fn headless_spec() -> Value {
     json!({ "type": "ClusterIP", "clusterIP": "None" })
 }
 
-/// What the writer owns of `object` (of `kind`), as it is now.
-pub fn owned(kind: ExternalDnsKind, object: &DynamicObject) -> Owned {
+/// What the writer owns of `object`, as it is now, to compare with `want` (of the same kind).
+pub fn owned(want: &Desired, object: &DynamicObject) -> Owned {
+    let kind = want.kind;
     let labels = object
         .metadata
         .labels
@@ -339,7 +341,14 @@ pub fn owned(kind: ExternalDnsKind, object: &DynamicObject) -> Owned {
         .filter(|(k, _)| [MANAGED_BY.0, LEASE_LABEL, OUTPUT_LABEL].contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let annotations = object.metadata.annotations.clone().unwrap_or_default();
+    let annotations = object
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| want.owned.annotations.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let spec = &object.data["spec"];
     let spec = match kind {
         ExternalDnsKind::Service => {
@@ -385,6 +394,7 @@ pub enum Write {
     Create(DynamicObject),
     /// The object as read, brought in line (its `resourceVersion` kept).
     Replace(DynamicObject),
+    /// The object of this name (the writer deletes it only if it is still the one read).
     Delete(String),
 }
 
@@ -404,7 +414,7 @@ pub fn plan(
     for want in desired {
         match by_name.get(want.name.as_str()) {
             None => writes.push(Write::Create(created(namespace, want, resource))),
-            Some(object) if owned(want.kind, object) != want.owned => {
+            Some(object) if owned(want, object) != want.owned => {
                 writes.push(Write::Replace(replaced(object, want)));
             }
             Some(_) => {}
@@ -433,8 +443,13 @@ fn replaced(object: &DynamicObject, want: &Desired) -> DynamicObject {
     let mut object = object.clone();
     let labels = object.metadata.labels.get_or_insert_with(BTreeMap::new);
     labels.extend(want.owned.labels.clone());
-    object.metadata.annotations =
-        (!want.owned.annotations.is_empty()).then(|| want.owned.annotations.clone());
+    if !want.owned.annotations.is_empty() {
+        object
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(want.owned.annotations.clone());
+    }
     match want.kind {
         ExternalDnsKind::Service => {
             if !object.data["spec"].is_object() {
@@ -559,7 +574,9 @@ impl Writer {
                 ),
                 Write::Delete(_) => (
                     "deleted",
-                    api.delete(&name, &DeleteParams::default()).await.map(drop),
+                    api.delete(&name, &still_the_one_read(&actual, &name))
+                        .await
+                        .map(drop),
                 ),
             };
             let result = match result {
@@ -593,6 +610,22 @@ fn status_code(err: &kube::Error) -> Option<u16> {
     match err {
         kube::Error::Api(status) => Some(status.code),
         _ => None,
+    }
+}
+
+/// A delete of the object `name` as read in `actual` only: another object of that name (its
+/// owner deleted ours and made its own since the list) has another uid, and a changed one
+/// another `resourceVersion`; the API server then answers 409 and the next pass looks again.
+fn still_the_one_read(actual: &[DynamicObject], name: &str) -> DeleteParams {
+    let read = actual
+        .iter()
+        .find(|o| o.metadata.name.as_deref() == Some(name));
+    DeleteParams {
+        preconditions: read.map(|o| Preconditions {
+            uid: o.metadata.uid.clone(),
+            resource_version: o.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
     }
 }
 
@@ -767,7 +800,7 @@ mod tests {
                 panic!("{replace:?}")
             };
             assert_eq!(object.metadata.resource_version.as_deref(), Some("5"));
-            assert_eq!(owned(kind, object), moved.owned);
+            assert_eq!(owned(&moved, object), moved.owned);
             let mut other = stored.clone();
             other.metadata.name = Some("gone".into());
             assert_eq!(
@@ -775,6 +808,37 @@ mod tests {
                 [Write::Delete("gone".into())]
             );
         }
+    }
+
+    #[test]
+    fn annotations_others_add_are_neither_compared_nor_removed() {
+        let resource = resource(ExternalDnsKind::Service);
+        let want = desired(&output(ExternalDnsKind::Service), &group(&["198.18.0.11"]))
+            .expect("an object");
+        let created = plan("ns", &[&want], &[], &resource);
+        let [Write::Create(stored)] = created.as_slice() else {
+            panic!("{created:?}")
+        };
+        let mut stored = stored.clone();
+        stored.metadata.resource_version = Some("5".into());
+        stored
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert("webhook.example/injected".into(), "yes".into());
+        assert_eq!(plan("ns", &[&want], &[stored.clone()], &resource), []);
+        let moved = desired(&output(ExternalDnsKind::Service), &group(&["198.18.0.12"]))
+            .expect("an object");
+        let replace = plan("ns", &[&moved], &[stored], &resource);
+        let [Write::Replace(replaced)] = replace.as_slice() else {
+            panic!("{replace:?}")
+        };
+        let annotations = replaced.metadata.annotations.clone().expect("annotations");
+        assert_eq!(annotations["webhook.example/injected"], "yes");
+        assert_eq!(
+            annotations["external-dns.alpha.kubernetes.io/target"],
+            "198.18.0.12"
+        );
     }
 
     #[test]

@@ -344,6 +344,9 @@ impl Task {
         for _round in 0..2 {
             let updates = self.updates(table, zone, changed);
             let mut prerequisite_failed = false;
+            // A refusal may be the policy's for some names (BIND's update-policy grants names):
+            // the other batches still go, and the sync is retried as failed.
+            let mut refused = false;
             let all = batches(&self.target.zone, updates, rand_id);
             let mut left: Vec<Vec<Name>> = all.iter().map(|b| b.keys.clone()).collect();
             left.reverse();
@@ -363,7 +366,11 @@ impl Task {
                         self.mark_unknown(batch.keys);
                         prerequisite_failed = true;
                     }
-                    _ => {
+                    Outcome::Refused => {
+                        self.mark_unknown(batch.keys);
+                        refused = true;
+                    }
+                    Outcome::NotAuthorized(_) | Outcome::Failed(_) => {
                         self.mark_unknown(batch.keys);
                         for keys in left {
                             self.mark_unknown(keys);
@@ -371,6 +378,9 @@ impl Task {
                         return Err(Stopped::Failed);
                     }
                 }
+            }
+            if refused {
+                return Err(Stopped::Failed);
             }
             if !prerequisite_failed {
                 self.unknown = Unknown::Names(BTreeSet::new());
@@ -578,6 +588,11 @@ mod tests {
 
     /// A primary that answers every UPDATE NOERROR and keeps what it got.
     async fn primary() -> (std::net::SocketAddr, Received) {
+        primary_refusing(None).await
+    }
+
+    /// [`primary`], answering REFUSED to a message that names `refused` (its policy).
+    async fn primary_refusing(refused: Option<&'static str>) -> (std::net::SocketAddr, Received) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("an address");
         let received: Received = Arc::default();
@@ -590,7 +605,17 @@ mod tests {
                 let message = Message::from_bytes(&bytes).expect("an UPDATE");
                 let mut answer =
                     Message::new(message.metadata.id, MessageType::Response, OpCode::Update);
-                answer.metadata.response_code = ResponseCode::NoError;
+                let refuse = refused.is_some_and(|name| {
+                    message
+                        .authorities
+                        .iter()
+                        .any(|r| r.name.to_ascii() == name)
+                });
+                answer.metadata.response_code = if refuse {
+                    ResponseCode::Refused
+                } else {
+                    ResponseCode::NoError
+                };
                 kept.lock().unwrap().push(message);
                 let answer = answer.to_vec().expect("encodes");
                 let mut framed = (answer.len() as u16).to_be_bytes().to_vec();
@@ -763,6 +788,43 @@ mod tests {
                 (DNSClass::ANY, RecordType::AAAA)
             ],
             "deleted, nothing added"
+        );
+    }
+
+    /// A batch the primary refuses (its policy for one name) does not hold back the others.
+    #[tokio::test]
+    async fn a_refused_batch_does_not_hold_back_the_next() {
+        let (server, got) = primary_refusing(Some("a0.corp.example.")).await;
+        let target = UpdateTarget {
+            server,
+            zone: Name::from_ascii("corp.example.").unwrap(),
+            source: Name::from_ascii("example.").unwrap(),
+            names: None,
+            key: None,
+            ttl: None,
+        };
+        let updates = Arc::new(Updates::new(vec![target]));
+        let (_leading_tx, leading) = watch::channel(true);
+        updates.spawn(None, leading);
+        let zone = ZoneSpec::with_defaults(Name::from_ascii("example.").unwrap());
+        let (mut builder, _) = TableBuilder::new(&[zone]);
+        let mut records = vec![record("a0.example.", [198, 18, 0, 1])];
+        records.extend(
+            (0..plan::MAX_NAMES as u8)
+                .map(|i| record(&format!("n{i:02}.example."), [198, 18, 1, i])),
+        );
+        builder.add(&records);
+        builder.finish();
+        updates.record(&Arc::new(builder.table().clone()), None);
+        let sent = received(&got, 2).await;
+        let last_batch: Vec<String> = sent[1]
+            .authorities
+            .iter()
+            .map(|r| r.name.to_ascii())
+            .collect();
+        assert!(
+            last_batch.contains(&"n31.corp.example.".to_owned()),
+            "the batch after the refused one went: {last_batch:?}"
         );
     }
 }

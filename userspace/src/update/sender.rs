@@ -128,6 +128,11 @@ fn judge(
     if rcode == ResponseCode::NotAuth {
         return Outcome::NotAuthorized("NOTAUTH".to_owned());
     }
+    // A primary that refuses by address (an ACL checked before the key) answers unsigned
+    // (RFC 8945 §5.3): a refusal is what it says whatever the signature, it changes nothing.
+    if rcode == ResponseCode::Refused && parsed.signature().is_none() {
+        return Outcome::Refused;
+    }
     if let (Some(signer), Some(mac)) = (signer, request_mac)
         && let Err(err) = tsig::verify_response(signer, answer, mac, unix_now())
     {
@@ -150,5 +155,39 @@ fn tsig_error_name(error: TsigError) -> String {
         TsigError::BadKey => "BADKEY".to_owned(),
         TsigError::BadTime => "BADTIME".to_owned(),
         other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(rcode: ResponseCode) -> (Message, Vec<u8>) {
+        let mut message = Message::new(7, MessageType::Response, OpCode::Update);
+        message.metadata.response_code = rcode;
+        let bytes = message.to_vec().expect("encodes");
+        (message, bytes)
+    }
+
+    #[test]
+    fn an_unsigned_refusal_to_a_signed_update_is_a_refusal() {
+        let signer = TSigner::new(
+            b"0123456789abcdef0123456789abcdef".to_vec(),
+            hickory_proto::rr::rdata::tsig::TsigAlgorithm::HmacSha256,
+            hickory_proto::rr::Name::from_ascii("update-key.").expect("a name"),
+            300,
+        )
+        .expect("a signer");
+        let (parsed, bytes) = answer(ResponseCode::Refused);
+        assert!(matches!(
+            judge(&parsed, &bytes, Some(&signer), Some(&[0; 32])),
+            Outcome::Refused
+        ));
+        // Any other unsigned answer to a signed UPDATE does not verify.
+        let (parsed, bytes) = answer(ResponseCode::NoError);
+        assert!(matches!(
+            judge(&parsed, &bytes, Some(&signer), Some(&[0; 32])),
+            Outcome::Failed(_)
+        ));
     }
 }

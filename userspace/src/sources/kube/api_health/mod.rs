@@ -126,6 +126,11 @@ impl Prober {
                 self.forget(gone);
             }
             if servers.is_empty() {
+                // Nothing to probe: the verdict forgets the servers that went, so that one
+                // coming back is not left out until its first probe.
+                if !self.publish(tracker.down(), &mut sent).await {
+                    return;
+                }
                 continue;
             }
             let tls = match probe::tls_config(&self.settings.ca_file) {
@@ -152,18 +157,27 @@ impl Prober {
             for (server, result) in servers.iter().zip(results) {
                 self.count(&mut tracker, *server, result);
             }
-            let down = tracker.down();
-            if down != sent {
-                let verdict = Verdict {
-                    output: self.output,
-                    down: down.clone(),
-                };
-                if self.verdicts.send(verdict).await.is_err() {
-                    return;
-                }
-                sent = down;
+            if !self.publish(tracker.down(), &mut sent).await {
+                return;
             }
         }
+    }
+
+    /// Sends the servers `down` as the verdict if they differ from the last one `sent`; false
+    /// once no one listens.
+    async fn publish(&self, down: BTreeSet<IpAddr>, sent: &mut BTreeSet<IpAddr>) -> bool {
+        if down == *sent {
+            return true;
+        }
+        let verdict = Verdict {
+            output: self.output,
+            down: down.clone(),
+        };
+        if self.verdicts.send(verdict).await.is_err() {
+            return false;
+        }
+        *sent = down;
+        true
     }
 
     /// The bearer token for this round, read again each time (a projected service-account
