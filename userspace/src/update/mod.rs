@@ -651,9 +651,12 @@ mod tests {
             .collect()
     }
 
-    #[tokio::test]
-    async fn nothing_is_written_until_leading_and_each_leadership_starts_with_every_name_whole() {
-        let (server, got) = primary().await;
+    /// A writer of every name of `example.` into `corp.example.` at `server`, leading from the
+    /// start or not, and a builder of the tables it follows.
+    fn writer(
+        server: std::net::SocketAddr,
+        leading: bool,
+    ) -> (Arc<Updates>, watch::Sender<bool>, TableBuilder) {
         let target = UpdateTarget {
             server,
             zone: Name::from_ascii("corp.example.").unwrap(),
@@ -663,10 +666,17 @@ mod tests {
             ttl: None,
         };
         let updates = Arc::new(Updates::new(vec![target]));
-        let (leading_tx, leading) = watch::channel(false);
+        let (leading_tx, leading) = watch::channel(leading);
         updates.spawn(None, leading);
         let zone = ZoneSpec::with_defaults(Name::from_ascii("example.").unwrap());
-        let (mut builder, _) = TableBuilder::new(&[zone]);
+        let (builder, _) = TableBuilder::new(&[zone]);
+        (updates, leading_tx, builder)
+    }
+
+    #[tokio::test]
+    async fn nothing_is_written_until_leading_and_each_leadership_starts_with_every_name_whole() {
+        let (server, got) = primary().await;
+        let (updates, leading_tx, mut builder) = writer(server, false);
         builder.add(&[record("api.example.", [198, 18, 0, 1])]);
         builder.finish();
         updates.record(&Arc::new(builder.table().clone()), None);
@@ -733,19 +743,7 @@ mod tests {
     #[tokio::test]
     async fn a_name_gone_while_following_is_deleted_on_taking_over() {
         let (server, got) = primary().await;
-        let target = UpdateTarget {
-            server,
-            zone: Name::from_ascii("corp.example.").unwrap(),
-            source: Name::from_ascii("example.").unwrap(),
-            names: None,
-            key: None,
-            ttl: None,
-        };
-        let updates = Arc::new(Updates::new(vec![target]));
-        let (leading_tx, leading) = watch::channel(false);
-        updates.spawn(None, leading);
-        let zone = ZoneSpec::with_defaults(Name::from_ascii("example.").unwrap());
-        let (mut builder, _) = TableBuilder::new(&[zone]);
+        let (updates, leading_tx, mut builder) = writer(server, false);
         builder.add(&[
             record("api.example.", [198, 18, 0, 1]),
             record("old.example.", [198, 18, 0, 9]),
@@ -795,19 +793,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_batch_does_not_hold_back_the_next() {
         let (server, got) = primary_refusing(Some("a0.corp.example.")).await;
-        let target = UpdateTarget {
-            server,
-            zone: Name::from_ascii("corp.example.").unwrap(),
-            source: Name::from_ascii("example.").unwrap(),
-            names: None,
-            key: None,
-            ttl: None,
-        };
-        let updates = Arc::new(Updates::new(vec![target]));
-        let (_leading_tx, leading) = watch::channel(true);
-        updates.spawn(None, leading);
-        let zone = ZoneSpec::with_defaults(Name::from_ascii("example.").unwrap());
-        let (mut builder, _) = TableBuilder::new(&[zone]);
+        let (updates, _leading_tx, mut builder) = writer(server, true);
         let mut records = vec![record("a0.example.", [198, 18, 0, 1])];
         records.extend(
             (0..plan::MAX_NAMES as u8)
