@@ -301,14 +301,7 @@ impl Task {
                     .map(WireName::to_name)
                     .filter(|n| has_addresses(n)),
             ),
-            None => self.seen.extend(
-                table
-                    .nodes()
-                    .filter(|(_, node)| {
-                        node.zone == zone.id && (!node.a.is_empty() || !node.aaaa.is_empty())
-                    })
-                    .map(|(name, _)| name.to_name()),
-            ),
+            None => self.seen.extend(names_with_addresses(table, &zone)),
         }
     }
 
@@ -468,15 +461,7 @@ impl Task {
             }
             None => {
                 if every {
-                    names.extend(
-                        table
-                            .nodes()
-                            .filter(|(_, node)| {
-                                node.zone == zone.id
-                                    && (!node.a.is_empty() || !node.aaaa.is_empty())
-                            })
-                            .map(|(name, _)| name.to_name()),
-                    );
+                    names.extend(names_with_addresses(table, zone));
                 } else if let Some(changed) = changed {
                     names.extend(changed.iter().map(WireName::to_name));
                 }
@@ -547,6 +532,17 @@ async fn leadership_changes(leading: &mut watch::Receiver<bool>) {
     if leading.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// Every name of `zone` in `table` with A or AAAA records.
+fn names_with_addresses<'a>(
+    table: &'a RecordTable,
+    zone: &'a Zone,
+) -> impl Iterator<Item = Name> + 'a {
+    table
+        .nodes()
+        .filter(|(_, node)| node.zone == zone.id && (!node.a.is_empty() || !node.aaaa.is_empty()))
+        .map(|(name, _)| name.to_name())
 }
 
 /// What `table` holds at `name` in `zone`, with the TTL `ttl` (None: the records' own).
