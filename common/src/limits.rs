@@ -131,9 +131,20 @@ pub const MAX_SOA_GUARDS: usize = 8;
 /// more is passed to userspace, which parses it fully).
 pub const MAX_EDNS_OPTIONS: usize = 8;
 
-/// The UDP payload size hostport-dns advertises and the largest answer the kernel builds: the
-/// DNS flag day 2020 value, which fits any path MTU of 1280 or more.
-pub const EDNS_PAYLOAD_SIZE: u16 = 1232;
+/// The default ceiling on UDP answers (`--udp-max-payload`, Knot's `udp-max-payload`): an
+/// answer is as large as the client offers, up to this, and the OPT record advertises it. This
+/// product's clients are load balancers on the data-centre network that offer 8192 bytes
+/// (HAProxy's `accepted_payload_size 8192`) so that a whole fleet fits one answer: 250
+/// dual-stack nodes' AAAA records take about 7 KB. Larger answers leave as IP fragments.
+pub const DEFAULT_UDP_MAX_PAYLOAD: u16 = 8192;
+
+/// The DNS flag day 2020 value, which fits any path MTU of 1280 or more without fragments: the
+/// ceiling for clients across the Internet (`--udp-max-payload 1232`).
+pub const FLAG_DAY_UDP_PAYLOAD: u16 = 1232;
+
+/// The highest ceiling an operator may set: the most DNS one UDP datagram carries over IPv4
+/// (65535 less the IPv4 and UDP headers).
+pub const MAX_UDP_MAX_PAYLOAD: u16 = 65_507;
 
 /// What a client without EDNS accepts (protocol: RFC 1035 §4.2.1).
 pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
@@ -144,9 +155,15 @@ pub const CLASSIC_UDP_PAYLOAD: u16 = 512;
 pub const MAX_FRONT_LEN: usize = 512;
 
 /// Packet offsets the kernel writes an answer at, and bytes an answer grows by, stay below this:
-/// at most 1232 bytes of DNS after at most 66 bytes of headers (verifier: bounds packet offsets
-/// computed from lengths, a power of two for masks).
+/// at most [`MAX_XDP_ANSWER_LEN`] bytes of DNS after at most 66 bytes of headers (verifier:
+/// bounds packet offsets computed from lengths, a power of two for masks).
 pub const MAX_PACKET_OFFSET: usize = 2048;
+
+/// The largest DNS answer the kernel writes. Its answers are smaller by construction (a
+/// question, at most 16 records of a type or one SOA, an OPT record: under 900 bytes); an
+/// answer the client accepts but the kernel does not write is passed to userspace, which sends
+/// it whole, up to the ceiling (`PassLargeSet`, `PassTooLarge`).
+pub const MAX_XDP_ANSWER_LEN: usize = 1232;
 
 /// Words of 8 bytes covering [`MAX_FRONT_LEN`] (verifier: bounds the front copy).
 pub const FRONT_WORDS: usize = MAX_FRONT_LEN / 8;

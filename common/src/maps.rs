@@ -60,6 +60,10 @@ pub const GLOBAL_DNS_PORT: &str = "HPD_DNS_PORT";
 /// Global in the program holding its `policy::ClientPolicy`, set at load time.
 pub const GLOBAL_POLICY: &str = "HPD_POLICY";
 
+/// Global in the program holding the ceiling on UDP answers (`--udp-max-payload`), set at load
+/// time.
+pub const GLOBAL_UDP_MAX_PAYLOAD: &str = "HPD_UDP_MAX_PAYLOAD";
+
 /// Global in the program holding the table's [`Capacity`], set at load time.
 pub const GLOBAL_CAPACITY: &str = "HPD_CAPACITY";
 

@@ -7,7 +7,7 @@ use hostport_dns_common::{
     entry::{EntryHead, NAME_FLAG_ROTATE, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry, ZoneId},
     limits::{
         A_RR_LEN, AAAA_RR_LEN, MAX_SOA_GUARDS, MAX_XDP_A_RECORDS, MAX_XDP_AAAA_RECORDS,
-        NAME_BUF_LEN,
+        MAX_XDP_ANSWER_LEN, NAME_BUF_LEN,
     },
 };
 
@@ -102,7 +102,10 @@ pub fn plan(
         + records.map_or(0, |r| r.len())
         + soa.map_or(0, |z| z.soa_len as usize)
         + if query.has_opt { OPT_RR_LEN } else { 0 };
-    if dns_len > query.udp_limit {
+    // Larger than the client accepts: userspace truncates it. Larger than the kernel writes
+    // (never, by construction; the check also bounds the offsets for the verifier): userspace
+    // sends it whole.
+    if dns_len > query.udp_limit || dns_len > MAX_XDP_ANSWER_LEN {
         return Err(Counter::PassTooLarge);
     }
     Ok(Plan {

@@ -11,12 +11,13 @@ use hostport_dns_common::{
     },
     hash::{lowercase_word, mix},
     limits::{
-        CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE, MAX_EDNS_OPTIONS, MAX_LABEL_LEN, MAX_LABELS,
-        MAX_NAME_LEN, MAX_XDP_QUERY_LEN, NAME_BUF_LEN, NAME_WORDS,
+        CLASSIC_UDP_PAYLOAD, MAX_EDNS_OPTIONS, MAX_LABEL_LEN, MAX_LABELS, MAX_NAME_LEN,
+        MAX_UDP_MAX_PAYLOAD, MAX_XDP_QUERY_LEN, NAME_BUF_LEN, NAME_WORDS,
     },
 };
 
 use crate::{
+    HPD_UDP_MAX_PAYLOAD,
     packet::{be16, bound, masked_mut, ptr_at},
     scratch::{LABEL_START_WORDS, Scratch},
     udp::L4,
@@ -26,6 +27,16 @@ use crate::{
 const OPTION_HEADER_LEN: usize = 4;
 /// The DO bit as the high byte of the OPT flags (the low byte is zero in our answers).
 pub const EDNS_FLAG_DO_BYTE: u8 = (EDNS_FLAG_DO >> 8) as u8;
+
+/// The ceiling on UDP answers, which our OPT record advertises: what the agent set at load time
+/// (`--udp-max-payload`), never below what any client accepts.
+#[inline(always)]
+pub fn udp_max_payload() -> u16 {
+    // SAFETY: a plain read of a load-time constant; volatile so the compiler does not fold the
+    // default in (the agent rewrites it before loading).
+    let ceiling = unsafe { core::ptr::read_volatile(&HPD_UDP_MAX_PAYLOAD) };
+    ceiling.max(CLASSIC_UDP_PAYLOAD)
+}
 
 /// What the client asked for and what it accepts.
 pub struct Query {
@@ -87,7 +98,7 @@ pub fn parse(
         (CLASSIC_UDP_PAYLOAD as usize, 0)
     };
     // Whatever the client sent, the rest of the program takes one path for it.
-    let udp_limit = scratch.forget(udp_limit, EDNS_PAYLOAD_SIZE as usize)?;
+    let udp_limit = scratch.forget(udp_limit, MAX_UDP_MAX_PAYLOAD as usize)?;
     let opt_flags = scratch.forget(opt_flags as usize, u8::MAX as usize)? as u8;
     if qclass != CLASS_IN || (qtype != TYPE_A && qtype != TYPE_AAAA) {
         return Err(Counter::PassUnsupportedType);
@@ -293,7 +304,10 @@ fn parse_opt(ctx: &XdpContext, l4: &L4, question_end: usize) -> Result<(usize, u
         return Err(Counter::PassMalformed);
     }
     walk_options(ctx, l4, rdata_start)?;
-    let limit = payload.clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE) as usize;
+    // What the client offers, within 512 (RFC 6891 §6.2.5) and our ceiling: the same limit as
+    // userspace's, so that an answer the kernel passes as too large is the one userspace
+    // truncates.
+    let limit = payload.clamp(CLASSIC_UDP_PAYLOAD, udp_max_payload()) as usize;
     let opt_flags = if flags & EDNS_FLAG_DO != 0 {
         EDNS_FLAG_DO_BYTE
     } else {

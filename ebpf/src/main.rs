@@ -114,6 +114,11 @@ static HPD_POLICY: ClientPolicy = ClientPolicy::OPEN;
 #[unsafe(no_mangle)]
 static HPD_DNS_PORT: u16 = hostport_dns_common::limits::DEFAULT_DNS_PORT;
 
+/// The ceiling on UDP answers (`--udp-max-payload`), which the OPT record advertises; the agent
+/// sets it at load time.
+#[unsafe(no_mangle)]
+static HPD_UDP_MAX_PAYLOAD: u16 = hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD;
+
 /// The table maps' sizes per generation; the agent sets it at load time, with the maps.
 #[unsafe(no_mangle)]
 static HPD_CAPACITY: Capacity = CAPACITY;

@@ -15,10 +15,7 @@ use hostport_dns_common::{
         FLAG_TC, HEADER_LEN, OPT_RR_LEN, POINTER_MARK, QTYPE_QCLASS_LEN, TYPE_OPT, answer_flags,
     },
     entry::ZoneEntry,
-    limits::{
-        EDNS_PAYLOAD_SIZE, FRONT_WORDS, MAX_FRONT_LEN, MAX_PACKET_OFFSET, MAX_SOA_PATCHES,
-        MAX_SOA_RR_LEN,
-    },
+    limits::{FRONT_WORDS, MAX_FRONT_LEN, MAX_PACKET_OFFSET, MAX_SOA_PATCHES, MAX_SOA_RR_LEN},
 };
 use network_types::udp::UdpHdr;
 
@@ -251,12 +248,12 @@ fn write_soa(
     Ok((soa_len, sum))
 }
 
-/// Our OPT record at UDP offset `at`: version 0, our payload size, `flags` (the client's DO
-/// bit), no options. Returns its checksum contribution.
+/// Our OPT record at UDP offset `at`: version 0, our ceiling on UDP answers, `flags` (the
+/// client's DO bit), no options. Returns its checksum contribution.
 #[inline(always)]
 fn write_opt(ctx: &XdpContext, udp_offset: usize, at: usize, flags: u8) -> Result<u64, Counter> {
     let opt: *mut [u8; OPT_RR_LEN] = ptr_at(ctx, udp_offset + at)?;
-    let payload = EDNS_PAYLOAD_SIZE.to_be_bytes();
+    let payload = crate::dns::udp_max_payload().to_be_bytes();
     let type_opt = TYPE_OPT.to_be_bytes();
     let bytes = [
         0,

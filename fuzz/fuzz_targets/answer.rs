@@ -9,7 +9,7 @@ use std::{net::IpAddr, sync::OnceLock};
 use hickory_proto::op::{Message, MessageType};
 use hostport_dns::{
     clients::cookies::Cookies,
-    dns::message::Transport,
+    dns::message::{Transport, UdpCeiling},
     server::{
         answer::{Asker, Shape, respond_for},
         identity::Identity,
@@ -61,6 +61,7 @@ fuzz_target!(|query: &[u8]| {
                 cookies: Some(cookies()),
                 shape,
                 identity: Some(identity()),
+                ..Asker::ANONYMOUS
             };
             let Some(answer) = respond_for(query, Some(table()), transport, &asker) else {
                 // No answer only to what is not a query: too short for an ID, or a response.
@@ -93,9 +94,9 @@ fn check(
     assert_eq!(&bytes[..2], &query[..2], "the query's ID");
     assert_eq!(bytes[2] & 0x78, query[2] & 0x78, "the query's opcode");
     if transport == Transport::Udp {
-        let limit = parsed_query
-            .and_then(|q| q.edns.as_ref())
-            .map_or(512, |e| e.max_payload().clamp(512, 1232) as usize);
+        let limit = parsed_query.and_then(|q| q.edns.as_ref()).map_or(512, |e| {
+            usize::from(e.max_payload().clamp(512, UdpCeiling::DEFAULT.bytes()))
+        });
         assert!(
             bytes.len() <= limit.max(512),
             "{} bytes over UDP",

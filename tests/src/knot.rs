@@ -14,6 +14,7 @@ use hickory_proto::{
     rr::{RData, Record, RecordType},
 };
 use hostport_dns::table::{RecordTable, Zone};
+use hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD as UDP_MAX_PAYLOAD;
 
 use crate::{TempDir, clients::udp_exchange, netns::NetNs, packet::QueryBuilder};
 
@@ -140,8 +141,10 @@ impl Knot {
             ),
             None => String::new(),
         };
+        // Knot's ceiling on UDP answers set to hostport-dns's default, so that both advertise
+        // and answer alike.
         let mut conf = format!(
-            "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n\
+            "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n  udp-max-payload: {UDP_MAX_PAYLOAD}\n\
              {xdp}\
              log:\n  - target: stderr\n    any: error\n\
              database:\n  storage: {d}\n\

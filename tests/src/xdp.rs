@@ -100,6 +100,7 @@ impl Program {
             log: EbpfLogLevel::Off,
             clients: &clients,
             capacity,
+            udp_max_payload: hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD,
             hold_readers: hold,
         };
         let ebpf = loader::load_object(object, &settings).expect("load the XDP program");

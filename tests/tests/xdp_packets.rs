@@ -204,14 +204,15 @@ fn the_question_comes_back_in_the_case_it_was_asked() {
 }
 
 #[test]
-fn edns_gets_our_payload_size_and_the_do_bit_back() {
+fn edns_gets_our_ceiling_and_the_do_bit_back() {
     let fx = fixture();
     let query = QueryBuilder::new("one.prod.coreha.example", TYPE_A)
         .edns(4096, true)
         .bytes();
     let dns = fx.answered(&Frame::v4(SERVER_V4), &query, Counter::AnswerA);
     let opt = &dns[dns.len() - 11..];
-    assert_eq!(opt, &[0, 0, 41, 0x04, 0xd0, 0, 0, 0x80, 0, 0, 0]);
+    // 8192 (0x2000): the default ceiling on UDP answers, whatever the client offered.
+    assert_eq!(opt, &[0, 0, 41, 0x20, 0x00, 0, 0, 0x80, 0, 0, 0]);
 }
 
 #[test]

@@ -28,6 +28,7 @@ use crate::{
     agent_config::{self, AgentConfig},
     clients::{ClientPolicyTable, cookies::Cookies},
     config::RunArgs,
+    dns::message::UdpCeiling,
     health::Health,
     http, kernel_path,
     metrics::Metrics,
@@ -61,6 +62,17 @@ const LEASE_RELEASE_LIMIT: Duration = Duration::from_secs(2);
 /// How the embedded example is named in logs.
 const EMBEDDED_SOURCE: &str = "<embedded example>";
 
+/// The ceiling on UDP answers: the command line's, else the configuration file's, else 8192.
+fn udp_ceiling(args: &RunArgs, config: Option<&AgentConfig>) -> anyhow::Result<UdpCeiling> {
+    match (args.udp_max_payload, config.and_then(|c| c.udp_max_payload)) {
+        (Some(bytes), _) => UdpCeiling::new(bytes)
+            .map_err(anyhow::Error::msg)
+            .context("--udp-max-payload"),
+        (None, Some(ceiling)) => Ok(ceiling),
+        (None, None) => Ok(UdpCeiling::DEFAULT),
+    }
+}
+
 pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     // Everything that can be wrong with the input is found before anything is bound or attached.
     let mut sources = Sources::load(&args)?;
@@ -83,8 +95,13 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         None
     };
     let client_policy = ClientPolicyTable::new(clients);
+    let udp_ceiling = udp_ceiling(&args, sources.config.as_ref())?;
     let transfers = match sources.config.as_ref().and_then(|c| c.transfer.clone()) {
-        Some(config) => Some(Arc::new(Transfers::new(config).context("zone transfers")?)),
+        Some(config) => Some(Arc::new(
+            Transfers::new(config)
+                .context("zone transfers")?
+                .with_udp_ceiling(udp_ceiling),
+        )),
         None => None,
     };
     let identity = Identity::new(
@@ -95,7 +112,9 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     .map_err(anyhow::Error::msg)
     .context("--identity")?;
     let shared = Shared::with_transfers(
-        Gate::new(client_policy.clone(), cookies).with_identity(identity),
+        Gate::new(client_policy.clone(), cookies)
+            .with_identity(identity)
+            .with_udp_ceiling(udp_ceiling),
         transfers
             .clone()
             .map(|t| t as Arc<dyn crate::server::zone_transfers::ZoneTransfers>),
@@ -153,6 +172,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
             log: args.ebpf_log_level,
             clients: client_policy.clone(),
             capacity: Capacity::for_names(args.kernel_names),
+            udp_ceiling,
             answer_on: AnswerOn::parse(&args.answer_on),
             lease: Duration::from_secs(args.pinned_lease),
         });

@@ -32,7 +32,10 @@ use ipnet::IpNet;
 
 use crate::{
     clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
-    dns::grammar::{DnsName, RelativeName, parse_name},
+    dns::{
+        grammar::{DnsName, RelativeName, parse_name},
+        message::UdpCeiling,
+    },
     sources::{
         Snapshot,
         file::FileError,
@@ -72,6 +75,8 @@ pub struct AgentConfig {
     pub external_dns: Option<ExternalDnsConfig>,
     /// The Lease that elects the one agent writing `external_dns` and `update`.
     pub leader_election: LeaderElection,
+    /// The ceiling on UDP answers, when the file sets one.
+    pub udp_max_payload: Option<UdpCeiling>,
 }
 
 impl AgentConfig {
@@ -205,6 +210,11 @@ struct ConfigFile {
     external_dns: Option<ExternalDnsEntry>,
     #[serde(default)]
     leader_election: Option<LeaderElectionEntry>,
+    /// The ceiling on UDP answers in bytes (Knot's `udp-max-payload`; 512 to 65507, default
+    /// 8192): an answer takes what the client offers up to this, and the OPT record advertises
+    /// it. `--udp-max-payload` overrides it.
+    #[serde(default)]
+    udp_max_payload: Option<u16>,
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
@@ -733,6 +743,11 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             .transpose()
             .map_err(invalid)?
             .unwrap_or_default(),
+        udp_max_payload: file
+            .udp_max_payload
+            .map(|bytes| UdpCeiling::new(bytes).map_err(|e| format!("udpMaxPayload: {e}")))
+            .transpose()
+            .map_err(invalid)?,
         ..AgentConfig::default()
     };
     for (i, entry) in file.update.into_iter().enumerate() {
@@ -895,6 +910,23 @@ mod tests {
         ] {
             assert!(definitions.contains_key(name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_udp_ceiling_is_read_and_checked() {
+        let config = parse_str("udpMaxPayload: 1232\n").expect("parses");
+        assert_eq!(config.udp_max_payload.map(UdpCeiling::bytes), Some(1232));
+        assert_eq!(
+            parse_str("zones: []\n").expect("parses").udp_max_payload,
+            None
+        );
+        let error = parse_str("udpMaxPayload: 100\n")
+            .expect_err("too small")
+            .to_string();
+        assert!(
+            error.contains("udpMaxPayload") && error.contains("512"),
+            "{error}"
+        );
     }
 
     #[test]

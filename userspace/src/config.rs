@@ -154,6 +154,13 @@ pub struct RunArgs {
     /// userspace.
     #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::NAMES_CAPACITY, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub kernel_names: u32,
+    /// The ceiling on UDP answers in bytes (Knot's `udp-max-payload`): an answer takes what the
+    /// client offers up to this (512 without EDNS), and the OPT record advertises it. Overrides
+    /// the configuration file's `udpMaxPayload`; default 8192, what load balancers offer
+    /// (HAProxy's `accepted_payload_size 8192`). 1232 keeps every answer unfragmented (DNS flag
+    /// day 2020).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(512..=65_507))]
+    pub udp_max_payload: Option<u16>,
     /// Logs from the XDP program itself (off: every logged packet costs time).
     #[arg(long, value_enum, default_value = "off")]
     pub ebpf_log_level: crate::xdp::EbpfLogLevel,

@@ -15,6 +15,7 @@ use tracing::info;
 
 use crate::{
     clients::ClientPolicyTable,
+    dns::message::UdpCeiling,
     health::Health,
     metrics::Metrics,
     publisher::{AfterFirstWrite, KernelSink, kernel_report},
@@ -23,6 +24,7 @@ use crate::{
         Dataplane, EbpfLogLevel, XdpError, XdpMode,
         counters::Counters,
         lease::Lease,
+        loader,
         local_addrs::{AnswerOn, LocalAddrs},
         pins::PinDir,
         writer::MapWriter,
@@ -39,6 +41,8 @@ pub struct Settings {
     pub log: EbpfLogLevel,
     pub clients: ClientPolicyTable,
     pub capacity: Capacity,
+    /// The ceiling on UDP answers, which the program's OPT records advertise.
+    pub udp_ceiling: UdpCeiling,
     pub answer_on: AnswerOn,
     /// How long a pinned program answers once no agent renews its lease.
     pub lease: Duration,
@@ -92,13 +96,18 @@ pub fn prepare(settings: Settings) -> Result<Prepared, XdpError> {
 
 fn load(settings: &Settings, pins: Option<PinDir>) -> Result<Dataplane, XdpError> {
     Dataplane::load(
-        settings.port,
         &settings.interfaces,
         settings.mode,
         pins,
-        settings.log,
-        &settings.clients,
-        settings.capacity,
+        loader::Settings {
+            port: settings.port,
+            pins: None,
+            log: settings.log,
+            clients: &settings.clients,
+            capacity: settings.capacity,
+            udp_max_payload: settings.udp_ceiling.bytes(),
+            hold_readers: 0,
+        },
     )
 }
 

@@ -7,7 +7,7 @@ use hickory_proto::{
 };
 use hostport_dns_common::{
     dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK},
-    limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
+    limits::{CLASSIC_UDP_PAYLOAD, DEFAULT_UDP_MAX_PAYLOAD, MAX_UDP_MAX_PAYLOAD},
 };
 
 /// How the answer travels: UDP answers are limited to what the client accepts.
@@ -17,9 +17,49 @@ pub enum Transport {
     Tcp,
 }
 
+/// The ceiling on UDP answers (`--udp-max-payload`, Knot's `udp-max-payload`): an answer over
+/// UDP takes what the client offers up to this, and every OPT record advertises it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpCeiling(u16);
+
+impl UdpCeiling {
+    pub const DEFAULT: Self = Self(DEFAULT_UDP_MAX_PAYLOAD);
+
+    /// A ceiling of `bytes`: at least 512 (what every client accepts), at most 65507 (what one
+    /// UDP datagram carries over IPv4).
+    pub fn new(bytes: u16) -> Result<Self, String> {
+        if (CLASSIC_UDP_PAYLOAD..=MAX_UDP_MAX_PAYLOAD).contains(&bytes) {
+            Ok(Self(bytes))
+        } else {
+            Err(format!(
+                "a UDP payload ceiling of {bytes} bytes is outside {CLASSIC_UDP_PAYLOAD} (what every client accepts) to {MAX_UDP_MAX_PAYLOAD} (the most an IPv4 datagram carries)"
+            ))
+        }
+    }
+
+    /// The ceiling in bytes.
+    pub fn bytes(self) -> u16 {
+        self.0
+    }
+
+    /// The most an answer may take over UDP: 512 bytes without EDNS (`offered` None), else what
+    /// the client offers, within 512 (RFC 6891 §6.2.5) and the ceiling.
+    pub fn limit(self, offered: Option<u16>) -> usize {
+        usize::from(offered.map_or(CLASSIC_UDP_PAYLOAD, |size| {
+            size.clamp(CLASSIC_UDP_PAYLOAD, self.0)
+        }))
+    }
+}
+
+impl Default for UdpCeiling {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
 /// A response skeleton: ID and opcode kept, QR and AA set, RD and CD copied, the question and an
-/// OPT record (if the query had one) echoed. Transfers start from it too.
-pub fn response_to(request: &Message) -> Message {
+/// OPT record (if the query had one, advertising `ceiling`) echoed. Transfers start from it too.
+pub fn response_to(request: &Message, ceiling: UdpCeiling) -> Message {
     let mut response = Message::new(
         request.metadata.id,
         MessageType::Response,
@@ -31,7 +71,7 @@ pub fn response_to(request: &Message) -> Message {
     response.add_queries(request.queries.iter().cloned());
     if let Some(edns) = &request.edns {
         let mut ours = Edns::new();
-        ours.set_max_payload(EDNS_PAYLOAD_SIZE);
+        ours.set_max_payload(ceiling.bytes());
         ours.set_version(0);
         ours.set_dnssec_ok(edns.flags().dnssec_ok);
         response.set_edns(ours);
@@ -48,13 +88,9 @@ pub fn asks_transfer(query: &[u8]) -> bool {
     )
 }
 
-/// The most an answer to `query` may take over UDP: 512 bytes without EDNS, else what the
-/// client offers, within 512 and [`EDNS_PAYLOAD_SIZE`] (an unreadable query: 512).
-pub fn udp_limit(query: &[u8]) -> usize {
-    let offered = super::framing::offered_payload(query);
-    usize::from(offered.map_or(CLASSIC_UDP_PAYLOAD, |size| {
-        size.clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE)
-    }))
+/// The most an answer to `query` may take over UDP under `ceiling` (an unreadable query: 512).
+pub fn udp_limit(query: &[u8], ceiling: UdpCeiling) -> usize {
+    ceiling.limit(super::framing::offered_payload(query))
 }
 
 /// The type of a query's one question (QR clear, opcode QUERY), read without parsing the
@@ -77,4 +113,38 @@ pub fn question_type(query: &[u8]) -> Option<RecordType> {
     }
     let qtype = query.get(at + 1..at + 3)?;
     Some(RecordType::from(u16::from_be_bytes([qtype[0], qtype[1]])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_udp_answer_takes_what_the_client_offers_within_512_and_the_ceiling() {
+        let ceiling = UdpCeiling::DEFAULT;
+        assert_eq!(ceiling.bytes(), 8192);
+        assert_eq!(ceiling.limit(None), 512, "no EDNS: 512");
+        assert_eq!(ceiling.limit(Some(100)), 512, "less than 512 offered: 512");
+        assert_eq!(ceiling.limit(Some(1232)), 1232);
+        assert_eq!(ceiling.limit(Some(8192)), 8192);
+        assert_eq!(
+            ceiling.limit(Some(65535)),
+            8192,
+            "more offered: the ceiling"
+        );
+        let flag_day = UdpCeiling::new(1232).expect("a ceiling");
+        assert_eq!(flag_day.limit(Some(8192)), 1232);
+        assert_eq!(flag_day.limit(None), 512);
+    }
+
+    #[test]
+    fn a_ceiling_outside_512_to_65507_is_refused_with_the_reason() {
+        for bad in [0, 511, 65_508, u16::MAX] {
+            let error = UdpCeiling::new(bad).expect_err("refused");
+            assert!(error.contains(&bad.to_string()), "{error}");
+        }
+        for good in [512, 1232, 65_507] {
+            assert_eq!(UdpCeiling::new(good).map(UdpCeiling::bytes), Ok(good));
+        }
+    }
 }

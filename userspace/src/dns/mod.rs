@@ -1,8 +1,10 @@
 //! DNS itself, apart from what this server does with it: the grammar of names ([`grammar`]),
 //! the compact form every name of the table is held in ([`wire_name`]), and the response
-//! skeleton and transports ([`message`]), and the framing of messages hickory-proto refuses
-//! ([`framing`]).
+//! skeleton and transports ([`message`]), the framing of messages hickory-proto refuses
+//! ([`framing`]), and the encoding of responses too large for hickory-proto's compression
+//! ([`encode`]).
 
+pub mod encode;
 pub mod framing;
 pub mod grammar;
 pub mod message;

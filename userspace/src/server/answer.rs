@@ -17,10 +17,7 @@ use hickory_proto::{
     },
     serialize::binary::{BinDecodable, BinDecoder},
 };
-use hostport_dns_common::{
-    dns::{FLAG_QR, FLAG_RD, FLAG_TC, HEADER_LEN, OPCODE_MASK, RCODE_MASK},
-    limits::{CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE},
-};
+use hostport_dns_common::dns::{FLAG_QR, FLAG_RD, FLAG_TC, HEADER_LEN, OPCODE_MASK, RCODE_MASK};
 
 use std::net::IpAddr;
 
@@ -29,10 +26,11 @@ use hostport_dns_common::policy::RateClass;
 use crate::{
     clients::cookies::{CookieState, Cookies},
     dns::{
+        encode,
         framing::{self, RecordAt},
-        message::{Transport, response_to},
+        message::{Transport, UdpCeiling, response_to},
     },
-    server::identity::Identity,
+    server::{identity::Identity, rotation::Rotation},
     table::{
         Node, RecordTable, Zone,
         render::{
@@ -59,6 +57,9 @@ pub struct Answer {
     pub personal: bool,
     /// The zone the question fell in, for metrics.
     pub zone: ZoneOf,
+    /// Where its address records lie when they rotate by the query ID (`bytes` rotated for the
+    /// ID it carries): the cache keeps one copy and rotates it for each query.
+    pub rotation: Option<Rotation>,
 }
 
 /// Which served zone a question fell in.
@@ -105,6 +106,7 @@ impl Answer {
             cookie: CookieState::Absent,
             personal: false,
             zone: ZoneOf::Other,
+            rotation: None,
         }
     }
 }
@@ -155,6 +157,8 @@ pub struct Asker<'a> {
     pub shape: Shape,
     /// The server's identity (NSID, CHAOS), when it tells it.
     pub identity: Option<&'a Identity>,
+    /// The ceiling on UDP answers, advertised in the OPT record.
+    pub udp_ceiling: UdpCeiling,
 }
 
 impl Asker<'_> {
@@ -164,6 +168,7 @@ impl Asker<'_> {
         cookies: None,
         shape: Shape::Full,
         identity: None,
+        udp_ceiling: UdpCeiling::DEFAULT,
     };
 }
 
@@ -192,7 +197,7 @@ pub fn respond_for(
     let (request, mut response, rcode) = match parse(query) {
         Parsed::Whole(request) => {
             cookie = cookie_state(&request, asker);
-            let mut response = response_to(&request);
+            let mut response = response_to(&request, asker.udp_ceiling);
             let rcode = match (cookie, asker.shape) {
                 (CookieState::Malformed, _) => {
                     response.metadata.authoritative = false;
@@ -219,7 +224,7 @@ pub fn respond_for(
         // The message parsed but more follows it, or only its question holds: FORMERR, with
         // the question repeated so that the client can match it.
         Parsed::Trailing(request) | Parsed::QuestionOnly(request) => {
-            let mut response = response_to(&request);
+            let mut response = response_to(&request, asker.udp_ceiling);
             response.metadata.authoritative = false;
             (request, response, ResponseCode::FormErr)
         }
@@ -228,19 +233,24 @@ pub fn respond_for(
     let qtype = request.queries.first().map(|q| q.query_type);
     response.metadata.response_code = rcode;
     let class = rate_class(&response);
-    let mut answer = encode(
-        response,
-        &request,
-        transport,
-        qtype,
-        asker.shape == Shape::Slip,
-    );
+    let limit = match transport {
+        Transport::Tcp => usize::from(u16::MAX),
+        Transport::Udp => asker
+            .udp_ceiling
+            .limit(request.edns.as_ref().map(|edns| edns.max_payload())),
+    };
+    let mut answer = encode(response, limit, qtype, asker.shape == Shape::Slip);
     answer.class = class;
     answer.cookie = cookie;
     answer.zone = ZoneOf::of(&request, table);
+    // Its order follows its ID: rotated in place for each query, or, where its records are not
+    // laid out as rotation expects, made for this query alone.
+    if rotates(&request, table) && !answer.truncated {
+        answer.rotation = Rotation::find(&answer.bytes);
+    }
+    let unrotatable = answer.rotation.is_none() && rotates_records(&answer.bytes, &request, table);
     // Made for this client alone: it carries a server cookie, or its order follows its ID.
-    answer.personal =
-        (cookie.client_cookie().is_some() && asker.cookies.is_some()) || rotates(&request, table);
+    answer.personal = (cookie.client_cookie().is_some() && asker.cookies.is_some()) || unrotatable;
     Some(answer)
 }
 
@@ -252,6 +262,15 @@ fn rotates(request: &Message, table: Option<&RecordTable>) -> bool {
     table
         .zone_for(&question.name)
         .is_some_and(|zone| zone.spec.rotate)
+}
+
+/// Whether `bytes` answer a question in a rotating zone with more than one record (whose order
+/// may then follow the ID).
+fn rotates_records(bytes: &[u8], request: &Message, table: Option<&RecordTable>) -> bool {
+    let answers = bytes
+        .get(6..8)
+        .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
+    answers > 1 && rotates(request, table)
 }
 
 /// What a response counts as for rate limiting.
@@ -657,37 +676,15 @@ fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message)
     ResponseCode::NoError
 }
 
-/// Encodes the response within what the client takes over UDP (RFC 2181 §9): additional
-/// records are left out first, a whole RRset at a time from the end, with TC clear (they are
-/// not needed for the answer); only when the answer and authority sections do not fit is the
-/// answer sent truncated: TC=1 and no records.
-fn encode(
-    mut response: Message,
-    request: &Message,
-    transport: Transport,
-    qtype: Option<RecordType>,
-    slip: bool,
-) -> Answer {
+/// Encodes the response within `limit` bytes, what the client takes (RFC 2181 §9, RFC 6891
+/// §7): additional records are left out first, a whole RRset at a time from the end, with TC
+/// clear (they are not needed for the answer); only when the answer and authority sections do
+/// not fit is the answer sent truncated: TC=1 and no records.
+fn encode(mut response: Message, limit: usize, qtype: Option<RecordType>, slip: bool) -> Answer {
     let rcode = response.metadata.response_code;
-    let limit = match (transport, &request.edns) {
-        (Transport::Tcp, _) => u16::MAX as usize,
-        (Transport::Udp, None) => CLASSIC_UDP_PAYLOAD as usize,
-        (Transport::Udp, Some(edns)) => {
-            edns.max_payload()
-                .clamp(CLASSIC_UDP_PAYLOAD, EDNS_PAYLOAD_SIZE) as usize
-        }
-    };
     // A slip is sent truncated whatever its size.
-    if !slip {
-        loop {
-            let bytes = response.to_vec().unwrap_or_default();
-            if bytes.len() <= limit && !bytes.is_empty() {
-                return Answer::new(bytes, rcode, qtype, false);
-            }
-            if !drop_last_additional_rrset(&mut response) {
-                break;
-            }
-        }
+    if !slip && let Some(bytes) = fit_additionals(&mut response, limit) {
+        return Answer::new(bytes, rcode, qtype, false);
     }
     response.answers.clear();
     response.authorities.clear();
@@ -707,17 +704,51 @@ fn encode(
     Answer::new(bytes, rcode, qtype, true)
 }
 
-/// Removes the last RRset of the additional section (the OPT record is kept apart); false if
-/// there was none.
-fn drop_last_additional_rrset(response: &mut Message) -> bool {
-    let Some(last) = response.additionals.last() else {
-        return false;
+/// The response encoded with as many of its additional RRsets as fit in `limit`, whole and in
+/// order (the OPT record is kept apart, always in), or None when even the answer and authority
+/// sections do not fit. The largest number that fits is searched by halving: a 250-target SRV
+/// answer's 500 address RRsets take 10 encodings, not 500.
+fn fit_additionals(response: &mut Message, limit: usize) -> Option<Vec<u8>> {
+    let fits = |response: &Message| {
+        encode::to_vec(response)
+            .ok()
+            .filter(|bytes| !bytes.is_empty() && bytes.len() <= limit)
     };
-    let (name, rtype) = (last.name.clone(), last.record_type());
-    response
-        .additionals
-        .retain(|r| r.name != name || r.record_type() != rtype);
-    true
+    if let Some(bytes) = fits(response) {
+        return Some(bytes);
+    }
+    let additionals = std::mem::take(&mut response.additionals);
+    let ends = rrset_ends(&additionals);
+    // Invariant: the first `fitting` RRsets fit (with `best` their encoding); `ends.len()`
+    // (all of them) did not.
+    let mut best = fits(response)?;
+    let (mut fitting, mut too_many) = (0, ends.len());
+    while too_many - fitting > 1 {
+        let middle = (fitting + too_many) / 2;
+        response.additionals = additionals[..ends[middle - 1]].to_vec();
+        match fits(response) {
+            Some(bytes) => (best, fitting) = (bytes, middle),
+            None => too_many = middle,
+        }
+    }
+    let kept = fitting.checked_sub(1).map_or(0, |last| ends[last]);
+    response.additionals = additionals[..kept].to_vec();
+    Some(best)
+}
+
+/// Where each RRset of `records` ends (a run of records of one owner and type), in order.
+fn rrset_ends(records: &[Record]) -> Vec<usize> {
+    let mut ends: Vec<usize> = Vec::new();
+    for (i, record) in records.iter().enumerate() {
+        let same_rrset = i > 0
+            && records[i - 1].name == record.name
+            && records[i - 1].record_type() == record.record_type();
+        match ends.last_mut() {
+            Some(end) if same_rrset => *end = i + 1,
+            _ => ends.push(i + 1),
+        }
+    }
+    ends
 }
 
 /// An answer with only a header: for queries too broken to echo their question.
@@ -751,6 +782,7 @@ mod tests {
                 cookies: Some(&cookies),
                 shape,
                 identity: Some(&identity),
+                udp_ceiling: UdpCeiling::DEFAULT,
             };
             let answer = respond_for(NINE_QUESTIONS, Some(&table), Transport::Udp, &asker)
                 .expect("an answer");

@@ -1,6 +1,8 @@
 //! Per-thread answer cache: the answer to a query depends only on its bytes (apart from the ID)
 //! and the table, so an answer computed once for a table is reused until the table changes.
-//! Load balancers ask the same few questions every second; a hit costs a hash lookup and a copy.
+//! Load balancers ask the same few questions every second; a hit costs a hash lookup and a copy
+//! of the answer's bytes (and, in a rotating zone, a rotation of its address records by the new
+//! ID: see `rotation`), whatever the number of records.
 //!
 //! Bounded twice: entries per thread, and bytes over all threads together (queries padded or
 //! with randomised case against a large set cannot grow the caches toward the pod's memory
@@ -101,14 +103,23 @@ fn lookup_or_insert_within(
             cache.generation = generation;
         }
         let key = (transport == Transport::Tcp, query[2..].to_vec());
+        let id = u16::from_be_bytes([query[0], query[1]]);
         if let Some(cached) = cache.answers.get(&key) {
             let mut answer = cached.clone();
             answer.bytes[..2].copy_from_slice(&query[..2]);
+            // Kept in the order of ID 0: rotated for this one.
+            if let Some(rotation) = answer.rotation {
+                rotation.rotate(&mut answer.bytes, 0, rotation.first_for(id));
+            }
             return Some(answer);
         }
         let answer = compute()?;
         if answer.bytes.len() >= 2 && !answer.personal {
-            cache.insert(key, answer.clone(), max_bytes);
+            let mut kept = answer.clone();
+            if let Some(rotation) = kept.rotation {
+                rotation.rotate(&mut kept.bytes, rotation.first_for(id), 0);
+            }
+            cache.insert(key, kept, max_bytes);
         }
         Some(answer)
     })

@@ -13,7 +13,7 @@ use crate::{
         martian::is_martian,
         rate::RateLimiter,
     },
-    dns::message::Transport,
+    dns::message::{Transport, UdpCeiling},
     server::{
         Shared,
         answer::{Answer, Asker, Shape},
@@ -36,6 +36,8 @@ pub struct Gate {
     pub cookies: Option<Cookies>,
     /// The identity told by NSID and CHAOS, when either is on.
     pub identity: Option<Identity>,
+    /// The ceiling on UDP answers (`--udp-max-payload`).
+    pub udp_ceiling: UdpCeiling,
 }
 
 impl Gate {
@@ -50,7 +52,14 @@ impl Gate {
             rate,
             cookies,
             identity: None,
+            udp_ceiling: UdpCeiling::DEFAULT,
         }
+    }
+
+    /// Answers over UDP up to `ceiling`, and advertises it.
+    pub fn with_udp_ceiling(mut self, ceiling: UdpCeiling) -> Self {
+        self.udp_ceiling = ceiling;
+        self
     }
 
     /// Tells `identity` to those who ask (NSID, CHAOS), as it says.
@@ -89,6 +98,7 @@ impl Gate {
             cookies: self.cookies.as_ref(),
             shape: Shape::Full,
             identity: self.identity.as_ref(),
+            udp_ceiling: self.udp_ceiling,
         };
         if !grants.allowed {
             if self.policy.config.outside == Outside::Drop {

@@ -7,6 +7,7 @@ pub mod gate;
 pub mod histogram;
 pub mod identity;
 pub mod limits;
+pub mod rotation;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
@@ -206,6 +207,7 @@ impl Shared {
                 let table = self.table.load();
                 let asker = answer::Asker {
                     shape,
+                    udp_ceiling: self.gate.udp_ceiling,
                     ..answer::Asker::ANONYMOUS
                 };
                 answer::respond_for(query, table.as_deref(), transport, &asker).map(|a| a.bytes)
@@ -216,7 +218,10 @@ impl Shared {
             }
         };
         let mut bytes = signed(answer::Shape::Full)?;
-        if transport == Transport::Udp && bytes.as_ref().is_some_and(|b| b.len() > udp_limit(query))
+        if transport == Transport::Udp
+            && bytes
+                .as_ref()
+                .is_some_and(|b| b.len() > udp_limit(query, self.gate.udp_ceiling))
         {
             bytes = signed(answer::Shape::Slip)?;
         }

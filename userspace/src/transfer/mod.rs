@@ -33,7 +33,7 @@ pub use config::TransferConfig;
 use crate::{
     dns::{
         WireName,
-        message::{Transport, response_to},
+        message::{Transport, UdpCeiling, response_to},
     },
     serials::serial_gt,
     server::zone_transfers::{SignedAnswer, ZoneTransfers},
@@ -69,6 +69,8 @@ pub struct Transfers {
     /// The newest table, for the NOTIFY task.
     tables: tokio::sync::watch::Sender<Option<Arc<RecordTable>>>,
     pub stats: TransferStats,
+    /// The ceiling on UDP answers, which their OPT records advertise as every answer's do.
+    pub udp_ceiling: UdpCeiling,
 }
 
 impl Transfers {
@@ -80,7 +82,14 @@ impl Transfers {
             config,
             keys,
             stats: TransferStats::default(),
+            udp_ceiling: UdpCeiling::DEFAULT,
         })
+    }
+
+    /// Advertises `ceiling` in the OPT records, as the query answers do.
+    pub fn with_udp_ceiling(mut self, ceiling: UdpCeiling) -> Self {
+        self.udp_ceiling = ceiling;
+        self
     }
 
     /// Reads the keys' secret files again; true when they changed. Files that became unreadable
@@ -168,7 +177,7 @@ impl Transfers {
             return None;
         }
         let now = tsig::unix_now();
-        let mut response = response_to(&request);
+        let mut response = response_to(&request, self.udp_ceiling);
         let signed = match tsig::check(query, &request, &self.keys.load(), now) {
             Checked::Failed(failure) => {
                 // Over UDP anyone can send these as often as the rate limit lets them: no
@@ -335,7 +344,7 @@ impl ZoneTransfers for Transfers {
         let signed = match tsig::check(query, &request, &self.keys.load(), now) {
             Checked::Unsigned => return SignedAnswer::NotSigned,
             Checked::Failed(failure) => {
-                let mut response = response_to(&request);
+                let mut response = response_to(&request, self.udp_ceiling);
                 response.metadata.response_code = ResponseCode::NotAuth;
                 response.metadata.authoritative = false;
                 if let Some(record) = failure.error_record(&response, now) {

@@ -14,7 +14,7 @@ use aya::{
         xdp::{XdpLink, XdpLinkId},
     },
 };
-use hostport_dns_common::{generation::Capacity, maps};
+use hostport_dns_common::{generation::Capacity, limits::DEFAULT_UDP_MAX_PAYLOAD, maps};
 use ipnet::IpNet;
 use tracing::{info, warn};
 
@@ -110,36 +110,32 @@ pub struct Dataplane {
 }
 
 impl Dataplane {
-    /// Loads the program for `port` with a table of `capacity`, to be attached to every
-    /// interface in `interfaces` by [`Dataplane::attach`] (once its table holds what it should
-    /// answer). With `pins` (a directory locked for this agent), the maps and links are pinned
-    /// there, and what a previous agent pinned is adopted if it is a whole set of this layout:
-    /// its maps keep their table, its links get the new program atomically.
+    /// Loads the program as `settings` say (its port, client policy, table capacity and UDP
+    /// ceiling), to be attached to every interface in `interfaces` by [`Dataplane::attach`]
+    /// (once its table holds what it should answer). With `pins` (a directory locked for this
+    /// agent; it replaces `settings.pins`), the maps and links are pinned there, and what a
+    /// previous agent pinned is adopted if it is a whole set of this layout: its maps keep their
+    /// table, its links get the new program atomically.
     pub fn load(
-        port: u16,
         interfaces: &[String],
         mode: XdpMode,
         pins: Option<PinDir>,
-        log: EbpfLogLevel,
-        clients: &ClientPolicyTable,
-        capacity: Capacity,
+        settings: Settings<'_>,
     ) -> Result<Self, XdpError> {
         let interfaces = resolve_interfaces(interfaces)?;
         for interface in &interfaces {
             if_index(interface)?;
         }
+        let capacity = settings.capacity;
+        let log = settings.log;
         if let Some(pins) = &pins {
             pins.prepare(&capacity);
         }
         let mut ebpf = load_object(
             EBPF_OBJECT,
             &Settings {
-                port,
                 pins: pins.as_ref(),
-                log,
-                clients,
-                capacity,
-                hold_readers: 0,
+                ..settings
             },
         )?;
         if log != EbpfLogLevel::Off {
@@ -222,6 +218,8 @@ pub struct Settings<'a> {
     pub log: EbpfLogLevel,
     pub clients: &'a ClientPolicyTable,
     pub capacity: Capacity,
+    /// The ceiling on UDP answers, which the program's OPT records advertise (`HPD_UDP_MAX_PAYLOAD`).
+    pub udp_max_payload: u16,
     /// The test bed's object only: how long each run stays in its read section (`HPD_HOLD`,
     /// iterations of a spin; 0: not at all).
     pub hold_readers: u32,
@@ -247,6 +245,7 @@ pub fn load_with_policy(port: u16, clients: &ClientPolicyTable) -> Result<Ebpf, 
             log: EbpfLogLevel::Off,
             clients,
             capacity: Capacity::DEFAULT,
+            udp_max_payload: DEFAULT_UDP_MAX_PAYLOAD,
             hold_readers: 0,
         },
     )
@@ -261,6 +260,11 @@ pub fn load_object(object: &[u8], settings: &Settings) -> Result<Ebpf, XdpError>
     let policy = settings.clients.kernel_policy();
     loader.override_global(maps::GLOBAL_POLICY, &policy, true);
     loader.override_global(maps::GLOBAL_CAPACITY, &settings.capacity, true);
+    loader.override_global(
+        maps::GLOBAL_UDP_MAX_PAYLOAD,
+        &settings.udp_max_payload,
+        true,
+    );
     if settings.hold_readers != 0 {
         loader.override_global(GLOBAL_HOLD, &settings.hold_readers, true);
     }
