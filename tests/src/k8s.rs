@@ -10,6 +10,8 @@ pub struct PodSpec {
     pub labels: Vec<(String, String)>,
     pub node: String,
     pub host_ip: String,
+    /// The node's second address, of the other family (a dual-stack node), if any.
+    pub host_ip_v6: Option<String>,
     pub pod_ip: String,
     pub ready: bool,
     pub phase: String,
@@ -27,6 +29,7 @@ impl PodSpec {
             labels: vec![("ingress.cluster/name".into(), value.into())],
             node: node.into(),
             host_ip: host_ip.into(),
+            host_ip_v6: None,
             pod_ip: "198.19.0.1".into(),
             ready: true,
             phase: "Running".into(),
@@ -52,13 +55,17 @@ impl PodSpec {
         if self.terminating {
             metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         }
+        let host_ips: Vec<Value> = std::iter::once(&self.host_ip)
+            .chain(&self.host_ip_v6)
+            .map(|ip| json!({ "ip": ip }))
+            .collect();
         json!({
             "metadata": metadata,
             "spec": {"nodeName": self.node, "hostNetwork": self.host_network, "containers": [{"name": "controller", "image": "controller:1", "ports": ports}]},
             "status": {
                 "phase": self.phase,
                 "hostIP": self.host_ip,
-                "hostIPs": [{"ip": self.host_ip}],
+                "hostIPs": host_ips,
                 "podIP": self.pod_ip,
                 "podIPs": [{"ip": self.pod_ip}],
                 "conditions": [{"type": "Ready", "status": if self.ready { "True" } else { "False" }}],

@@ -14,7 +14,10 @@ use hickory_proto::{
     rr::{RData, Record, RecordType},
 };
 use hostport_dns::table::{RecordTable, Zone};
-use hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD as UDP_MAX_PAYLOAD;
+
+/// Knot's ceiling on UDP answers here: its highest (Knot 3.2 takes 512 to 4096). Compare its
+/// answers with an agent run with the same `--udp-max-payload`.
+pub const UDP_MAX_PAYLOAD: u16 = 4096;
 
 use crate::{TempDir, clients::udp_exchange, netns::NetNs, packet::QueryBuilder};
 
@@ -141,8 +144,8 @@ impl Knot {
             ),
             None => String::new(),
         };
-        // Knot's ceiling on UDP answers set to hostport-dns's default, so that both advertise
-        // and answer alike.
+        // Knot's ceiling on UDP answers at its highest, which an agent compared with it is
+        // given too, so that both advertise and answer alike.
         let mut conf = format!(
             "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n  udp-max-payload: {UDP_MAX_PAYLOAD}\n\
              {xdp}\

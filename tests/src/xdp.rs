@@ -10,6 +10,7 @@ use aya::{
 };
 use hostport_dns::{
     clients::{ClientPolicyTable, ClientsConfig},
+    dns::message::UdpCeiling,
     sources::file,
     table::RecordTable,
     xdp::{
@@ -34,6 +35,8 @@ pub struct Program {
     pub writer: MapWriter,
     /// Kernel ids of the table maps (to open them beside the writer), by name.
     pub map_ids: Vec<(&'static str, u32)>,
+    /// The ceiling on UDP answers it was loaded with: userspace answers alike with it.
+    pub udp_ceiling: UdpCeiling,
 }
 
 impl Program {
@@ -90,9 +93,33 @@ impl Program {
         Self::holding_readers(object, local, capacity, 0)
     }
 
+    /// [`Program::load`] with `ceiling` on UDP answers (`--udp-max-payload`) instead of the
+    /// default.
+    pub fn load_with_ceiling(records_yaml: &str, local: &[IpAddr], ceiling: u16) -> Self {
+        let snapshot = file::parse(records_yaml, "test zones".as_ref()).expect("valid zones");
+        let (table, warnings) = RecordTable::compile(&snapshot.zones, snapshot.records());
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let object = hostport_dns::EBPF_OBJECT;
+        let mut program = Self::loaded(object, local, Capacity::DEFAULT, 0, ceiling);
+        program.writer.write_table(&table).expect("write the table");
+        program.table = table;
+        program
+    }
+
     /// [`Program::from_object`] whose runs stay `hold` spin iterations in their read section
     /// (the test bed's object only).
     pub fn holding_readers(object: &[u8], local: &[IpAddr], capacity: Capacity, hold: u32) -> Self {
+        let ceiling = hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD;
+        Self::loaded(object, local, capacity, hold, ceiling)
+    }
+
+    fn loaded(
+        object: &[u8],
+        local: &[IpAddr],
+        capacity: Capacity,
+        hold: u32,
+        ceiling: u16,
+    ) -> Self {
         let clients = ClientPolicyTable::default();
         let settings = Settings {
             port: 1053,
@@ -100,11 +127,13 @@ impl Program {
             log: EbpfLogLevel::Off,
             clients: &clients,
             capacity,
-            udp_max_payload: hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD,
+            udp_max_payload: ceiling,
             hold_readers: hold,
         };
         let ebpf = loader::load_object(object, &settings).expect("load the XDP program");
-        Self::from_ebpf(ebpf, local, capacity)
+        let mut program = Self::from_ebpf(ebpf, local, capacity);
+        program.udp_ceiling = UdpCeiling::new(ceiling).expect("a ceiling of 512 to 65507");
+        program
     }
 
     fn from_ebpf(mut ebpf: Ebpf, local: &[IpAddr], capacity: Capacity) -> Self {
@@ -130,6 +159,7 @@ impl Program {
             counters,
             writer,
             map_ids,
+            udp_ceiling: UdpCeiling::DEFAULT,
         }
     }
 

@@ -157,6 +157,31 @@ fn a_bad_option_is_reported_by_the_command_line_parser() {
 }
 
 #[test]
+fn a_udp_ceiling_outside_512_to_65507_is_refused_on_the_command_line_and_in_the_file() {
+    for bad in ["100", "65508"] {
+        let out = Command::new(binary())
+            .args(["run", "--udp-max-payload", bad])
+            .output()
+            .expect("run the agent");
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("invalid value '{bad}' for '--udp-max-payload"))
+                && stderr.contains("512..=65507"),
+            "{stderr}"
+        );
+    }
+    let dir = TempDir::new("udpceiling");
+    let config = dir.write("config.yaml", "udpMaxPayload: 100\nzones: []\n");
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("run check-config");
+    assert_one_error_line(&out, "udpMaxPayload: a UDP payload ceiling of 100 bytes");
+}
+
+#[test]
 fn check_config_accepts_a_valid_configuration_and_names_the_first_error() {
     let dir = TempDir::new("checkconfig");
     let valid = "zones:\n  - name: ingress.example.com\npods:\n  - zone: ingress.example.com\n    labelKey: ingress.cluster/name\nendpointSlices:\n  - zone: ingress.example.com\n    hostnames: [api]\n    service: default/kubernetes\n";

@@ -13,7 +13,7 @@ use hostport_dns_tests::{
     TempDir,
     agent::Agent,
     clients::{tcp_exchange, udp_exchange},
-    knot::{Knot, comparable},
+    knot::{Knot, UDP_MAX_PAYLOAD, comparable},
     netns::NetNs,
     packet::QueryBuilder,
     require_root,
@@ -398,6 +398,8 @@ fn setup() -> Setup {
             "lo",
             "--xdp-mode",
             "generic",
+            "--udp-max-payload",
+            &UDP_MAX_PAYLOAD.to_string(),
         ],
     );
     Setup {

@@ -869,58 +869,70 @@ fn tcp_keepalive_is_announced_over_tcp_when_asked() {
     assert_eq!(keepalive(&udp), None);
 }
 
-/// A client offering a large UDP payload (HAProxy's accepted_payload_size goes to 8192) gets at
-/// most 1232 bytes over UDP (RFC 9715's advice, against fragmentation): an answer that does not
-/// fit is truncated, and comes whole over TCP.
+/// The ceiling on UDP answers: a client offering 8192 bytes (HAProxy's `accepted_payload_size`)
+/// gets a 90-record answer whole over UDP by default; with `--udp-max-payload 1232` (DNS flag
+/// day) it gets at most 1232 bytes: TC=1, whole over TCP. The OPT record advertises the
+/// ceiling; a client offering less than 512 bytes is answered up to 512.
 #[test]
-fn a_client_offering_8192_bytes_gets_at_most_1232_over_udp() {
+fn udp_answers_take_what_the_client_offers_up_to_the_ceiling() {
     require_root();
     let addresses: Vec<String> = (1..=90).map(|i| format!("198.18.8.{i}")).collect();
+    let thirty: Vec<String> = (1..=28).map(|i| format!("198.18.9.{i}")).collect();
     let zone = format!(
-        "zones:\n  - name: prod.coreha.example\n    records:\n      huge: [{}]\n",
-        addresses.join(", ")
+        "zones:\n  - name: prod.coreha.example\n    records:\n      huge: [{}]\n      t: [{}]\n",
+        addresses.join(", "),
+        thirty.join(", ")
     );
     let ns = NetNs::new("cap");
     let dir = TempDir::new("cap");
     let file = dir.write("records.yaml", &zone);
-    let _agent = Agent::start(
+    let records = file.to_str().expect("UTF-8");
+    let _default = Agent::start(&ns, &["--records", records, "--xdp-mode", "off"]);
+    let _flag_day = Agent::start_with_metrics(
         &ns,
+        "127.0.0.1:9392",
         &[
             "--records",
-            file.to_str().expect("UTF-8"),
+            records,
             "--xdp-mode",
             "off",
+            "--port",
+            "1055",
+            "--udp-max-payload",
+            "1232",
         ],
     );
-    let query = QueryBuilder::new("huge.prod.coreha.example", 1)
-        .edns(8192, false)
-        .bytes();
-    let answer = ns.run(move || {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-        socket
-            .set_read_timeout(Some(std::time::Duration::from_secs(3)))
-            .expect("timeout");
-        socket
-            .send_to(&query, ("127.0.0.1", PORT))
-            .expect("send the query");
-        let mut buf = vec![0u8; 65535];
-        let (n, _) = socket.recv_from(&mut buf).expect("an answer");
-        buf.truncate(n);
-        buf
-    });
+    let ask = |port: u16, name: &str, offered: u16| {
+        let query = QueryBuilder::new(name, 1).edns(offered, false).bytes();
+        let answer =
+            udp_exchange(&ns, SocketAddr::from(([127, 0, 0, 1], port)), query).expect("an answer");
+        hickory_proto::op::Message::from_vec(&answer).map(|m| (answer.len(), m))
+    };
+    let (size, whole) = ask(PORT, "huge.prod.coreha.example", 8192).expect("parses");
     assert!(
-        answer.len() <= 1232,
-        "{} bytes over UDP to a client offering 8192",
-        answer.len()
+        !whole.metadata.truncation && whole.answers.len() == 90,
+        "{size} bytes"
     );
-    assert!(answer[2] & 0x02 != 0, "the 90 records do not fit: TC=1");
+    assert_eq!(whole.edns.map(|e| e.max_payload()), Some(8192));
+
+    let (size, capped) = ask(1055, "huge.prod.coreha.example", 8192).expect("parses");
+    assert!(size <= 1232, "{size} bytes over UDP under a 1232 ceiling");
+    assert!(capped.metadata.truncation && capped.answers.is_empty());
+    assert_eq!(capped.edns.map(|e| e.max_payload()), Some(1232));
     let full = dig(
         &ns,
         "127.0.0.1",
-        PORT,
+        1055,
         &["huge.prod.coreha.example", "+tcp"],
     );
     assert_eq!(full.answer.len(), 90, "whole over TCP");
+
+    // 28 A records take 500 bytes: they fit the 512 a client offering 100 is given.
+    let (size, small_offer) = ask(PORT, "t.prod.coreha.example", 100).expect("parses");
+    assert!(
+        !small_offer.metadata.truncation && small_offer.answers.len() == 28 && size <= 512,
+        "{size} bytes"
+    );
 }
 
 /// TSIG time checks go both ways (RFC 8945 §5.2.3): a transfer request signed an hour in the

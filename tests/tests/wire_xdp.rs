@@ -504,6 +504,15 @@ fn ipvs_addresses_are_not_this_host_and_answer_on_names_what_is() {
     assert_eq!(path_answering(&link, &named, CLUSTER_IP), "xdp");
 }
 
+/// 250 addresses in the table's order (sorted, as the table holds them).
+fn big_fleet() -> Vec<String> {
+    let mut fleet: Vec<std::net::Ipv4Addr> = (0..250u8)
+        .map(|i| std::net::Ipv4Addr::new(198, 18, 9, i))
+        .collect();
+    fleet.sort();
+    fleet.iter().map(ToString::to_string).collect()
+}
+
 /// `rotateAnswers`: the A and AAAA records of each answer start at the address `ID % count` and
 /// wrap around, so clients that take the first address spread over all of them; the kernel's
 /// answer and userspace's are the same bytes for every ID (one agent answers from XDP, the other
@@ -515,7 +524,10 @@ fn rotated_answers_follow_the_query_id_byte_for_byte_on_both_paths() {
     let dir = TempDir::new("rotate");
     let file = dir.write(
         "records.yaml",
-        "zones:\n  - name: prod.coreha.example\n    rotateAnswers: true\n    records:\n      lb: [198.18.7.1, 198.18.7.2, 198.18.7.3, \"2001:db8::7:1\", \"2001:db8::7:2\"]\n",
+        &format!(
+            "zones:\n  - name: prod.coreha.example\n    rotateAnswers: true\n    records:\n      lb: [198.18.7.1, 198.18.7.2, 198.18.7.3, \"2001:db8::7:1\", \"2001:db8::7:2\"]\n      fleet: [{}]\n",
+            big_fleet().join(", ")
+        ),
     );
     let records = file.to_str().expect("UTF-8");
     let kernel = Agent::start(
@@ -562,6 +574,26 @@ fn rotated_answers_follow_the_query_id_byte_for_byte_on_both_paths() {
         user.metric("hostport_dns_responses", &[("path", "xdp")]),
         0.0
     );
+    // A name of 250 addresses (larger than the kernel writes: both agents answer it from
+    // userspace, each from its cache after the first query): the same rotation, byte for byte,
+    // starting at the (ID % 250)th address and holding all of them.
+    let fleet = big_fleet();
+    for id in [0u16, 1, 249, 250, 1000, 1001, 0] {
+        let mut query = QueryBuilder::new("fleet.prod.coreha.example", TYPE_A)
+            .edns(8192, false)
+            .bytes();
+        query[..2].copy_from_slice(&id.to_be_bytes());
+        let one = udp_exchange(&ns, SocketAddr::from(([127, 0, 0, 1], PORT)), query.clone())
+            .expect("an answer");
+        let other =
+            udp_exchange(&ns, SocketAddr::from(([127, 0, 0, 1], 1054)), query).expect("an answer");
+        assert_eq!(one, other, "fleet, ID {id}");
+        let message = hickory_proto::op::Message::from_vec(&one).expect("an answer");
+        let data: Vec<String> = message.answers.iter().map(|r| r.data.to_string()).collect();
+        let mut expected = fleet.clone();
+        expected.rotate_left(usize::from(id) % fleet.len());
+        assert_eq!(data, expected, "fleet, ID {id}");
+    }
     // The first address is the (ID % count)th, in the table's order.
     let a = ["198.18.7.1", "198.18.7.2", "198.18.7.3"];
     let aaaa = ["2001:db8::7:1", "2001:db8::7:2"];

@@ -7,7 +7,10 @@
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use hostport_dns::{dns::message::Transport, server::answer::respond};
+use hostport_dns::{
+    dns::message::Transport,
+    server::answer::{Asker, respond_for},
+};
 use hostport_dns_common::counters::Counter;
 use hostport_dns_tests::{
     packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},
@@ -110,8 +113,12 @@ impl Expect for Program {
             (frame_spec.dst_port, frame_spec.src_port)
         );
         assert_eq!(parsed.ttl, 64);
-        let userspace =
-            respond(dns, Some(&self.table), Transport::Udp).expect("userspace answers too");
+        let asker = Asker {
+            udp_ceiling: self.udp_ceiling,
+            ..Asker::ANONYMOUS
+        };
+        let userspace = respond_for(dns, Some(&self.table), Transport::Udp, &asker)
+            .expect("userspace answers too");
         assert_eq!(
             hex(&parsed.dns),
             hex(&userspace.bytes),
@@ -293,9 +300,37 @@ fn carries_cookie(message: &hickory_proto::op::Message) -> bool {
     })
 }
 
+/// The program loaded with Knot's default ceiling on UDP answers (1232), which Knot had when the
+/// captures' answers were recorded: its OPT record advertises that ceiling, as Knot's do.
+fn knot_ceiling_fixture() -> MutexGuard<'static, Program> {
+    static FIXTURE: OnceLock<Mutex<Program>> = OnceLock::new();
+    FIXTURE
+        .get_or_init(|| {
+            require_root();
+            let local = [
+                SERVER_V4.parse().expect("an address"),
+                SERVER_V6.parse().expect("an address"),
+            ];
+            Mutex::new(Program::load_with_ceiling(
+                &zone_file(),
+                &local,
+                KNOT_CAPTURE_CEILING,
+            ))
+        })
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Knot's default `udp-max-payload`, in force when the captures' answers were recorded.
+const KNOT_CAPTURE_CEILING: u16 = 1232;
+
 #[test]
 fn real_client_queries_get_knots_answers() {
-    let fx = fixture();
+    let fx = knot_ceiling_fixture();
+    let userspace_asker = Asker {
+        udp_ceiling: fx.udp_ceiling,
+        ..Asker::ANONYMOUS
+    };
     for capture in client_queries() {
         let question = hickory_proto::op::Message::from_vec(&capture.query)
             .unwrap_or_else(|e| panic!("{}: the capture does not parse: {e}", capture.client));
@@ -318,8 +353,13 @@ fn real_client_queries_get_knots_answers() {
         if carries_cookie(&question) {
             // dig sends a client cookie: userspace answers it (with the server cookie).
             fx.passed(&frame.build(&capture.query), Counter::PassCookie);
-            let userspace = respond(&capture.query, Some(&fx.table), Transport::Udp)
-                .expect("userspace answers");
+            let userspace = respond_for(
+                &capture.query,
+                Some(&fx.table),
+                Transport::Udp,
+                &userspace_asker,
+            )
+            .expect("userspace answers");
             if let Some(knot) = &capture.knot_answer {
                 assert_eq!(
                     hex(&without_serial(&userspace.bytes)),

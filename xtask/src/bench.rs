@@ -1,4 +1,4 @@
-//! `cargo xtask bench <xdp|userspace|propagation|kernel|churn|flood|transfer|memory>`: builds the agent and the benchmark
+//! `cargo xtask bench <xdp|big-answer|userspace|propagation|kernel|churn|flood|transfer|memory>`: builds the agent and the benchmark
 //! driver, then runs the driver (figures and ratios; nothing is asserted).
 
 use anyhow::bail;
@@ -8,7 +8,8 @@ use crate::{cmd, setup};
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// What to measure: xdp, userspace, propagation, kernel, churn, flood, transfer or memory.
+    /// What to measure: xdp (big-answer is its last table alone), userspace, propagation,
+    /// kernel, churn, flood, transfer or memory.
     what: String,
 }
 

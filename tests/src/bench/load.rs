@@ -98,7 +98,25 @@ pub fn dnsperf(
     clients: u32,
     seconds: u64,
 ) -> Load {
-    let out = sh(ns.command("dnsperf").args([
+    dnsperf_with(ns, server, port, queries, (mode, clients), seconds, &[])
+}
+
+/// [`dnsperf`] with EDNS (`-e`: dnsperf offers 4096 bytes), as load balancers ask for big
+/// answers.
+pub fn dnsperf_edns(ns: &NetNs, server: &str, port: u16, queries: &Path, seconds: u64) -> Load {
+    dnsperf_with(ns, server, port, queries, ("udp", 1), seconds, &["-e"])
+}
+
+fn dnsperf_with(
+    ns: &NetNs,
+    server: &str,
+    port: u16,
+    queries: &Path,
+    (mode, clients): (&str, u32),
+    seconds: u64,
+    extra: &[&str],
+) -> Load {
+    let out = sh(ns.command("dnsperf").args(extra).args([
         "-s",
         server,
         "-p",

@@ -27,6 +27,7 @@ fn main() {
     let what = std::env::args().nth(1).unwrap_or_default();
     match what.as_str() {
         "xdp" => xdp(),
+        "big-answer" => big_answer(),
         "userspace" => userspace(),
         "propagation" => bench::propagation::run(),
         "churn" => bench::churn::run(),
@@ -43,7 +44,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "usage: hostport-dns-bench <xdp|userspace|propagation|kernel|churn|soak|flood|transfer|memory> (got {other:?})"
+                "usage: hostport-dns-bench <xdp|big-answer|userspace|propagation|kernel|churn|soak|flood|transfer|memory> (got {other:?})"
             );
             std::process::exit(2);
         }
@@ -232,6 +233,72 @@ fn xdp() {
             ours.fallbacks.unwrap_or(f64::NAN)
         );
     }
+    big_answer();
+}
+
+/// Nodes of the big answer's fleet.
+const BIG_FLEET: usize = 150;
+
+/// One name with the A records of a 150-node fleet (2,450 bytes of answer), answered by the
+/// agent (XDP attached: it passes the set up; userspace sends it from its cache) and by knotd
+/// (kernel UDP, `udp-max-payload 8192`), under dnsperf with EDNS.
+fn big_answer() {
+    let addresses: Vec<String> = (0..BIG_FLEET)
+        .map(|i| format!("198.18.{}.{}", 1 + i / 250, 1 + i % 250))
+        .collect();
+    let records = format!(
+        "zones:\n  - name: bench.example\n    records:\n      fleet: [{}]\n",
+        addresses.join(", ")
+    );
+    let snapshot = file::parse(&records, "big answer".as_ref()).expect("a valid zone");
+    let (table, _) = RecordTable::compile(&snapshot.zones, snapshot.records());
+    let dir = TempDir::new("bench-big");
+    let queries = dir.write("queries.txt", "fleet.bench.example A\n");
+    let seconds = 5;
+    let measured: Vec<Measured> = [Kind::HostportXdp, Kind::KnotUdp]
+        .into_iter()
+        .map(|kind| {
+            measure(kind, &records, &table, |link| {
+                load::dnsperf_edns(&link.client_ns, link.server.ipv4, PORT, &queries, seconds)
+            })
+        })
+        .collect();
+    let knot = measured
+        .iter()
+        .find(|m| m.kind == Kind::KnotUdp)
+        .map_or(f64::NAN, Measured::cpu_ns_per_answer);
+    let knot_rate = measured
+        .iter()
+        .find(|m| m.kind == Kind::KnotUdp)
+        .map_or(f64::NAN, |m| m.load.answered_per_second());
+    let rows: Vec<Vec<String>> = measured
+        .iter()
+        .map(|m| {
+            vec![
+                m.kind.label().to_owned(),
+                format!("{:.0}", m.load.answered_per_second()),
+                format!("{:.1} %", m.load.loss() * 100.0),
+                format!("{:.0}", m.cpu_ns_per_answer()),
+                format!("{:.2}", m.load.answered_per_second() / knot_rate),
+                format!("{:.2}", m.cpu_ns_per_answer() / knot),
+            ]
+        })
+        .collect();
+    print_table(
+        &format!(
+            "Big answer: one name of {BIG_FLEET} A records (2,450 bytes), dnsperf -e (EDNS, 4096 offered), \
+             {seconds} s; responder on CPU {RESPONDER_CPU}"
+        ),
+        &[
+            "responder",
+            "answered/s",
+            "loss",
+            "CPU ns/answer",
+            "rate vs knotd",
+            "CPU vs knotd",
+        ],
+        &rows,
+    );
 }
 
 fn userspace() {
