@@ -29,6 +29,18 @@ impl Haproxy {
         slots: u32,
         resolve_prefer: Option<&str>,
     ) -> Self {
+        Self::start_offering(ns, nameserver, name, slots, resolve_prefer, 8192)
+    }
+
+    /// [`Haproxy::start`] with `accepted_payload_size` `payload` instead of the seed's 8192.
+    pub fn start_offering(
+        ns: &NetNs,
+        nameserver: &str,
+        name: &str,
+        slots: u32,
+        resolve_prefer: Option<&str>,
+        payload: u16,
+    ) -> Self {
         let dir = TempDir::new("haproxy");
         let socket = dir.path.join("stats.sock");
         let prefer = resolve_prefer
@@ -44,7 +56,7 @@ impl Haproxy {
         let config = format!(
             "global\n  stats socket {} mode 600 level admin\n\
              defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 5s\n  timeout server 5s\n\
-             resolvers agent\n  nameserver hpd {nameserver}\n  accepted_payload_size 8192\n  resolve_retries 3\n  \
+             resolvers agent\n  nameserver hpd {nameserver}\n  accepted_payload_size {payload}\n  resolve_retries 3\n  \
              timeout resolve 1s\n  timeout retry 1s\n  hold valid 10s\n  \
              hold nx 1s\n  hold other 1s\n  hold refused 1s\n  hold timeout 1s\n\
              backend ingress\n  server-template srv {slots} {target} resolvers agent init-addr none{prefer}\n",

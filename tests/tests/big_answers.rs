@@ -157,6 +157,45 @@ fn haproxy_in_srv_mode_fills_every_slot_for_a_150_node_fleet_with_xdp_off() {
     assert_eq!(agent.metric("hostport_dns_truncated", &[]), 0.0);
 }
 
+/// SRV mode past what 8192 bytes hold (an SRV target is written in full: about 160 nodes
+/// here): the operator raises HAProxy's `accepted_payload_size` and the agent's
+/// `--udp-max-payload` together, as deploy/README.md says, and a 250-node fleet fills every slot.
+#[test]
+fn haproxy_in_srv_mode_fills_every_slot_for_250_nodes_with_both_sizes_raised() {
+    let nodes = 250;
+    let (link, _api, agent, _dir) = fleet(
+        "hpfls16",
+        nodes,
+        &["--xdp-mode", "native", "--udp-max-payload", "16384"],
+    );
+    let srv = Haproxy::start_offering(
+        &link.client_ns,
+        &format!("{}:1053", link.server.ipv4),
+        &format!("_https._tcp.{NAME}"),
+        u32::try_from(nodes).expect("slots"),
+        None,
+        16384,
+    );
+    eventually("HAProxy (SRV, 16384) to fill its 250 slots", 45, || {
+        srv.backend_endpoints().len() == nodes
+    });
+    assert_eq!(agent.metric("hostport_dns_truncated", &[]), 0.0);
+    // With the seed's 8192, the same SRV answer does not fit: TC=1, whole over TCP.
+    let seed = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        1053,
+        &[
+            &format!("_https._tcp.{NAME}"),
+            "SRV",
+            "+bufsize=8192",
+            "+ignore",
+            "+nocookie",
+        ],
+    );
+    assert!(seed.has_flag("tc") && seed.answer.is_empty(), "{seed:?}");
+}
+
 /// Pods joining and leaving a 300-node fleet: HAProxy (A) follows within its poll and the
 /// propagation; and a 300-node answer comes whole to `dig +bufsize=8192` over UDP, on IPv4 and
 /// on IPv6, fragmented on the link (MTU 1500).

@@ -11,7 +11,7 @@ use hostport_dns::{
     dns::message::Transport,
     server::answer::{Asker, respond_for},
 };
-use hostport_dns_common::counters::Counter;
+use hostport_dns_common::{counters::Counter, limits::DEFAULT_UDP_MAX_PAYLOAD};
 use hostport_dns_tests::{
     packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},
     require_root,
@@ -70,17 +70,25 @@ fn zone_file() -> String {
 
 fn fixture() -> MutexGuard<'static, Program> {
     static FIXTURE: OnceLock<Mutex<Program>> = OnceLock::new();
-    FIXTURE
-        .get_or_init(|| {
-            require_root();
-            let local = [
-                SERVER_V4.parse().expect("an address"),
-                SERVER_V6.parse().expect("an address"),
-            ];
-            Mutex::new(Program::load(&zone_file(), &local))
-        })
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    loaded_once(&FIXTURE, DEFAULT_UDP_MAX_PAYLOAD)
+}
+
+/// The program of `cell`, loaded with the test zones and `ceiling` on UDP answers the first
+/// time (one program per ceiling for the whole binary).
+fn loaded_once(
+    cell: &'static OnceLock<Mutex<Program>>,
+    ceiling: u16,
+) -> MutexGuard<'static, Program> {
+    cell.get_or_init(|| {
+        require_root();
+        let local = [
+            SERVER_V4.parse().expect("an address"),
+            SERVER_V6.parse().expect("an address"),
+        ];
+        Mutex::new(Program::load_with_ceiling(&zone_file(), &local, ceiling))
+    })
+    .lock()
+    .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Checks on what the program did with a frame.
@@ -304,21 +312,7 @@ fn carries_cookie(message: &hickory_proto::op::Message) -> bool {
 /// captures' answers were recorded: its OPT record advertises that ceiling, as Knot's do.
 fn knot_ceiling_fixture() -> MutexGuard<'static, Program> {
     static FIXTURE: OnceLock<Mutex<Program>> = OnceLock::new();
-    FIXTURE
-        .get_or_init(|| {
-            require_root();
-            let local = [
-                SERVER_V4.parse().expect("an address"),
-                SERVER_V6.parse().expect("an address"),
-            ];
-            Mutex::new(Program::load_with_ceiling(
-                &zone_file(),
-                &local,
-                KNOT_CAPTURE_CEILING,
-            ))
-        })
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    loaded_once(&FIXTURE, KNOT_CAPTURE_CEILING)
 }
 
 /// Knot's default `udp-max-payload`, in force when the captures' answers were recorded.

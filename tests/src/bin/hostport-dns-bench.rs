@@ -236,6 +236,18 @@ fn xdp() {
     big_answer();
 }
 
+/// Answered/s, loss, CPU ns per answer, and the rate and CPU against knotd's (`knot_rate`
+/// answers/s, `knot_cpu` ns per answer), as the userspace tables show them.
+fn against_knot(m: &Measured, knot_rate: f64, knot_cpu: f64) -> [String; 5] {
+    [
+        format!("{:.0}", m.load.answered_per_second()),
+        format!("{:.1} %", m.load.loss() * 100.0),
+        format!("{:.0}", m.cpu_ns_per_answer()),
+        format!("{:.2}", m.load.answered_per_second() / knot_rate),
+        format!("{:.2}", m.cpu_ns_per_answer() / knot_cpu),
+    ]
+}
+
 /// Nodes of the big answer's fleet.
 const BIG_FLEET: usize = 150;
 
@@ -274,14 +286,9 @@ fn big_answer() {
     let rows: Vec<Vec<String>> = measured
         .iter()
         .map(|m| {
-            vec![
-                m.kind.label().to_owned(),
-                format!("{:.0}", m.load.answered_per_second()),
-                format!("{:.1} %", m.load.loss() * 100.0),
-                format!("{:.0}", m.cpu_ns_per_answer()),
-                format!("{:.2}", m.load.answered_per_second() / knot_rate),
-                format!("{:.2}", m.cpu_ns_per_answer() / knot),
-            ]
+            let mut row = vec![m.kind.label().to_owned()];
+            row.extend(against_knot(m, knot_rate, knot));
+            row
         })
         .collect();
     print_table(
@@ -350,15 +357,9 @@ fn userspace() {
         }
         for (gen_name, m) in measured_all.drain(..) {
             let (knot_rate, knot_cpu) = knot_udp.unwrap_or((f64::NAN, f64::NAN));
-            rows.push(vec![
-                gen_name.to_owned(),
-                m.kind.label().to_owned(),
-                format!("{:.0}", m.load.answered_per_second()),
-                format!("{:.1} %", m.load.loss() * 100.0),
-                format!("{:.0}", m.cpu_ns_per_answer()),
-                format!("{:.2}", m.load.answered_per_second() / knot_rate),
-                format!("{:.2}", m.cpu_ns_per_answer() / knot_cpu),
-            ]);
+            let mut row = vec![gen_name.to_owned(), m.kind.label().to_owned()];
+            row.extend(against_knot(&m, knot_rate, knot_cpu));
+            rows.push(row);
         }
     }
     print_table(
