@@ -132,15 +132,26 @@ fn haproxy_fills_every_slot_for_a_250_node_dual_stack_fleet_with_xdp_on() {
 
 /// SRV mode (`_https._tcp.<name>`): the SRV records of 150 nodes fit 8192 bytes (their targets
 /// written in full), the addresses that fit come in the additional section, and HAProxy fills
-/// all 150 slots with address and port. XDP off: the userspace path alone.
+/// all 150 slots with address and port; so do A only and AAAA first. XDP off: the userspace
+/// path alone.
 #[test]
-fn haproxy_in_srv_mode_fills_every_slot_for_a_150_node_fleet_with_xdp_off() {
+fn haproxy_fills_every_slot_for_a_150_node_fleet_in_every_mode_with_xdp_off() {
     let nodes = 150;
     let (link, _api, agent, _dir) = fleet("hpfls", nodes, &["--xdp-mode", "off"]);
     let srv = haproxy(&link, &format!("_https._tcp.{NAME}"), nodes, None);
+    let ipv4 = haproxy(&link, NAME, nodes, Some("ipv4"));
+    let aaaa_first = haproxy(&link, NAME, nodes, None);
     eventually("HAProxy (SRV) to fill its 150 slots", 45, || {
         srv.backend_endpoints().len() == nodes
     });
+    eventually(
+        "HAProxy (ipv4, AAAA first) to fill their 150 slots",
+        30,
+        || {
+            set(ipv4.backend_addresses()) == set((0..nodes).map(v4))
+                && set(aaaa_first.backend_addresses()) == set((0..nodes).map(v6))
+        },
+    );
     let endpoints = set(srv.backend_endpoints());
     assert!(
         endpoints.iter().all(|e| e.ends_with(":443")),
@@ -204,9 +215,23 @@ fn haproxy_follows_pods_joining_and_leaving_a_300_node_fleet() {
     let nodes = 300;
     let (link, api, _agent, _dir) = fleet("hpfl300", nodes, &["--xdp-mode", "native"]);
     let ipv4 = haproxy(&link, NAME, nodes + 10, Some("ipv4"));
+    let aaaa_first = haproxy(&link, NAME, nodes, None);
     eventually("HAProxy to learn the 300 nodes", 30, || {
         ipv4.backend_addresses().len() == nodes
     });
+    // AAAA first: 300 AAAA records do not fit 8192 bytes. HAProxy counts the truncated answer
+    // as an error (`any_err` in `show resolvers`) and falls back to A: every slot filled, with
+    // the IPv4 addresses.
+    eventually("HAProxy (AAAA first) to fall back to A", 30, || {
+        set(aaaa_first.backend_addresses()) == set((0..nodes).map(v4))
+    });
+    let resolvers = aaaa_first.command("show resolvers");
+    assert!(
+        resolvers
+            .lines()
+            .any(|l| l.trim().starts_with("any_err:") && !l.trim().ends_with(" 0")),
+        "{resolvers}"
+    );
     for server in [link.server.ipv4, link.server.ipv6] {
         let answer = dig(
             &link.client_ns,
