@@ -249,7 +249,8 @@ pub fn respond_for(
         answer.rotation = Rotation::find(&answer.bytes);
     }
     let unrotatable = answer.rotation.is_none() && rotates_records(&answer.bytes, &request, table);
-    // Made for this client alone: it carries a server cookie, or its order follows its ID.
+    // Made for this client alone: it carries a server cookie, or its order follows its ID and
+    // cannot be rotated in place.
     answer.personal = (cookie.client_cookie().is_some() && asker.cookies.is_some()) || unrotatable;
     Some(answer)
 }
