@@ -151,3 +151,52 @@ pub fn node(name: &str, internal: &str, external: &str) -> Value {
         ]},
     })
 }
+
+/// A node as the `nodes` rules read it: its taints (keys, effect NoSchedule), labels and
+/// cordon, with one internal address.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub name: String,
+    pub internal: String,
+    pub taints: Vec<String>,
+    pub labels: Vec<(String, String)>,
+    pub unschedulable: bool,
+}
+
+impl NodeSpec {
+    pub fn new(name: &str, internal: &str) -> Self {
+        Self {
+            name: name.into(),
+            internal: internal.into(),
+            taints: Vec::new(),
+            labels: Vec::new(),
+            unschedulable: false,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let labels: serde_json::Map<String, Value> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        // The cluster autoscaler writes its deletion time as the taint's value.
+        let taints: Vec<Value> = self
+            .taints
+            .iter()
+            .map(|key| json!({"key": key, "value": "1764806400", "effect": "NoSchedule"}))
+            .collect();
+        let mut spec = json!({"unschedulable": self.unschedulable});
+        if !taints.is_empty() {
+            spec["taints"] = json!(taints);
+        }
+        json!({
+            "metadata": {"name": self.name, "labels": labels},
+            "spec": spec,
+            "status": {"addresses": [
+                {"type": "InternalIP", "address": self.internal},
+                {"type": "Hostname", "address": self.name},
+            ]},
+        })
+    }
+}

@@ -230,3 +230,32 @@ fn check_config_accepts_a_valid_configuration_and_names_the_first_error() {
         .expect("run");
     assert_one_error_line(&out, "--config and --records");
 }
+
+#[test]
+fn check_config_takes_the_nodes_rules_and_refuses_empty_or_malformed_keys() {
+    let dir = TempDir::new("nodesrules");
+    let base = "zones:\n  - name: ingress.example.com\npods:\n  - zone: ingress.example.com\n";
+    let check = |name: &str, nodes: &str| {
+        let config = dir.write(name, &format!("{base}{nodes}"));
+        Command::new(binary())
+            .arg("check-config")
+            .arg(&config)
+            .output()
+            .expect("run check-config")
+    };
+    let valid = check(
+        "valid.yaml",
+        "nodes:\n  excludeTaints: [ToBeDeletedByClusterAutoscaler, example.com/leaving]\n  excludeLabels: [node.kubernetes.io/exclude-from-external-load-balancers]\n  excludeUnschedulable: true\n",
+    );
+    assert!(
+        valid.status.success(),
+        "{}",
+        String::from_utf8_lossy(&valid.stderr)
+    );
+    let empty = check("empty.yaml", "nodes:\n  excludeTaints: [\"\"]\n");
+    assert_one_error_line(&empty, "nodes.excludeTaints: an empty key");
+    let bad = check("bad.yaml", "nodes:\n  excludeLabels: [\"exclude me\"]\n");
+    assert_one_error_line(&bad, "nodes.excludeLabels: \"exclude me\"");
+    let typo = check("typo.yaml", "nodes:\n  excludeTaint: [a]\n");
+    assert_one_error_line(&typo, "unknown field `excludeTaint`");
+}

@@ -42,6 +42,7 @@ use crate::{
         kube::{
             access::KubernetesAccess,
             api_health::config::{HealthProbe, HealthProbeEntry},
+            node_rules::{NodeRules, NodesEntry},
             syntax,
         },
     },
@@ -77,6 +78,8 @@ pub struct AgentConfig {
     pub leader_election: LeaderElection,
     /// The ceiling on UDP answers, when the file sets one.
     pub udp_max_payload: Option<UdpCeiling>,
+    /// Which nodes' pods leave the answers.
+    pub nodes: NodeRules,
 }
 
 impl AgentConfig {
@@ -93,11 +96,18 @@ impl AgentConfig {
             || (!self.update.is_empty() && (self.uses_kubernetes() || self.leader_election.given))
     }
 
-    /// Whether EndpointSlice outputs need Node addresses.
+    /// Whether Nodes are watched: EndpointSlice outputs that take node addresses, or pod
+    /// sources with node rules (a node leaving takes its pods out of the answers).
     pub fn needs_nodes(&self) -> bool {
         self.endpoint_slices
             .iter()
             .any(|e| e.address_source != AddressSource::EndpointSlice)
+            || self.follows_nodes()
+    }
+
+    /// Whether pod records follow the state of their nodes (`nodes` rules with pod sources).
+    pub fn follows_nodes(&self) -> bool {
+        !self.pods.is_empty() && self.nodes.any()
     }
 }
 
@@ -215,6 +225,10 @@ struct ConfigFile {
     /// it. `--udp-max-payload` overrides it.
     #[serde(default)]
     udp_max_payload: Option<u16>,
+    /// Which nodes' pods leave the answers made from pods (API-server records keep every
+    /// server).
+    #[serde(default)]
+    nodes: NodesEntry,
 }
 
 /// `clients`: the allow-list, rate limiting and cookies.
@@ -748,6 +762,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             .map(|bytes| UdpCeiling::new(bytes).map_err(|e| format!("udpMaxPayload: {e}")))
             .transpose()
             .map_err(invalid)?,
+        nodes: file.nodes.compile().map_err(invalid)?,
         ..AgentConfig::default()
     };
     for (i, entry) in file.update.into_iter().enumerate() {

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub source_records: Family<SourceLabel, Gauge>,
     /// Records left out of the table now, by reason.
     pub dropped_records: Family<ReasonLabel, Gauge>,
+    /// Nodes whose pods are left out of the answers now (taint, label, unschedulable).
+    pub nodes_excluded: Family<ReasonLabel, Gauge>,
     pub source_errors: Family<SourceErrorLabel, Counter>,
     pub source_connected: Family<SourceLabel, Gauge>,
     /// 1 while a source serves the records an earlier run saved.
@@ -176,6 +178,7 @@ impl Metrics {
             source_last_sync: Family::default(),
             source_records: Family::default(),
             dropped_records: Family::default(),
+            nodes_excluded: Family::default(),
             source_errors: Family::default(),
             source_connected: Family::default(),
             source_restored: Family::default(),
@@ -277,6 +280,11 @@ impl Metrics {
             "dropped_records",
             "Records left out of the table now, by reason",
             metrics.dropped_records.clone(),
+        );
+        registry.register(
+            "nodes_excluded",
+            "Nodes whose pods are left out of the answers now, by reason (nodes section)",
+            metrics.nodes_excluded.clone(),
         );
         registry.register(
             "source_errors",

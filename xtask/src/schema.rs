@@ -31,6 +31,7 @@ fn sections() -> Vec<(&'static str, Value)> {
         ("/properties/pods", array_of("PodEntry")),
         ("/properties/endpointSlices", array_of("EndpointSliceEntry")),
         ("/properties/reverseZones", reference("ReverseZonesEntry")),
+        ("/properties/nodes", reference("NodesEntry")),
         (
             "/properties/clients/properties/allow",
             reference("ClientsEntry/properties/allow"),
@@ -152,7 +153,7 @@ mod tests {
         }
         values["definitions"] = json!({ "old": {} });
         let generated = json!({ "definitions": {
-            "ZoneEntry": {}, "PodEntry": {}, "EndpointSliceEntry": {}, "ReverseZonesEntry": {},
+            "ZoneEntry": {}, "PodEntry": {}, "NodesEntry": {}, "EndpointSliceEntry": {}, "ReverseZonesEntry": {},
             "ClientsEntry": { "properties": { "allow": {} } }, "Outside": {}, "RateLimitEntry": {},
             "CookieConfig": { "properties": { "enabled": {} } }, "KeyName": {},
             "TsigAlgorithmName": {}, "AllowItem": {}, "NotifyItem": {},

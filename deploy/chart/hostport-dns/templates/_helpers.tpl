@@ -19,6 +19,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* Whether any EndpointSlice output reads node addresses (node RBAC). */}}
 {{- define "hostport-dns.needsNodes" -}}
 {{- range .Values.endpointSlices }}{{ if ne (.addressSource | default "endpointslice") "endpointslice" }}true{{ end }}{{ end -}}
+{{- if and .Values.pods (or .Values.nodes.excludeTaints .Values.nodes.excludeLabels .Values.nodes.excludeUnschedulable) }}true{{ end -}}
 {{- end -}}
 
 {{/* The Secret holding the DNS cookie secrets. */}}

@@ -598,6 +598,7 @@ mod tests {
             internal: parse(internal),
             external: parse(external),
             all: parse(&[internal, external].concat()),
+            exclusion: None,
         }
     }
 

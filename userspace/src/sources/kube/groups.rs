@@ -3,7 +3,8 @@
 //! slices, or a node it takes addresses from, changes). Each event marks what it touched; a
 //! publication takes the groups of what was marked ([`State::take_changes`]), or all of them
 //! ([`State::snapshot`]) for a first or restored state. Nothing here walks every pod for one
-//! change.
+//! pod's change; a node leaving or returning (the `nodes` rules) marks the pods on it, found by
+//! one pass over the pods: such changes are rare, and an index would cost every pod its bytes.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -25,6 +26,7 @@ use crate::{
                 pod_records, probe_targets,
             },
             model::{NodeInfo, PodInfo, SliceInfo},
+            node_rules::Exclusion,
             store::Store,
             watchers::{Change, Watchers},
         },
@@ -39,11 +41,13 @@ struct PodRecords {
     records: RecordGroup,
     /// The names it should have had but cannot (a label value that is no DNS label).
     invalid: Vec<String>,
+    /// The node it runs on, kept only when records follow the nodes' state.
+    node: Option<Box<str>>,
 }
 
 impl PodRecords {
     /// The pod's records, or None when it gives none and has nothing to report.
-    fn of(source: &PodSource, info: &PodInfo) -> Option<Self> {
+    fn of(source: &PodSource, info: &PodInfo, follows_nodes: bool) -> Option<Self> {
         let mut records = Vec::new();
         let mut skipped = Skipped::default();
         pod_records(source, [info], &mut records, &mut skipped);
@@ -53,6 +57,11 @@ impl PodRecords {
         Some(Self {
             records: records.into(),
             invalid: skipped.invalid_names,
+            node: info
+                .node_name
+                .as_deref()
+                .filter(|_| follows_nodes)
+                .map(Box::from),
         })
     }
 }
@@ -83,7 +92,18 @@ pub struct State {
     /// Pods whose label value is no DNS label, with what it would have named (logged once per
     /// pod, until it is valid or gone).
     invalid: BTreeMap<(usize, String), Vec<String>>,
+    /// Nodes whose pods are left out of the answers, and why. A node deleted while excluded
+    /// stays until no pod on it is left: its DaemonSet pod outlives the Node object (until the
+    /// pod garbage collector comes), still Ready, and must not come back meanwhile.
+    excluded: BTreeMap<String, ExcludedNode>,
     marked: Marked,
+}
+
+/// A node whose pods are left out.
+struct ExcludedNode {
+    why: Exclusion,
+    /// The Node object is gone; kept while pods on it remain.
+    deleted: bool,
 }
 
 impl State {
@@ -103,6 +123,7 @@ impl State {
             down: vec![BTreeSet::new(); outputs],
             all_down: vec![false; outputs],
             invalid: BTreeMap::new(),
+            excluded: BTreeMap::new(),
             marked: Marked::default(),
         }
     }
@@ -125,9 +146,10 @@ impl State {
         match change {
             Change::Pod(i, event) => {
                 let source = &config.pods[watchers.pod_sources[i]];
+                let follows_nodes = config.follows_nodes();
                 let changed = self.pods[i].apply(*event, |pod| {
                     PodInfo::from_pod(pod, &source.label_key)
-                        .and_then(|info| PodRecords::of(source, &info))
+                        .and_then(|info| PodRecords::of(source, &info, follows_nodes))
                 });
                 let any = !changed.is_empty();
                 self.marked
@@ -148,9 +170,15 @@ impl State {
                 let Some(nodes) = self.nodes.as_mut() else {
                     return false;
                 };
-                let changed = !nodes
-                    .apply(*event, |node| Some(NodeInfo::from_node(node)))
-                    .is_empty();
+                let rules = config.follows_nodes().then_some(&config.nodes);
+                let keys = nodes.apply(*event, |node| {
+                    Some(NodeInfo {
+                        exclusion: rules.and_then(|r| r.exclusion(node)),
+                        ..NodeInfo::from_node(node)
+                    })
+                });
+                let changed = !keys.is_empty();
+                self.follow_exclusions(keys);
                 if changed {
                     // Every output that takes node addresses may resolve differently.
                     for (i, source) in config.endpoint_slices.iter().enumerate() {
@@ -174,11 +202,16 @@ impl State {
         let marked = std::mem::take(&mut self.marked);
         let mut changes = Vec::with_capacity(marked.pods.len() + marked.outputs.len());
         for (i, key) in marked.pods {
-            let records = self.pods[i].objects().get(&key).map(|p| p.records.clone());
+            let records = self.pods[i]
+                .objects()
+                .get(&key)
+                .filter(|p| !self.left_out(p))
+                .map(|p| p.records.clone());
             self.note_invalid(i, &key);
             changes.push((pod_key(i, &key), records.filter(|r| !r.is_empty())));
         }
         self.count_invalid(metrics);
+        self.count_excluded(metrics);
         for i in marked.outputs {
             if let Some(group) = self.resolve_output(config, metrics, i) {
                 changes.push((output_key(i), Some(group)));
@@ -195,7 +228,7 @@ impl State {
         for (i, store) in self.pods.iter().enumerate() {
             for (key, pod) in store.objects() {
                 keys.push((i, key.clone()));
-                if !pod.records.is_empty() {
+                if !pod.records.is_empty() && !self.left_out(pod) {
                     groups.push((pod_key(i, key), pod.records.clone()));
                 }
             }
@@ -205,6 +238,7 @@ impl State {
             self.note_invalid(i, &key);
         }
         self.count_invalid(metrics);
+        self.count_excluded(metrics);
         for i in 0..self.slices.len() {
             self.resolve_output(config, metrics, i);
             if !self.endpoint_groups[i].is_empty() {
@@ -285,6 +319,94 @@ impl State {
         } else if self.invalid.get(&at) != Some(&invalid) {
             warn!(pod = %key, names = ?invalid, "a label value that is not a DNS label: the pod is left out");
             self.invalid.insert(at, invalid);
+        }
+    }
+
+    /// Whether `pod` runs on a node whose pods are left out.
+    fn left_out(&self, pod: &PodRecords) -> bool {
+        pod.node
+            .as_deref()
+            .is_some_and(|node| self.excluded.contains_key(node))
+    }
+
+    /// Follows the Nodes whose objects changed (`keys`): a node that leaves or returns marks
+    /// its pods, and says so once.
+    fn follow_exclusions(&mut self, keys: Vec<String>) {
+        let Some(nodes) = self.nodes.as_ref() else {
+            return;
+        };
+        let mut moved = BTreeSet::new();
+        let mut deleted = false;
+        for key in keys {
+            let Some(node) = nodes.objects().get(&key) else {
+                if let Some(held) = self.excluded.get_mut(&key) {
+                    held.deleted = true;
+                    deleted = true;
+                }
+                continue;
+            };
+            let now = node.exclusion.clone();
+            let before = self.excluded.get(&key).map(|e| &e.why);
+            if before == now.as_ref() {
+                if let Some(held) = self.excluded.get_mut(&key) {
+                    held.deleted = false;
+                }
+                continue;
+            }
+            match now {
+                Some(why) => {
+                    info!(node = %key, why = %why, "node leaves the answers: its pods are left out");
+                    self.excluded.insert(
+                        key.clone(),
+                        ExcludedNode {
+                            why,
+                            deleted: false,
+                        },
+                    );
+                }
+                None => {
+                    info!(node = %key, "node returns to the answers: nothing excludes it any more");
+                    self.excluded.remove(&key);
+                }
+            }
+            moved.insert(key);
+        }
+        if moved.is_empty() && !deleted {
+            return;
+        }
+        // One pass over the pods: mark those on a node that moved, and see which deleted nodes
+        // still have pods (the others are forgotten).
+        let mut still_hosting = BTreeSet::new();
+        for (i, store) in self.pods.iter().enumerate() {
+            for (key, pod) in store.objects() {
+                let Some(node) = pod.node.as_deref() else {
+                    continue;
+                };
+                if moved.contains(node) {
+                    self.marked.pods.insert((i, key.clone()));
+                }
+                if self.excluded.get(node).is_some_and(|e| e.deleted) {
+                    still_hosting.insert(node.to_owned());
+                }
+            }
+        }
+        self.excluded
+            .retain(|node, e| !e.deleted || still_hosting.contains(node));
+    }
+
+    fn count_excluded(&self, metrics: &Metrics) {
+        for reason in Exclusion::REASONS {
+            let count = self
+                .excluded
+                .values()
+                .filter(|e| !e.deleted && e.why.reason() == reason)
+                .count();
+            metrics
+                .nodes_excluded
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .set(count as i64);
         }
     }
 

@@ -22,6 +22,7 @@ pub mod contact;
 pub mod failover;
 pub mod groups;
 pub mod model;
+pub mod node_rules;
 pub mod public;
 pub mod saved;
 pub mod store;

@@ -3,6 +3,8 @@
 
 use std::net::IpAddr;
 
+use super::node_rules::Exclusion;
+
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
     discovery::v1::EndpointSlice,
@@ -170,6 +172,8 @@ pub struct NodeInfo {
     /// Every IP address the node lists (internal and external), in the node's order: what an
     /// endpoint without `nodeName` is matched against, and where the public address is sought.
     pub all: Vec<IpAddr>,
+    /// Why the node's pods leave the answers (the `nodes` rules), if they do.
+    pub exclusion: Option<Exclusion>,
 }
 
 impl NodeInfo {
