@@ -232,7 +232,7 @@ fn check_config_accepts_a_valid_configuration_and_names_the_first_error() {
 }
 
 #[test]
-fn check_config_takes_the_nodes_rules_and_refuses_empty_or_malformed_keys() {
+fn check_config_takes_the_node_rules_and_topology_key_and_refuses_malformed_keys() {
     let dir = TempDir::new("nodesrules");
     let base = "zones:\n  - name: ingress.example.com\npods:\n  - zone: ingress.example.com\n";
     let check = |name: &str, nodes: &str| {
@@ -258,4 +258,15 @@ fn check_config_takes_the_nodes_rules_and_refuses_empty_or_malformed_keys() {
     assert_one_error_line(&bad, "nodes.excludeLabels: \"exclude me\"");
     let typo = check("typo.yaml", "nodes:\n  excludeTaint: [a]\n");
     assert_one_error_line(&typo, "unknown field `excludeTaint`");
+    let zone_key = check(
+        "topology.yaml",
+        "    topologyKey: topology.kubernetes.io/zone\n",
+    );
+    assert!(
+        zone_key.status.success(),
+        "{}",
+        String::from_utf8_lossy(&zone_key.stderr)
+    );
+    let bad_zone_key = check("badtopology.yaml", "    topologyKey: \"zone key\"\n");
+    assert_one_error_line(&bad_zone_key, "pods[0].topologyKey \"zone key\"");
 }

@@ -771,6 +771,17 @@ fn rbac_covers_exactly_what_the_agent_calls_with_namespaced_pods_and_node_addres
     );
 }
 
+/// Without node rules, node address sources or topology keys the agent never asks for
+/// Nodes, and the chart does not grant them; a topology key alone brings both back.
+#[test]
+fn rbac_covers_exactly_what_the_agent_calls_without_node_rules_and_with_a_topology_key() {
+    assert_rbac_is_exact("rbacnonodes", "nodes:\n  excludeTaints: []\n");
+    assert_rbac_is_exact(
+        "rbactopo",
+        "nodes:\n  excludeTaints: []\npods:\n  - zone: ingress.example.com\n    topologyKey: topology.kubernetes.io/zone\n",
+    );
+}
+
 /// External-dns outputs of both kinds: the Role in the release namespace grants exactly the
 /// writes they make (create, update, delete; list to find them) and the Lease's get, create and
 /// update.

@@ -69,13 +69,25 @@ struct Cluster {
 }
 
 fn cluster(tag: &str, nodes_section: &str) -> Cluster {
+    cluster_with(tag, "", nodes_section, |_| {})
+}
+
+/// [`cluster`] with more of the pods entry (`pods_extra`, indented) and objects `prepare`
+/// applies over the fleet before the agent starts.
+fn cluster_with(
+    tag: &str,
+    pods_extra: &str,
+    nodes_section: &str,
+    prepare: impl FnOnce(&FakeApi),
+) -> Cluster {
     require_root();
     let ns = NetNs::new(tag);
     let api = FakeApi::start(Some(&ns));
     fleet(&api);
+    prepare(&api);
     let dir = TempDir::new(tag);
     let config = format!(
-        "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\nendpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    service: default/kubernetes\n{nodes_section}",
+        "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n{pods_extra}endpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    service: default/kubernetes\n{nodes_section}",
         api.url()
     );
     let file = dir.write("agent.yaml", &config);
@@ -310,4 +322,88 @@ fn haproxy_drops_a_node_the_autoscaler_takes_before_its_pod_goes() {
     eventually("HAProxy to learn cp-4", 20, || {
         haproxy.backend_addresses() == addresses(&[0, 1, 3, 4])
     });
+}
+
+const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+
+fn in_zone(i: u32, zone: &str) -> serde_json::Value {
+    let mut node = node(i);
+    node.labels = vec![(ZONE_KEY.into(), zone.into())];
+    node.to_json()
+}
+
+fn zone_name(zone: &str) -> String {
+    format!("{zone}.{NAME}")
+}
+
+#[test]
+fn topology_names_answer_each_zones_nodes_and_follow_nodes_moving() {
+    let c = cluster_with(
+        "ntopo",
+        &format!("    topologyKey: {ZONE_KEY}\n"),
+        "",
+        |api| {
+            api.apply(Kind::Node, in_zone(0, "eu-west-1a"));
+            api.apply(Kind::Node, in_zone(1, "eu-west-1a"));
+            api.apply(Kind::Node, in_zone(2, "eu-west-1b"));
+        },
+    );
+    eventually("the zone names", 15, || {
+        c.addresses(&zone_name("eu-west-1a")) == addresses(&[0, 1])
+            && c.addresses(&zone_name("eu-west-1b")) == addresses(&[2])
+    });
+    assert_eq!(
+        c.pods_answer(),
+        addresses(&[0, 1, 2]),
+        "the parent keeps every node"
+    );
+    let srv = c.dig(&[&format!("_https._tcp.{}", zone_name("eu-west-1a")), "SRV"]);
+    let mut targets: Vec<String> = srv
+        .answer_data()
+        .iter()
+        .filter_map(|d| d.split_whitespace().nth(3).map(str::to_owned))
+        .collect();
+    targets.sort();
+    assert_eq!(targets, [target(0), target(1)]);
+
+    // cp-1 moves to 1b; cp-0 to 1c, which empties 1a: NXDOMAIN.
+    c.api.apply(Kind::Node, in_zone(1, "eu-west-1b"));
+    eventually("cp-1 in 1b", 15, || {
+        c.addresses(&zone_name("eu-west-1b")) == addresses(&[1, 2])
+            && c.addresses(&zone_name("eu-west-1a")) == addresses(&[0])
+    });
+    c.api.apply(Kind::Node, in_zone(0, "eu-west-1c"));
+    eventually("1a emptied", 15, || {
+        c.dig(&[&zone_name("eu-west-1a"), "A"]).status == "NXDOMAIN"
+            && c.dig(&["+tcp", &zone_name("eu-west-1a"), "A"]).status == "NXDOMAIN"
+    });
+    assert_eq!(c.addresses(&zone_name("eu-west-1c")), addresses(&[0]));
+
+    // A value that is no DNS label: reported, skipped; the node stays under the parent name.
+    c.api.apply(Kind::Node, in_zone(2, "Zone_B"));
+    eventually("cp-2 out of 1b", 15, || {
+        c.addresses(&zone_name("eu-west-1b")) == addresses(&[1])
+    });
+    assert_eq!(c.pods_answer(), addresses(&[0, 1, 2]));
+    eventually("the value counted", 10, || {
+        c.agent.metric(
+            "hostport_dns_dropped_records",
+            &[("reason", "invalid_topology_value")],
+        ) == 1.0
+    });
+    assert!(
+        c.agent
+            .logs()
+            .contains("a topology value that is not a DNS label")
+    );
+
+    // A node leaving takes its pod out of its zone's name too.
+    let mut leaving = node(0);
+    leaving.labels = vec![(ZONE_KEY.into(), "eu-west-1c".into())];
+    leaving.taints = vec![AUTOSCALER.into()];
+    c.api.apply(Kind::Node, leaving.to_json());
+    eventually("1c emptied by the taint", 15, || {
+        c.dig(&[&zone_name("eu-west-1c"), "A"]).status == "NXDOMAIN"
+    });
+    assert_eq!(c.pods_answer(), addresses(&[1, 2]));
 }

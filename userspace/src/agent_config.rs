@@ -105,9 +105,22 @@ impl AgentConfig {
             || self.follows_nodes()
     }
 
-    /// Whether pod records follow the state of their nodes (`nodes` rules with pod sources).
+    /// Whether pod records follow the state of their nodes (`nodes` rules with pod sources, or
+    /// a pod source's `topologyKey`).
     pub fn follows_nodes(&self) -> bool {
-        !self.pods.is_empty() && self.nodes.any()
+        (!self.pods.is_empty() && self.nodes.any()) || !self.topology_keys().is_empty()
+    }
+
+    /// The node labels pod sources name their topology after (each once).
+    pub fn topology_keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self
+            .pods
+            .iter()
+            .filter_map(|p| p.topology_key.as_deref())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
     }
 }
 
@@ -127,6 +140,9 @@ pub struct PodSource {
     pub srv: bool,
     /// What a label value with dots becomes.
     pub dotted_label_values: DottedLabelValues,
+    /// A node label (`topology.kubernetes.io/zone`, say): each of its values `v` also names
+    /// `<v>.<label value>.<namespace>.<zone>`, the pods on the nodes carrying `v`.
+    pub topology_key: Option<String>,
 }
 
 /// What a label value with dots (`edge.public`, a valid label value) becomes.
@@ -404,6 +420,12 @@ struct PodEntry {
     srv: bool,
     #[serde(default)]
     dotted_label_values: DottedLabelValues,
+    /// A node label, e.g. `topology.kubernetes.io/zone`: for each of its values `v`, the name
+    /// `<v>.<label value>.<namespace>.<zone>` answers the pods on nodes carrying `v` (the
+    /// parent name keeps answering every node). Default: none.
+    #[serde(default)]
+    #[schemars(with = "Option<schema::LabelKey>")]
+    topology_key: Option<String>,
 }
 
 fn default_label_key() -> String {
@@ -824,6 +846,10 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             syntax::check_namespace(namespace)
                 .map_err(|e| invalid(format!("{what}.namespaces[{n}] {namespace:?}: {e}")))?;
         }
+        if let Some(key) = &pods.topology_key {
+            syntax::check_label_key(key)
+                .map_err(|e| invalid(format!("{what}.topologyKey {key:?}: {e}")))?;
+        }
         config.pods.push(PodSource {
             zone: zone_named(&pods.zone, &what)?,
             label_key: pods.label_key,
@@ -833,6 +859,7 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             address: pods.address,
             srv: pods.srv,
             dotted_label_values: pods.dotted_label_values,
+            topology_key: pods.topology_key,
         });
     }
     for (i, slices) in file.endpoint_slices.into_iter().enumerate() {

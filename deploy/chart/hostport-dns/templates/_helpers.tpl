@@ -20,6 +20,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "hostport-dns.needsNodes" -}}
 {{- range .Values.endpointSlices }}{{ if ne (.addressSource | default "endpointslice") "endpointslice" }}true{{ end }}{{ end -}}
 {{- if and .Values.pods (or .Values.nodes.excludeTaints .Values.nodes.excludeLabels .Values.nodes.excludeUnschedulable) }}true{{ end -}}
+{{- range .Values.pods }}{{ if .topologyKey }}true{{ end }}{{ end -}}
 {{- end -}}
 
 {{/* The Secret holding the DNS cookie secrets. */}}

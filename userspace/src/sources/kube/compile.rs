@@ -49,14 +49,7 @@ pub fn pod_records<'a>(
         {
             continue;
         }
-        let Some(name) = value_labels(&pod.label_value, source.dotted_label_values)
-            .zip(host_label(&pod.namespace))
-            .and_then(|(mut labels, ns)| {
-                labels.push(ns);
-                Name::from_labels(labels.iter().map(String::as_bytes)).ok()
-            })
-            .and_then(|n| n.append_domain(&source.zone).ok())
-        else {
+        let Some(name) = pod_name(source, pod) else {
             skipped
                 .invalid_names
                 .push(format!("{}/{}", pod.namespace, pod.label_value));
@@ -80,6 +73,50 @@ pub fn pod_records<'a>(
             srv_records(source, pod, &name, out, skipped);
         }
     }
+}
+
+/// `<label value>.<namespace>.<zone>`, or None when the value or namespace is no DNS label.
+pub fn pod_name(source: &PodSource, pod: &PodInfo) -> Option<Name> {
+    value_labels(&pod.label_value, source.dotted_label_values)
+        .zip(host_label(&pod.namespace))
+        .and_then(|(mut labels, ns)| {
+            labels.push(ns);
+            Name::from_labels(labels.iter().map(String::as_bytes)).ok()
+        })
+        .and_then(|n| n.append_domain(&source.zone).ok())
+}
+
+/// The records of a pod's topology name: its records at `name` (`<label value>.<namespace>.
+/// <zone>`) and below it (SRV), each moved one level down, under `<value>.` (`value` a DNS
+/// label); the SRV targets' address records stay where they are, in the pod's own group. A
+/// record whose name would grow past 255 bytes is left out.
+pub fn topology_records(
+    records: &[SourceRecord],
+    name: &WireName,
+    value: &str,
+) -> Vec<SourceRecord> {
+    let parent = name.as_bytes();
+    records
+        .iter()
+        .filter_map(|record| {
+            let owner = record.name.as_bytes();
+            let prefix = owner.strip_suffix(parent)?;
+            // On label boundaries only: the prefix is whole labels (or nothing).
+            if !record.name.is_in(name) {
+                return None;
+            }
+            let mut wire = Vec::with_capacity(owner.len() + 1 + value.len());
+            wire.extend_from_slice(prefix);
+            wire.push(u8::try_from(value.len()).ok()?);
+            wire.extend_from_slice(value.as_bytes());
+            wire.extend_from_slice(parent);
+            Some(SourceRecord {
+                name: WireName::from_wire(&wire)?,
+                ttl: record.ttl,
+                data: record.data.clone(),
+            })
+        })
+        .collect()
 }
 
 /// The node addresses a hostPort pod is reachable on: the addresses its hostPorts are bound to
@@ -355,6 +392,7 @@ mod tests {
             address: PodAddress::Auto,
             srv: true,
             dotted_label_values: DottedLabelValues::Reject,
+            topology_key: None,
         }
     }
 
@@ -598,7 +636,7 @@ mod tests {
             internal: parse(internal),
             external: parse(external),
             all: parse(&[internal, external].concat()),
-            exclusion: None,
+            placement: Default::default(),
         }
     }
 
@@ -685,6 +723,47 @@ mod tests {
         );
         slice.port = None;
         assert!(probe_targets(&slice_source(AddressSource::EndpointSlice), [&slice]).is_empty());
+    }
+
+    /// The topology name holds the pod's address and SRV records one level down; the SRV
+    /// target (and its addresses) stay the node's.
+    #[test]
+    fn a_topology_name_moves_the_pods_records_one_level_down() {
+        let source = source();
+        let pod = pod("default-nginx", true);
+        let mut records = Vec::new();
+        pod_records(&source, [&pod], &mut records, &mut Skipped::default());
+        let parent = WireName::from_name(&pod_name(&source, &pod).unwrap());
+        let zoned = topology_records(&records, &parent, "eu-west-1a");
+        let rendered = render(&zoned);
+        assert_eq!(rendered.len(), 2, "{rendered:?}");
+        assert!(
+            rendered[0]
+                .starts_with("_https._tcp.eu-west-1a.default-nginx.ingress.prod.example. Srv"),
+            "{rendered:?}"
+        );
+        assert!(
+            rendered[0].contains("cp-1.nodes.prod.example."),
+            "{rendered:?}"
+        );
+        assert_eq!(
+            rendered[1],
+            "eu-west-1a.default-nginx.ingress.prod.example. A(198.18.0.11)"
+        );
+        // A name that would pass 255 bytes is left out, not cut.
+        let long = format!(
+            "{}.{}.{}.d.",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63)
+        );
+        let long = WireName::from_name(&name(&long));
+        let at_long = [SourceRecord {
+            name: long.clone(),
+            ttl: None,
+            data: RecordData::A("198.18.0.1".parse().unwrap()),
+        }];
+        assert!(topology_records(&at_long, &long, &"e".repeat(63)).is_empty());
     }
 
     fn a_records(source: &PodSource, pod: &PodInfo) -> (Vec<String>, Skipped) {

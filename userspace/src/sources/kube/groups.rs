@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use crate::{
     agent_config::{AddressSource, AgentConfig, EndpointSliceSource, PodSource},
+    dns::WireName,
     metrics::{Metrics, OutputLabel, ReasonLabel},
     records::RecordGroup,
     sources::{
@@ -23,10 +24,10 @@ use crate::{
             api_health::tracker::never_empty,
             compile::{
                 Skipped, endpoint_addresses, endpoint_addresses_without, endpoint_records,
-                pod_records, probe_targets,
+                pod_name, pod_records, probe_targets, topology_records,
             },
             model::{NodeInfo, PodInfo, SliceInfo},
-            node_rules::Exclusion,
+            node_state::{NodeStates, Placement},
             store::Store,
             watchers::{Change, Watchers},
         },
@@ -43,6 +44,9 @@ struct PodRecords {
     invalid: Vec<String>,
     /// The node it runs on, kept only when records follow the nodes' state.
     node: Option<Box<str>>,
+    /// Its name (`<label value>.<namespace>.<zone>`), kept only for a source with a
+    /// `topologyKey`: the topology name goes one level below it.
+    name: Option<WireName>,
 }
 
 impl PodRecords {
@@ -62,6 +66,11 @@ impl PodRecords {
                 .as_deref()
                 .filter(|_| follows_nodes)
                 .map(Box::from),
+            name: source
+                .topology_key
+                .as_ref()
+                .and_then(|_| pod_name(source, info))
+                .map(|name| WireName::from_name(&name)),
         })
     }
 }
@@ -78,6 +87,8 @@ struct Marked {
 pub struct State {
     /// One store per pod watcher.
     pods: Vec<Store<PodRecords>>,
+    /// Each pod watcher's source (index into `config.pods`).
+    pod_sources: Vec<usize>,
     slices: Vec<Store<SliceInfo>>,
     nodes: Option<Store<NodeInfo>>,
     last_non_empty: Vec<Vec<IpAddr>>,
@@ -92,18 +103,12 @@ pub struct State {
     /// Pods whose label value is no DNS label, with what it would have named (logged once per
     /// pod, until it is valid or gone).
     invalid: BTreeMap<(usize, String), Vec<String>>,
-    /// Nodes whose pods are left out of the answers, and why. A node deleted while excluded
-    /// stays until no pod on it is left: its DaemonSet pod outlives the Node object (until the
-    /// pod garbage collector comes), still Ready, and must not come back meanwhile.
-    excluded: BTreeMap<String, ExcludedNode>,
+    /// What the pods take from their nodes: exclusions and topology values.
+    nodes_state: NodeStates,
+    /// The groups of pods with a topology name (their records and those of the name), as last
+    /// published: a group that did not change keeps its allocation.
+    placed: BTreeMap<(usize, String), RecordGroup>,
     marked: Marked,
-}
-
-/// A node whose pods are left out.
-struct ExcludedNode {
-    why: Exclusion,
-    /// The Node object is gone; kept while pods on it remain.
-    deleted: bool,
 }
 
 impl State {
@@ -115,6 +120,7 @@ impl State {
                 .iter()
                 .map(|_| Store::default())
                 .collect(),
+            pod_sources: watchers.pod_sources.clone(),
             slices: (0..outputs).map(|_| Store::default()).collect(),
             nodes: config.needs_nodes().then(Store::default),
             last_non_empty: vec![Vec::new(); outputs],
@@ -123,7 +129,8 @@ impl State {
             down: vec![BTreeSet::new(); outputs],
             all_down: vec![false; outputs],
             invalid: BTreeMap::new(),
-            excluded: BTreeMap::new(),
+            nodes_state: NodeStates::default(),
+            placed: BTreeMap::new(),
             marked: Marked::default(),
         }
     }
@@ -170,15 +177,19 @@ impl State {
                 let Some(nodes) = self.nodes.as_mut() else {
                     return false;
                 };
-                let rules = config.follows_nodes().then_some(&config.nodes);
+                let rules = (!config.pods.is_empty()).then_some(&config.nodes);
+                let topology_keys = config.topology_keys();
                 let keys = nodes.apply(*event, |node| {
                     Some(NodeInfo {
-                        exclusion: rules.and_then(|r| r.exclusion(node)),
+                        placement: Placement {
+                            exclusion: rules.and_then(|r| r.exclusion(node)),
+                            topology: topology_values(node, &topology_keys),
+                        },
                         ..NodeInfo::from_node(node)
                     })
                 });
                 let changed = !keys.is_empty();
-                self.follow_exclusions(keys);
+                self.follow_nodes(keys);
                 if changed {
                     // Every output that takes node addresses may resolve differently.
                     for (i, source) in config.endpoint_slices.iter().enumerate() {
@@ -202,16 +213,12 @@ impl State {
         let marked = std::mem::take(&mut self.marked);
         let mut changes = Vec::with_capacity(marked.pods.len() + marked.outputs.len());
         for (i, key) in marked.pods {
-            let records = self.pods[i]
-                .objects()
-                .get(&key)
-                .filter(|p| !self.left_out(p))
-                .map(|p| p.records.clone());
+            let records = self.pod_group(config, i, &key);
             self.note_invalid(i, &key);
             changes.push((pod_key(i, &key), records.filter(|r| !r.is_empty())));
         }
         self.count_invalid(metrics);
-        self.count_excluded(metrics);
+        self.nodes_state.count(metrics);
         for i in marked.outputs {
             if let Some(group) = self.resolve_output(config, metrics, i) {
                 changes.push((output_key(i), Some(group)));
@@ -226,11 +233,11 @@ impl State {
         let mut groups = Vec::new();
         let mut keys = Vec::new();
         for (i, store) in self.pods.iter().enumerate() {
-            for (key, pod) in store.objects() {
-                keys.push((i, key.clone()));
-                if !pod.records.is_empty() && !self.left_out(pod) {
-                    groups.push((pod_key(i, key), pod.records.clone()));
-                }
+            keys.extend(store.objects().keys().map(|key| (i, key.clone())));
+        }
+        for (i, key) in &keys {
+            if let Some(records) = self.pod_group(config, *i, key).filter(|r| !r.is_empty()) {
+                groups.push((pod_key(*i, key), records));
             }
         }
         self.invalid.clear();
@@ -238,7 +245,7 @@ impl State {
             self.note_invalid(i, &key);
         }
         self.count_invalid(metrics);
-        self.count_excluded(metrics);
+        self.nodes_state.count(metrics);
         for i in 0..self.slices.len() {
             self.resolve_output(config, metrics, i);
             if !self.endpoint_groups[i].is_empty() {
@@ -322,92 +329,72 @@ impl State {
         }
     }
 
-    /// Whether `pod` runs on a node whose pods are left out.
-    fn left_out(&self, pod: &PodRecords) -> bool {
-        pod.node
+    /// The group pod `key` of watcher `i` publishes now: None when it is gone or its node is
+    /// left out; with a topology name, its records and the name's (the allocation kept while
+    /// they do not change).
+    fn pod_group(&mut self, config: &AgentConfig, i: usize, key: &str) -> Option<RecordGroup> {
+        let at = (i, key.to_owned());
+        let Some(pod) = self.pods[i].objects().get(key) else {
+            self.placed.remove(&at);
+            return None;
+        };
+        let node = pod.node.as_deref();
+        if node.is_some_and(|n| self.nodes_state.excluded(n)) {
+            self.placed.remove(&at);
+            return None;
+        }
+        let source = self.pod_source(config, i);
+        let value = source
+            .topology_key
             .as_deref()
-            .is_some_and(|node| self.excluded.contains_key(node))
+            .zip(node)
+            .and_then(|(topology_key, node)| self.nodes_state.topology(node, topology_key));
+        let (Some(value), Some(name)) = (value, pod.name.as_ref()) else {
+            self.placed.remove(&at);
+            return Some(pod.records.clone());
+        };
+        let mut records = pod.records.to_vec();
+        records.extend(topology_records(&pod.records, name, &value));
+        let group = match self.placed.get(&at) {
+            Some(held) if **held == *records => held.clone(),
+            _ => RecordGroup::from(records),
+        };
+        self.placed.insert(at, group.clone());
+        Some(group)
     }
 
-    /// Follows the Nodes whose objects changed (`keys`): a node that leaves or returns marks
-    /// its pods, and says so once.
-    fn follow_exclusions(&mut self, keys: Vec<String>) {
+    /// The source of pod watcher `i`.
+    fn pod_source<'c>(&self, config: &'c AgentConfig, i: usize) -> &'c PodSource {
+        &config.pods[self.pod_sources[i]]
+    }
+
+    /// Follows the Nodes whose objects changed (`keys`): the pods on a node that left, returned
+    /// or moved to another topology value are marked, found by one pass over the pods (such
+    /// changes are rare; an index would cost every pod its bytes). The same pass finds which
+    /// deleted nodes still host pods (the others are forgotten).
+    fn follow_nodes(&mut self, keys: Vec<String>) {
         let Some(nodes) = self.nodes.as_ref() else {
             return;
         };
-        let mut moved = BTreeSet::new();
-        let mut deleted = false;
-        for key in keys {
-            let Some(node) = nodes.objects().get(&key) else {
-                if let Some(held) = self.excluded.get_mut(&key) {
-                    held.deleted = true;
-                    deleted = true;
-                }
-                continue;
-            };
-            let now = node.exclusion.clone();
-            let before = self.excluded.get(&key).map(|e| &e.why);
-            if before == now.as_ref() {
-                if let Some(held) = self.excluded.get_mut(&key) {
-                    held.deleted = false;
-                }
-                continue;
-            }
-            match now {
-                Some(why) => {
-                    info!(node = %key, why = %why, "node leaves the answers: its pods are left out");
-                    self.excluded.insert(
-                        key.clone(),
-                        ExcludedNode {
-                            why,
-                            deleted: false,
-                        },
-                    );
-                }
-                None => {
-                    info!(node = %key, "node returns to the answers: nothing excludes it any more");
-                    self.excluded.remove(&key);
-                }
-            }
-            moved.insert(key);
-        }
-        if moved.is_empty() && !deleted {
+        let moved = self.nodes_state.follow(keys, nodes.objects());
+        if moved.nodes.is_empty() && !moved.deleted {
             return;
         }
-        // One pass over the pods: mark those on a node that moved, and see which deleted nodes
-        // still have pods (the others are forgotten).
-        let mut still_hosting = BTreeSet::new();
+        let mut hosting = BTreeSet::new();
         for (i, store) in self.pods.iter().enumerate() {
             for (key, pod) in store.objects() {
                 let Some(node) = pod.node.as_deref() else {
                     continue;
                 };
-                if moved.contains(node) {
+                if moved.nodes.contains(node) {
                     self.marked.pods.insert((i, key.clone()));
                 }
-                if self.excluded.get(node).is_some_and(|e| e.deleted) {
-                    still_hosting.insert(node.to_owned());
+                if self.nodes_state.is_deleted(node) {
+                    hosting.insert(node.to_owned());
                 }
             }
         }
-        self.excluded
-            .retain(|node, e| !e.deleted || still_hosting.contains(node));
-    }
-
-    fn count_excluded(&self, metrics: &Metrics) {
-        for reason in Exclusion::REASONS {
-            let count = self
-                .excluded
-                .values()
-                .filter(|e| !e.deleted && e.why.reason() == reason)
-                .count();
-            metrics
-                .nodes_excluded
-                .get_or_create(&ReasonLabel {
-                    reason: reason.into(),
-                })
-                .set(count as i64);
-        }
+        self.nodes_state.forget_deleted_except(&hosting);
     }
 
     fn count_invalid(&self, metrics: &Metrics) {
@@ -513,4 +500,17 @@ pub fn pods_prefix(i: usize) -> String {
 /// The group key of EndpointSlice output `i` (the external-dns writer reads its records by it).
 pub fn output_key(i: usize) -> GroupKey {
     GroupKey::from(format!("endpoints/{i}"))
+}
+
+/// The (key, value) of each of `keys` that `node` is labelled with.
+fn topology_values(
+    node: &k8s_openapi::api::core::v1::Node,
+    keys: &[&str],
+) -> Vec<(Box<str>, Box<str>)> {
+    let Some(labels) = node.metadata.labels.as_ref() else {
+        return Vec::new();
+    };
+    keys.iter()
+        .filter_map(|key| Some((Box::from(*key), Box::from(labels.get(*key)?.as_str()))))
+        .collect()
 }

@@ -23,6 +23,7 @@ pub mod failover;
 pub mod groups;
 pub mod model;
 pub mod node_rules;
+pub mod node_state;
 pub mod public;
 pub mod saved;
 pub mod store;

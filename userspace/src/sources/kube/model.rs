@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::node_rules::Exclusion;
+use super::node_state::Placement;
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -172,8 +172,8 @@ pub struct NodeInfo {
     /// Every IP address the node lists (internal and external), in the node's order: what an
     /// endpoint without `nodeName` is matched against, and where the public address is sought.
     pub all: Vec<IpAddr>,
-    /// Why the node's pods leave the answers (the `nodes` rules), if they do.
-    pub exclusion: Option<Exclusion>,
+    /// What the pod answers take from the node (exclusion, topology values).
+    pub placement: Placement,
 }
 
 impl NodeInfo {
