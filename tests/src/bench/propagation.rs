@@ -5,7 +5,9 @@
 //!
 //! Each change is measured twice at once: when XDP answers it (UDP, the kernel table) and when
 //! userspace answers it (TCP, the server's table), from the moment the change is written to the
-//! API server (the fake API server sends the watch event as it stores it).
+//! API server (the fake API server sends the watch event as it stores it). Two kinds of change:
+//! a pod moving to another node, and a node tainted by the cluster autoscaler (its pods leave
+//! the answers, the `nodes` rules' default) and untainted.
 
 use std::{
     io::{Read, Write},
@@ -20,7 +22,7 @@ use crate::{
     clients::{soa_serial, udp_exchange_many},
     eventually,
     fake_api::{FakeApi, Kind},
-    k8s::PodSpec,
+    k8s::{NodeSpec, PodSpec},
     netns::NetNs,
     packet::QueryBuilder,
     secondary::{Flavor, Secondary, TsigKey},
@@ -80,9 +82,21 @@ struct Setup {
     _dir: TempDir,
 }
 
+/// Node `n` as the API server lists it (the autoscaler's taint on it when `leaving`).
+fn node(n: usize, leaving: bool) -> NodeSpec {
+    let mut node = NodeSpec::new(&format!("node-{n}"), &node_address(n));
+    if leaving {
+        node.taints = vec!["ToBeDeletedByClusterAutoscaler".into()];
+    }
+    node
+}
+
 fn setup(pods: usize) -> Setup {
     let ns = NetNs::new("prop");
     let api = FakeApi::start(Some(&ns));
+    for n in 0..pods.min(MAX_NODES) {
+        api.apply(Kind::Node, node(n, false).to_json());
+    }
     for i in 0..pods {
         api.apply(Kind::Pod, pod(i, pods).to_json());
     }
@@ -166,7 +180,12 @@ fn holds(answer: &[u8], wanted: [u8; 4], unwanted: Option<[u8; 4]>) -> bool {
 }
 
 /// The same over TCP, on one connection (userspace answers it).
-fn seen_over_tcp(ns: &NetNs, query: Vec<u8>, wanted: [u8; 4]) -> Option<Instant> {
+fn seen_over_tcp(
+    ns: &NetNs,
+    query: Vec<u8>,
+    wanted: [u8; 4],
+    unwanted: Option<[u8; 4]>,
+) -> Option<Instant> {
     let server: SocketAddr = AGENT.parse().expect("an address");
     ns.run(move || {
         let deadline = Instant::now() + WITHIN;
@@ -192,7 +211,7 @@ fn seen_over_tcp(ns: &NetNs, query: Vec<u8>, wanted: [u8; 4]) -> Option<Instant>
                     connection.read_exact(&mut answer).map(|()| answer)
                 });
             match answer {
-                Ok(answer) if holds(&answer, wanted, None) => return Some(Instant::now()),
+                Ok(answer) if holds(&answer, wanted, unwanted) => return Some(Instant::now()),
                 Ok(_) => {}
                 // Closed (idle, or its query limit): a new connection.
                 Err(_) => stream = None,
@@ -206,10 +225,21 @@ fn seen_over_tcp(ns: &NetNs, query: Vec<u8>, wanted: [u8; 4]) -> Option<Instant>
 /// When `change` (written by `write`, after the watchers are asking) shows over XDP and over
 /// userspace, in milliseconds from the write (infinite: not within [`WITHIN`]).
 fn both_paths_see(s: &Setup, query: Vec<u8>, wanted: [u8; 4], write: impl FnOnce()) -> (f64, f64) {
+    both_paths_see_without(s, query, wanted, None, write)
+}
+
+/// [`both_paths_see`] of an answer holding `wanted` and not `unwanted`.
+fn both_paths_see_without(
+    s: &Setup,
+    query: Vec<u8>,
+    wanted: [u8; 4],
+    unwanted: Option<[u8; 4]>,
+    write: impl FnOnce(),
+) -> (f64, f64) {
     std::thread::scope(|scope| {
         let udp_query = query.clone();
-        let udp = scope.spawn(|| seen_over_udp(&s.ns, udp_query, wanted, None));
-        let tcp = scope.spawn(|| seen_over_tcp(&s.ns, query, wanted));
+        let udp = scope.spawn(|| seen_over_udp(&s.ns, udp_query, wanted, unwanted));
+        let tcp = scope.spawn(|| seen_over_tcp(&s.ns, query, wanted, unwanted));
         // The watchers are asking before the change is written.
         std::thread::sleep(Duration::from_millis(2));
         let started = Instant::now();
@@ -256,6 +286,35 @@ fn spaced(s: &Setup, pods: usize, rounds: usize) -> ((f64, f64), (f64, f64)) {
             octets(&back.host_ip),
             Some(octets(&change.host_ip)),
         );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (quantiles(xdp), quantiles(userspace))
+}
+
+/// Taints `rounds` nodes one at a time, spaced apart: for each, when the name of one pod on it
+/// stops answering the node's address (another pod of the name still answered) over XDP and
+/// over userspace; then untaints it and waits until it is back. Returns ((p50, p99) XDP,
+/// (p50, p99) userspace) in milliseconds.
+fn node_changes(s: &Setup, pods: usize, rounds: usize) -> ((f64, f64), (f64, f64)) {
+    let nodes = pods.min(MAX_NODES);
+    let (mut xdp, mut userspace) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        // A pod whose name has another pod on another node (not the last of its name).
+        let i = (round * 7919) % pods / PODS_PER_NAME * PODS_PER_NAME;
+        let n = i % nodes;
+        let (leaving, staying) = (
+            octets(&pod(i, pods).host_ip),
+            octets(&pod(i + 1, pods).host_ip),
+        );
+        let query = QueryBuilder::new(&name_of(i), 1).bytes();
+        let (on_xdp, on_userspace) =
+            both_paths_see_without(s, query.clone(), staying, Some(leaving), || {
+                s.api.apply(Kind::Node, node(n, true).to_json())
+            });
+        xdp.push(on_xdp);
+        userspace.push(on_userspace);
+        s.api.apply(Kind::Node, node(n, false).to_json());
+        seen_over_udp(&s.ns, query, leaving, None);
         std::thread::sleep(Duration::from_millis(5));
     }
     (quantiles(xdp), quantiles(userspace))
@@ -310,11 +369,13 @@ fn burst(s: &Setup, pods: usize) -> Burst {
 
 pub fn run() {
     let mut rows = Vec::new();
+    // 1,000 pods on 1,000 nodes; 10,000 and 100,000 on 5,000 (Kubernetes' largest).
     for (pods, rounds) in [(1_000usize, 200), (10_000, 200), (100_000, 100)] {
         let s = setup(pods);
         let memory = system::memory_mib(s.agent.pid());
         let names = s.agent.metric("hostport_dns_table_names", &[]);
         let (xdp, userspace) = spaced(&s, pods, rounds);
+        let (node_xdp, node_userspace) = node_changes(&s, pods, rounds);
         let burst = burst(&s, pods);
         let _ = &s.secondary;
         rows.push(vec![
@@ -322,6 +383,9 @@ pub fn run() {
             format!("{names:.0}"),
             format!("{:.2} / {:.2}", xdp.0, xdp.1),
             format!("{:.2} / {:.2}", userspace.0, userspace.1),
+            pods.min(MAX_NODES).to_string(),
+            format!("{:.2} / {:.2}", node_xdp.0, node_xdp.1),
+            format!("{:.2} / {:.2}", node_userspace.0, node_userspace.1),
             format!(
                 "{:.0} / {:.0} ({:.0} tables)",
                 burst.xdp_ms, burst.userspace_ms, burst.publications
@@ -333,7 +397,9 @@ pub fn run() {
     print_table(
         "Propagation with the chart's defaults (SRV on, saved records, serials, a knotd secondary \
          notified): a pod change written to the (fake) API server until XDP (UDP) and userspace \
-         (TCP) answer it, changes spaced apart (200 rounds; 100 at 100k pods) and a burst of 1000 \
+         (TCP) answer it, changes spaced apart (200 rounds; 100 at 100k pods); a node tainted \
+         by the cluster autoscaler until its pods leave a name on both paths (as many rounds); \
+         and a burst of 1000 \
          back to back (until the last is answered, and until the secondary serves the agent's \
          serial); agent memory after the first list: anonymous (heap) and all resident. Targets: \
          p99 <= 5 ms at 100k pods, the burst visible within 100 ms, heap <= 24 MiB at 10k pods \
@@ -343,6 +409,9 @@ pub fn run() {
             "names",
             "XDP p50 / p99 ms",
             "userspace p50 / p99 ms",
+            "nodes",
+            "node XDP p50 / p99 ms",
+            "node userspace p50 / p99 ms",
             "burst XDP / userspace ms",
             "burst secondary ms",
             "RssAnon / VmRSS MiB",

@@ -41,7 +41,7 @@ impl<T: PartialEq> Store<T> {
     pub fn apply<K: ResourceExt>(
         &mut self,
         event: watcher::Event<K>,
-        extract: impl Fn(&K) -> Option<T>,
+        mut extract: impl FnMut(&K) -> Option<T>,
     ) -> Vec<String> {
         match event {
             watcher::Event::Init => {
