@@ -41,6 +41,41 @@ impl Haproxy {
         resolve_prefer: Option<&str>,
         payload: u16,
     ) -> Self {
+        Self::start_config(ns, nameserver, name, slots, resolve_prefer, payload, "")
+    }
+
+    /// As deploy/README's per-zone load balancer: slots `srv1`.. on `name` (a zone's name),
+    /// and as many `backup` slots `all1`.. on `backup` (the whole fleet's name), IPv4.
+    pub fn start_with_backup(
+        ns: &NetNs,
+        nameserver: &str,
+        name: &str,
+        backup: &str,
+        slots: u32,
+    ) -> Self {
+        let backup_template = format!(
+            "  server-template all {slots} {backup}:443 resolvers agent init-addr none resolve-prefer ipv4 backup\n"
+        );
+        Self::start_config(
+            ns,
+            nameserver,
+            name,
+            slots,
+            Some("ipv4"),
+            8192,
+            &backup_template,
+        )
+    }
+
+    fn start_config(
+        ns: &NetNs,
+        nameserver: &str,
+        name: &str,
+        slots: u32,
+        resolve_prefer: Option<&str>,
+        payload: u16,
+        more_servers: &str,
+    ) -> Self {
         let dir = TempDir::new("haproxy");
         let socket = dir.path.join("stats.sock");
         let prefer = resolve_prefer
@@ -59,7 +94,7 @@ impl Haproxy {
              resolvers agent\n  nameserver hpd {nameserver}\n  accepted_payload_size {payload}\n  resolve_retries 3\n  \
              timeout resolve 1s\n  timeout retry 1s\n  hold valid 10s\n  \
              hold nx 1s\n  hold other 1s\n  hold refused 1s\n  hold timeout 1s\n\
-             backend ingress\n  server-template srv {slots} {target} resolvers agent init-addr none{prefer}\n",
+             backend ingress\n  server-template srv {slots} {target} resolvers agent init-addr none{prefer}\n{more_servers}",
             socket.display()
         );
         let config_path = dir.write("haproxy.cfg", &config);
@@ -123,10 +158,20 @@ impl Haproxy {
 
     /// The addresses the backend's server slots hold now, sorted.
     pub fn backend_addresses(&self) -> Vec<String> {
+        self.slot_addresses("")
+    }
+
+    /// The addresses the slots whose name starts with `prefix` (`srv`, `all`) hold, sorted.
+    pub fn slot_addresses(&self, prefix: &str) -> Vec<String> {
         let state = self.command("show servers state ingress");
         let mut addresses: Vec<String> = state
             .lines()
             .filter(|l| !l.starts_with('#') && l.split_whitespace().count() > 5)
+            .filter(|l| {
+                l.split_whitespace()
+                    .nth(3)
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
             .filter_map(|l| {
                 let address = l.split_whitespace().nth(4)?;
                 (address.parse::<std::net::IpAddr>().is_ok() && address != "0.0.0.0")

@@ -2236,6 +2236,10 @@ fn the_values_schema_rejects_what_the_agent_rejects() {
         pods("labelValue: \"-edge\""),
         pods("namespaces: [Bad_NS]"),
         pods("address: node"),
+        pods("topologyKey: \"zone key\""),
+        "nodes: { excludeTaints: [\"\"] }\n".to_owned(),
+        "nodes: { excludeLabels: [\"-x/y\"] }\n".to_owned(),
+        "nodes: { excludeTaint: [a] }\n".to_owned(),
         format!("{zone}reverseZones: {{ zones: [198.18.0.0] }}\n"),
         "clients: { allow: [nonsense] }\n".to_owned(),
         "clients: { rateLimit: { responsesPerSecond: 5, slip: 1000 } }\n".to_owned(),
@@ -2263,6 +2267,8 @@ fn the_values_schema_rejects_what_the_agent_rejects() {
              soa: { rname: hostmaster.other.example., refresh: 600, minimum: 30 }",
         ),
         pods("labelKey: app.example.com/edge, labelValue: Edge.Public_1, namespaces: [a-b]"),
+        pods("topologyKey: topology.kubernetes.io/zone"),
+        "nodes: { excludeTaints: [ToBeDeletedByClusterAutoscaler, example.com/Leaving], excludeLabels: [node.kubernetes.io/exclude-from-external-load-balancers], excludeUnschedulable: true }\n".to_owned(),
         format!(
             "{zone}reverseZones: {{ zones: [198.18.0.0/16, \"2001:db8::/48\"], leaveOut: [nodes.p.example] }}\n"
         ),

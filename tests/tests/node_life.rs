@@ -435,3 +435,41 @@ fn a_forbidden_node_watch_keeps_the_pod_answers_and_says_why() {
     });
     eventually("ready", 10, || c.agent.http_get("/readyz").0 == 200);
 }
+
+/// deploy/README's load balancer in one zone: its zone's name in the slots, the whole fleet as
+/// `backup`; a node moving zones moves between them.
+#[test]
+fn haproxy_in_one_zone_takes_that_zones_nodes_with_the_fleet_as_backup() {
+    require_root();
+    let link = Link::new("ntopoha");
+    let api = FakeApi::start(Some(&link.server_ns));
+    fleet(&api);
+    api.apply(Kind::Node, in_zone(0, "eu-west-1a"));
+    api.apply(Kind::Node, in_zone(1, "eu-west-1a"));
+    api.apply(Kind::Node, in_zone(2, "eu-west-1b"));
+    let dir = TempDir::new("ntopoha");
+    let config = dir.write(
+        "agent.yaml",
+        &format!(
+            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n    topologyKey: {ZONE_KEY}\n",
+            api.url()
+        ),
+    );
+    let _agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
+    let haproxy = Haproxy::start_with_backup(
+        &link.client_ns,
+        &format!("{}:1053", link.server.ipv4),
+        &zone_name("eu-west-1a"),
+        NAME,
+        4,
+    );
+    eventually("the zone's nodes, the fleet as backup", 20, || {
+        haproxy.slot_addresses("srv") == addresses(&[0, 1])
+            && haproxy.slot_addresses("all") == addresses(&[0, 1, 2])
+    });
+    api.apply(Kind::Node, in_zone(1, "eu-west-1b"));
+    eventually("cp-1 out of the zone's slots", 20, || {
+        haproxy.slot_addresses("srv") == addresses(&[0])
+            && haproxy.slot_addresses("all") == addresses(&[0, 1, 2])
+    });
+}

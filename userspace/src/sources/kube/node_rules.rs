@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::sources::kube::syntax::check_label_key;
+use crate::{config_schema as schema, sources::kube::syntax::check_label_key};
 
 /// The cluster autoscaler's taint on a node it is deleting (set before it drains the node).
 pub const AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -26,11 +26,13 @@ pub struct NodesEntry {
     /// Taint keys (any effect) that take a node's pods out of the answers. Default: the
     /// cluster autoscaler's and Karpenter's (v1 and earlier) taints for a node on its way out.
     #[serde(default = "default_exclude_taints")]
+    #[schemars(with = "Vec<schema::LabelKey>")]
     exclude_taints: Vec<String>,
     /// Label keys whose presence (any value) takes a node's pods out of the answers, e.g.
     /// `node.kubernetes.io/exclude-from-external-load-balancers` (which kubeadm puts on every
     /// control plane). Default: none.
     #[serde(default)]
+    #[schemars(with = "Vec<schema::LabelKey>")]
     exclude_labels: Vec<String>,
     /// Whether a cordoned node (`spec.unschedulable`, `kubectl drain`) leaves the answers.
     #[serde(default)]
