@@ -4,7 +4,7 @@
 
 use hostport_dns_tests::{
     TempDir,
-    agent::Agent,
+    agent::{Agent, metric_sum},
     clients::{Reply, dig},
     eventually,
     fake_api::{FakeApi, Kind},
@@ -1329,6 +1329,24 @@ fn a_relist_after_410_with_100k_pods_publishes_only_the_difference() {
     });
     let changed = || c.agent.metric("hostport_dns_table_names_changed", &[]);
     let written = || c.agent.metric("hostport_dns_xdp_names_written", &[]);
+    // The counters are read with the writer idle: after a change of its own is answered
+    // (every earlier write is done by then: the writer takes them in order, and reports each
+    // before it starts the next) and that write's report is in (each switched table counted
+    // in `table_updates` is counted again once its write ends). Without this, the first fill's
+    // follow-up writes landed in the difference under load.
+    let idle = |sentinel: usize| {
+        c.api.apply(Kind::Pod, pod(0, sentinel).to_json());
+        eventually("the sentinel change answered", 120, || {
+            c.addresses("svc-0.ingress") == [spread_address(sentinel)]
+        });
+        eventually("the writer idle", 60, || {
+            let text = c.agent.metrics();
+            let count = |name: &str| metric_sum(&text, name, &[]);
+            count("hostport_dns_table_updates")
+                == count("hostport_dns_xdp_generations") + count("hostport_dns_xdp_write_errors")
+        });
+    };
+    idle(PODS + 1);
     let (changed_before, written_before) = (changed(), written());
     c.api.set_outage(true);
     eventually("the agent to notice", 15, || {
@@ -1349,8 +1367,10 @@ fn a_relist_after_410_with_100k_pods_publishes_only_the_difference() {
             c.addresses(&name) == [spread_address(i + 1)]
         });
     }
-    assert_eq!(changed() - changed_before, 3.0, "names compiled again");
-    assert_eq!(written() - written_before, 3.0, "kernel entries written");
+    // The sentinel's own change (one name) is counted too.
+    idle(PODS + 2);
+    assert_eq!(changed() - changed_before, 4.0, "names compiled again");
+    assert_eq!(written() - written_before, 4.0, "kernel entries written");
     assert_eq!(
         c.addresses("svc-8.ingress"),
         [spread_address(8)],
