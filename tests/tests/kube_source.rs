@@ -939,6 +939,12 @@ fn api_servers_without_node_names_are_answered_with_their_nodes_addresses() {
                 ),
             );
             api.apply(Kind::Node, node("worker", "198.18.0.99", "5.6.7.99"));
+            // cp-2's API server advertises its node's ExternalIP: matched by that address.
+            api.apply(
+                Kind::EndpointSlice,
+                api_server_slice("IPv4", "kubernetes-b", &["5.6.7.13"]),
+            );
+            api.apply(Kind::Node, node("cp-2", "198.18.0.13", "5.6.7.13"));
         },
         extra,
         &[],
@@ -948,23 +954,30 @@ fn api_servers_without_node_names_are_answered_with_their_nodes_addresses() {
         list
     };
     eventually("the nodes' external addresses", 10, || {
-        sorted(c.addresses("api-external")) == ["192.0.2.11", "5.6.7.11", "5.6.7.12"]
+        sorted(c.addresses("api-external")) == ["192.0.2.11", "5.6.7.11", "5.6.7.12", "5.6.7.13"]
     });
-    assert_eq!(c.addresses("api-internal"), ["198.18.0.11"]);
-    assert_eq!(sorted(c.addresses("api-public")), ["5.6.7.11", "5.6.7.12"]);
+    assert_eq!(
+        sorted(c.addresses("api-internal")),
+        ["198.18.0.11", "198.18.0.13"],
+        "an endpoint at its node's ExternalIP stands for that node too"
+    );
+    assert_eq!(
+        sorted(c.addresses("api-public")),
+        ["5.6.7.11", "5.6.7.12", "5.6.7.13"]
+    );
     let aaaa = c
         .dig(&[&format!("api-public.{ZONE}"), "AAAA"])
         .answer_data();
     assert_eq!(aaaa, ["2a00:1450::11"]);
     assert_eq!(
-        c.addresses("api"),
-        ["198.18.0.11"],
+        sorted(c.addresses("api")),
+        ["198.18.0.11", "5.6.7.13"],
         "the endpoint addresses themselves"
     );
     // The node's public address changes: the answer follows.
     c.api.apply(Kind::Node, cp0("5.6.7.21"));
     eventually("the new public address", 10, || {
-        sorted(c.addresses("api-public")) == ["5.6.7.12", "5.6.7.21"]
+        sorted(c.addresses("api-public")) == ["5.6.7.12", "5.6.7.13", "5.6.7.21"]
     });
 }
 

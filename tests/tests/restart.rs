@@ -619,7 +619,7 @@ fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_take
     let PinnedBed {
         link,
         bpffs: _bpffs,
-        dir: _dir,
+        dir,
         pin_dir,
         records,
     } = PinnedBed::new("lease", RECORDS);
@@ -648,11 +648,51 @@ fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_take
         xdp_program_id(&link).is_some(),
         "the program stays attached (inert) until uninstalled"
     );
-    // A new agent adopts the expired table, and XDP answers again once its own table is in.
+    // A new agent adopts the expired table, and XDP answers again once its own table is in,
+    // not before: its first table waits for an API server that holds its lists, and meanwhile
+    // the old table (web at 198.18.7.1) must not answer; the new one has web at 198.18.7.9.
+    let api = FakeApi::start(Some(&link.server_ns));
+    api.hold_lists();
+    let config = dir.write(
+        "kube.yaml",
+        &format!(
+            "zones:\n  - name: kube.coreha.test\nkubernetes:\n  apiServer: {}\npods:\n  - zone: kube.coreha.test\n",
+            api.url()
+        ),
+    );
+    let moved = dir.write("moved.yaml", &RECORDS.replace("198.18.7.1,", "198.18.7.9,"));
     let answered_before = pinned_stats(&link, pin_dir)["a"].as_u64();
-    let second = Agent::start_native(&link, &["--records", records], &lease);
-    eventually("XDP answers for the new agent", 10, || {
-        ask_once(&link, "web.prod.coreha.example").is_some()
+    let second = Agent::start_native(
+        &link,
+        &[
+            "--records",
+            moved.to_str().expect("UTF-8"),
+            "--config",
+            config.to_str().expect("UTF-8"),
+        ],
+        &lease,
+    );
+    let old_address = [198u8, 18, 7, 1];
+    let holding = Instant::now();
+    let mut asked = 0;
+    while holding.elapsed() < Duration::from_secs(2) || api.list_requests() == 0 {
+        asked += 1;
+        if let Some(answer) = ask_once(&link, "web.prod.coreha.example") {
+            assert!(
+                !answer.windows(4).any(|w| w == old_address),
+                "the expired table answered before the new agent wrote its own"
+            );
+        }
+        assert!(
+            holding.elapsed() < Duration::from_secs(30),
+            "no list asked for"
+        );
+    }
+    assert!(asked > 10, "asked {asked} times while the lists were held");
+    api.release_lists();
+    eventually("XDP answers for the new agent", 15, || {
+        ask_once(&link, "web.prod.coreha.example")
+            .is_some_and(|answer| answer.windows(4).any(|w| w == [198, 18, 7, 9]))
             && pinned_stats(&link, pin_dir)["a"].as_u64() > answered_before
     });
     drop(second);

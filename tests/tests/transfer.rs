@@ -1086,3 +1086,54 @@ fn notify_to_a_deaf_secondary_is_retried_after_1_2_4_8_16_seconds() {
     let notified = |result: &str| agent.metric("hostport_dns_notify_total", &[("result", result)]);
     assert!(notified("retried") >= 5.0, "{}", agent.metrics());
 }
+
+/// NOTIFY to a secondary that refuses at once (a restarting secondary answers REFUSED for a
+/// zone it has not loaded yet): each retry still waits its turn after the attempt before it
+/// (1, 2, 4 s), rather than all going out within milliseconds. Bounds from below only: a wait
+/// cannot be shorter than its timer, whatever the load.
+#[test]
+fn notify_refused_at_once_is_still_retried_on_its_schedule() {
+    use std::time::{Duration, Instant};
+    let bed = Bed::new("xfr-refuse");
+    bed.pod(0, "198.18.0.11");
+    const REFUSING: &str = "127.0.0.1:5398";
+    let socket = bed
+        .ns
+        .run(|| std::net::UdpSocket::bind(REFUSING).expect("bind the refusing secondary"));
+    let config = bed.config(&[REFUSING]);
+    let _agent = bed.agent(&config, 1053, "serials.json");
+    let question = wire_name(ZONE);
+    let mut arrivals: Vec<Instant> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buf = [0u8; 4096];
+    // Four attempts of the zone: the first and three retries.
+    while arrivals.len() < 4 && Instant::now() < deadline {
+        socket
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("a timeout");
+        let Ok((len, from)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        let opcode = buf.get(2).map(|b| (b >> 3) & 0xf);
+        if opcode != Some(4) || buf.get(12..12 + question.len()) != Some(&question[..]) {
+            continue;
+        }
+        arrivals.push(Instant::now());
+        // REFUSED, at once: the header echoed with QR set, RCODE 5, the question kept.
+        let mut answer = buf[..len].to_vec();
+        answer[2] |= 0x80;
+        answer[3] = (answer[3] & 0xf0) | 5;
+        socket.send_to(&answer, from).expect("answer REFUSED");
+    }
+    assert_eq!(arrivals.len(), 4, "four attempts within a minute");
+    let gaps: Vec<f64> = arrivals
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    for (gap, want) in gaps.iter().zip([1.0, 2.0, 4.0]) {
+        assert!(
+            *gap >= want - 0.05,
+            "attempts {gaps:?} apart: a refused NOTIFY was sent again before its turn (1, 2, 4 s)"
+        );
+    }
+}

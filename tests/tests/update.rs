@@ -226,6 +226,27 @@ fn names_changes_and_deletions_arrive_as_minimal_updates() {
         agent.metrics()
     );
     assert!(agent.metric("hostport_dns_update_total", &[("result", "applied")]) >= 3.0);
+
+    // A name new to us that another writer created first: our "RRset does not exist"
+    // prerequisite fails, and the name is written whole (ours alone, not added to theirs).
+    let failed_before = agent.metric(
+        "hostport_dns_update_total",
+        &[("target", TARGET), ("result", "prerequisite_failed")],
+    );
+    bed.nsupdate(&format!("update add late.{ZONE} 30 A 198.18.8.8\n"));
+    bed.wait_for("late", "A", &["198.18.8.8"]);
+    bed.records(
+        "      api: [198.18.1.3, 198.18.1.4]\n      v6: \"2001:db8::1\"\n      new: 198.18.3.1\n      late: 198.18.3.9\n",
+    );
+    bed.wait_for("late", "A", &["198.18.3.9"]);
+    assert!(
+        agent.metric(
+            "hostport_dns_update_total",
+            &[("target", TARGET), ("result", "prerequisite_failed")]
+        ) > failed_before,
+        "the new name went without its prerequisite: {}",
+        agent.metrics()
+    );
     bed.wait_for("www", "A", &["198.18.9.2"]);
 }
 

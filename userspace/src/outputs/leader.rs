@@ -430,6 +430,11 @@ pub fn identity(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
     use super::*;
 
     fn record(holder: Option<&str>) -> Record {
@@ -549,6 +554,69 @@ mod tests {
         // The renewal sent at RENEW_INTERVAL hangs; leadership ends at the deadline counted
         // from the create, well before the others may take over (LEASE_DURATION).
         assert_eq!(since.elapsed(), RENEW_DEADLINE);
+        task.abort();
+    }
+
+    /// An API server whose lease is held by a live leader ("other"): each read shows a later
+    /// renewal (and resourceVersion), as the leader's renewals every 5 s would; every write is
+    /// counted (and refused: 409 Conflict).
+    fn renewed_by_another(writes: Arc<AtomicUsize>) -> Api<Lease> {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (reads, writes) = (reads.clone(), writes.clone());
+            async move {
+                let (status, body) = if *request.method() == http::Method::GET {
+                    let n = reads.fetch_add(1, Ordering::SeqCst);
+                    (
+                        200,
+                        serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": "l", "namespace": "ns", "resourceVersion": (n + 2).to_string()},
+                            "spec": {"holderIdentity": "other_00000002", "leaseDurationSeconds": 15,
+                                     "renewTime": format!("2026-01-01T00:{:02}:{:02}.000000Z", n / 60 % 60, n % 60)}}),
+                    )
+                } else {
+                    writes.fetch_add(1, Ordering::SeqCst);
+                    (
+                        409,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+                    )
+                };
+                let response = http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))?;
+                Ok::<_, http::Error>(response)
+            }
+        });
+        Api::namespaced(kube::Client::new(service, "ns"), "ns")
+    }
+
+    /// A follower that sees the same holder renew keeps following: the record changed (its
+    /// renewal), so the lease's duration counts again from then. Taking it because the holder
+    /// stayed the same would make leadership flap and two writers overlap.
+    #[tokio::test(start_paused = true)]
+    async fn a_follower_never_takes_a_lease_its_holder_keeps_renewing() {
+        let writes = Arc::new(AtomicUsize::new(0));
+        let (leading_tx, leading) = watch::channel(false);
+        let (_stop, stopped) = oneshot::channel();
+        let mut election = Election {
+            api: renewed_by_another(writes.clone()),
+            settings: LeaseSettings {
+                namespace: "ns".into(),
+                name: "l".into(),
+                identity: "me_00000001".into(),
+            },
+            leading: leading_tx,
+            seen: None,
+            held: None,
+            renewed_at: None,
+            gauge: Default::default(),
+        };
+        let task = tokio::spawn(async move { election.run(stopped).await });
+        // Four lease durations of looking every 2 s.
+        tokio::time::sleep(LEASE_DURATION * 4).await;
+        assert!(!*leading.borrow(), "took a lease its holder renews");
+        assert_eq!(writes.load(Ordering::SeqCst), 0, "tried to take it");
         task.abort();
     }
 
