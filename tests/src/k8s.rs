@@ -40,11 +40,7 @@ impl PodSpec {
     }
 
     pub fn to_json(&self) -> Value {
-        let labels: serde_json::Map<String, Value> = self
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), json!(v)))
-            .collect();
+        let labels = labels_json(&self.labels);
         let ports = match &self.host_port {
             Some((name, port)) => {
                 json!([{"name": name, "containerPort": port, "hostPort": port, "protocol": "TCP"}])
@@ -175,11 +171,7 @@ impl NodeSpec {
     }
 
     pub fn to_json(&self) -> Value {
-        let labels: serde_json::Map<String, Value> = self
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), json!(v)))
-            .collect();
+        let labels = labels_json(&self.labels);
         // The cluster autoscaler writes its deletion time as the taint's value.
         let taints: Vec<Value> = self
             .taints
@@ -199,4 +191,9 @@ impl NodeSpec {
             ]},
         })
     }
+}
+
+/// `metadata.labels` from (key, value) pairs.
+fn labels_json(labels: &[(String, String)]) -> serde_json::Map<String, Value> {
+    labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect()
 }

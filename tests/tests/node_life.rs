@@ -275,21 +275,44 @@ fn without_rules_nodes_are_not_watched_for_pods() {
     );
 }
 
+/// The fleet behind a veth pair: the fake API server and the agent (native XDP) on one side,
+/// the load balancer on the other; `pods_extra` adds to the pods entry, `prepare` to the fleet.
+struct LinkBed {
+    link: Link,
+    api: FakeApi,
+    _agent: Agent,
+    _dir: TempDir,
+}
+
+impl LinkBed {
+    fn new(tag: &str, pods_extra: &str, prepare: impl FnOnce(&FakeApi)) -> Self {
+        require_root();
+        let link = Link::new(tag);
+        let api = FakeApi::start(Some(&link.server_ns));
+        fleet(&api);
+        prepare(&api);
+        let dir = TempDir::new(tag);
+        let config = dir.write(
+            "agent.yaml",
+            &format!(
+                "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n{pods_extra}",
+                api.url()
+            ),
+        );
+        let agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
+        Self {
+            link,
+            api,
+            _agent: agent,
+            _dir: dir,
+        }
+    }
+}
+
 #[test]
 fn haproxy_drops_a_node_the_autoscaler_takes_before_its_pod_goes() {
-    require_root();
-    let link = Link::new("nlifeha");
-    let api = FakeApi::start(Some(&link.server_ns));
-    fleet(&api);
-    let dir = TempDir::new("nlifeha");
-    let config = dir.write(
-        "agent.yaml",
-        &format!(
-            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n    strictHostPort: true\n",
-            api.url()
-        ),
-    );
-    let _agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
+    let bed = LinkBed::new("nlifeha", "    strictHostPort: true\n", |_| {});
+    let (link, api) = (&bed.link, &bed.api);
     let haproxy = Haproxy::start(
         &link.client_ns,
         &format!("{}:1053", link.server.ipv4),
@@ -440,22 +463,16 @@ fn a_forbidden_node_watch_keeps_the_pod_answers_and_says_why() {
 /// `backup`; a node moving zones moves between them.
 #[test]
 fn haproxy_in_one_zone_takes_that_zones_nodes_with_the_fleet_as_backup() {
-    require_root();
-    let link = Link::new("ntopoha");
-    let api = FakeApi::start(Some(&link.server_ns));
-    fleet(&api);
-    api.apply(Kind::Node, in_zone(0, "eu-west-1a"));
-    api.apply(Kind::Node, in_zone(1, "eu-west-1a"));
-    api.apply(Kind::Node, in_zone(2, "eu-west-1b"));
-    let dir = TempDir::new("ntopoha");
-    let config = dir.write(
-        "agent.yaml",
-        &format!(
-            "zones:\n  - name: {ZONE}\nkubernetes:\n  apiServer: {}\npods:\n  - zone: {ZONE}\n    topologyKey: {ZONE_KEY}\n",
-            api.url()
-        ),
+    let bed = LinkBed::new(
+        "ntopoha",
+        &format!("    topologyKey: {ZONE_KEY}\n"),
+        |api| {
+            api.apply(Kind::Node, in_zone(0, "eu-west-1a"));
+            api.apply(Kind::Node, in_zone(1, "eu-west-1a"));
+            api.apply(Kind::Node, in_zone(2, "eu-west-1b"));
+        },
     );
-    let _agent = Agent::start_native(&link, &["--config", config.to_str().expect("UTF-8")], &[]);
+    let (link, api) = (&bed.link, &bed.api);
     let haproxy = Haproxy::start_with_backup(
         &link.client_ns,
         &format!("{}:1053", link.server.ipv4),

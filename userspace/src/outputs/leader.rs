@@ -502,6 +502,34 @@ mod tests {
         );
     }
 
+    /// The answer of a fake API server: `body` as JSON with `status`.
+    fn json_response(
+        status: u16,
+        body: &serde_json::Value,
+    ) -> Result<http::Response<kube::client::Body>, http::Error> {
+        http::Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(kube::client::Body::from(body.to_string().into_bytes()))
+    }
+
+    /// The election of agent `me_00000001` for lease `ns/l` on `api`, not started.
+    fn election(api: Api<Lease>, leading: watch::Sender<bool>) -> Election {
+        Election {
+            api,
+            settings: LeaseSettings {
+                namespace: "ns".into(),
+                name: "l".into(),
+                identity: "me_00000001".into(),
+            },
+            leading,
+            seen: None,
+            held: None,
+            renewed_at: None,
+            gauge: Default::default(),
+        }
+    }
+
     /// An API server that answers the first look (no lease) and the create, then hangs on
     /// every request: the renewals never return.
     fn hanging_after_create() -> Api<Lease> {
@@ -519,11 +547,7 @@ mod tests {
                 ),
                 _ => std::future::pending().await,
             };
-            let response = http::Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(kube::client::Body::from(body.to_string().into_bytes()))?;
-            Ok::<_, http::Error>(response)
+            json_response(status, &body)
         });
         Api::namespaced(kube::Client::new(service, "ns"), "ns")
     }
@@ -532,19 +556,7 @@ mod tests {
     async fn a_leader_whose_renewals_hang_stops_leading_at_its_deadline() {
         let (leading_tx, mut leading) = watch::channel(false);
         let (_stop, stopped) = oneshot::channel();
-        let mut election = Election {
-            api: hanging_after_create(),
-            settings: LeaseSettings {
-                namespace: "ns".into(),
-                name: "l".into(),
-                identity: "me_00000001".into(),
-            },
-            leading: leading_tx,
-            seen: None,
-            held: None,
-            renewed_at: None,
-            gauge: Default::default(),
-        };
+        let mut election = election(hanging_after_create(), leading_tx);
         let task = tokio::spawn(async move { election.run(stopped).await });
         leading.changed().await.expect("a change");
         assert!(*leading.borrow(), "created the lease: leads");
@@ -581,11 +593,7 @@ mod tests {
                         serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
                     )
                 };
-                let response = http::Response::builder()
-                    .status(status)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(body.to_string().into_bytes()))?;
-                Ok::<_, http::Error>(response)
+                json_response(status, &body)
             }
         });
         Api::namespaced(kube::Client::new(service, "ns"), "ns")
@@ -599,19 +607,7 @@ mod tests {
         let writes = Arc::new(AtomicUsize::new(0));
         let (leading_tx, leading) = watch::channel(false);
         let (_stop, stopped) = oneshot::channel();
-        let mut election = Election {
-            api: renewed_by_another(writes.clone()),
-            settings: LeaseSettings {
-                namespace: "ns".into(),
-                name: "l".into(),
-                identity: "me_00000001".into(),
-            },
-            leading: leading_tx,
-            seen: None,
-            held: None,
-            renewed_at: None,
-            gauge: Default::default(),
-        };
+        let mut election = election(renewed_by_another(writes.clone()), leading_tx);
         let task = tokio::spawn(async move { election.run(stopped).await });
         // Four lease durations of looking every 2 s.
         tokio::time::sleep(LEASE_DURATION * 4).await;
