@@ -108,7 +108,8 @@ impl AgentConfig {
     /// Whether pod records follow the state of their nodes (`nodes` rules with pod sources, or
     /// a pod source's `topologyKey`).
     pub fn follows_nodes(&self) -> bool {
-        (!self.pods.is_empty() && self.nodes.any()) || !self.topology_keys().is_empty()
+        (!self.pods.is_empty() && self.nodes.any())
+            || self.pods.iter().any(|p| p.topology_key.is_some())
     }
 
     /// The node labels pod sources name their topology after (each once).

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::node_state::Placement;
+use super::node_rules::Exclusion;
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -195,6 +195,21 @@ impl NodeInfo {
             info.all.push(ip);
         }
         info
+    }
+}
+
+/// One node as the pod answers see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// Why its pods are left out, if they are.
+    pub exclusion: Option<Exclusion>,
+    /// (label key, value) of each configured topology key the node carries.
+    pub topology: Vec<(Box<str>, Box<str>)>,
+}
+
+impl Placement {
+    pub fn matters(&self) -> bool {
+        self.exclusion.is_some() || !self.topology.is_empty()
     }
 }
 

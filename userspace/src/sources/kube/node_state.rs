@@ -11,23 +11,11 @@ use tracing::{info, warn};
 use crate::{
     dns::grammar::host_label,
     metrics::{Metrics, ReasonLabel},
-    sources::kube::{model::NodeInfo, node_rules::Exclusion},
+    sources::kube::{
+        model::{NodeInfo, Placement},
+        node_rules::Exclusion,
+    },
 };
-
-/// One node as the pod answers see it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Placement {
-    /// Why its pods are left out, if they are.
-    pub exclusion: Option<Exclusion>,
-    /// (label key, value) of each configured topology key the node carries.
-    pub topology: Vec<(Box<str>, Box<str>)>,
-}
-
-impl Placement {
-    fn matters(&self) -> bool {
-        self.exclusion.is_some() || !self.topology.is_empty()
-    }
-}
 
 struct Held {
     placement: Placement,
