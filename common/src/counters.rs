@@ -74,7 +74,7 @@ pub enum Counter {
     /// The query asks for the server's NSID (RFC 5001): userspace answers it, with the NSID
     /// when it is on, so that both paths send the same bytes.
     PassNsid,
-    /// The lease of the agent that wrote the table ran out (`Generation::lease_until`): no agent
+    /// The lease of the agent that wrote the table ran out (`Generation::lease`): no agent
     /// vouches for it any more (uninstalled, or stopped for longer than the lease).
     PassNoAgent,
 }

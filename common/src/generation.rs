@@ -88,19 +88,69 @@ pub struct Generation {
     pub apex_labels: [u16; GENERATIONS as usize],
     /// Puts the size on a multiple of 8 without implicit padding.
     pub reserved: u32,
-    /// Until when (`CLOCK_MONOTONIC_COARSE`, nanoseconds: what `bpf_ktime_get_coarse_ns`
-    /// reads) an agent vouches for this table: past it, the program passes every packet. A
-    /// pinned program outlives its agent; without the lease it would answer the last table for
-    /// ever once the agent is uninstalled. The agent renews it every [`LEASE_RENEW_SECONDS`];
-    /// [`NO_LEASE`]: answered without one (a program that is not pinned ends with its agent).
-    pub lease_until: u64,
+    /// Whether an agent vouches for this table: a live epoch while its lease runs, [`LEASE_EXPIRED`]
+    /// once it has run out (the program then passes every packet), [`NO_LEASE`] for a table
+    /// answered without one (a program that is not pinned ends with its agent). A pinned program
+    /// outlives its agent; without the lease it would answer the last table for ever once the
+    /// agent is uninstalled. The run reads this word, never the clock: the lease's timer
+    /// ([`LeaseClock`]) turns it to [`LEASE_EXPIRED`] when no renewal came in time.
+    pub lease: u64,
 }
 
-/// `Generation::lease_until` of a table whose program needs no lease.
+/// `Generation::lease` of a table whose program needs no lease.
 pub const NO_LEASE: u64 = u64::MAX;
+
+/// `Generation::lease` of a table whose lease ran out: the program passes every packet.
+pub const LEASE_EXPIRED: u64 = 0;
 
 /// How often an agent renews its lease.
 pub const LEASE_RENEW_SECONDS: u64 = 1;
+
+/// The lease's epoch after `epoch`: live epochs run from 1 to `NO_LEASE - 1`, then wrap to 1, so
+/// that every renewal writes a value the timer has not seen (see [`LeaseClock`]).
+#[inline(always)]
+pub const fn next_lease_epoch(epoch: u64) -> u64 {
+    if epoch == LEASE_EXPIRED || epoch >= NO_LEASE - 1 {
+        1
+    } else {
+        epoch + 1
+    }
+}
+
+/// The kernel's `struct bpf_timer`, opaque. The kernel finds a timer in a map value by this
+/// type's name in the map's BTF, hence the C name.
+#[allow(non_camel_case_types)]
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct bpf_timer {
+    pub opaque: [u64; 2],
+}
+
+/// The one value of the lease's clock (`HPD_LEASE`: its own map, since a map holding a BPF timer
+/// can be neither memory-mapped nor without BTF).
+///
+/// # How the lease runs out without the answer path reading the clock
+///
+/// The agent renews by running the program's renewal entry (`BPF_PROG_TEST_RUN`, the duration in
+/// its frame) every [`LEASE_RENEW_SECONDS`]. A renewal stores the deadline (now + duration) and
+/// the next epoch here, then that epoch into `Generation::lease` (a fully ordered exchange), then
+/// (re)starts the timer for the duration. When the timer fires, its callback reads the lease word
+/// (a fully ordered read), then the deadline: if the deadline has not passed, a renewal came
+/// meanwhile and it leaves the word alone; otherwise it replaces the word it read with
+/// [`LEASE_EXPIRED`] by a compare-and-exchange, which fails if a renewal stored a new epoch in
+/// between. So a renewal is never undone, and a table stops answering at most the duration after
+/// the last renewal (plus the timer's slack). The timer lives as long as the map (its pin keeps
+/// it) and holds the program whose callback it runs.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseClock {
+    /// Armed by each renewal, for the lease's duration.
+    pub timer: bpf_timer,
+    /// `CLOCK_MONOTONIC` (`bpf_ktime_get_ns`) nanoseconds at which the last renewal's lease ends.
+    pub deadline: u64,
+    /// The live epoch the last renewal stored into `Generation::lease`.
+    pub epoch: u64,
+}
 
 impl Generation {
     /// Nothing published yet.
@@ -111,7 +161,7 @@ impl Generation {
             layout,
             apex_labels: [0; GENERATIONS as usize],
             reserved: 0,
-            lease_until: NO_LEASE,
+            lease: NO_LEASE,
         }
     }
 
@@ -199,6 +249,7 @@ const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
 const _: () = assert!(core::mem::size_of::<Generation>() == 32);
 const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
 const _: () = assert!(core::mem::size_of::<Capacity>() == 16);
+const _: () = assert!(core::mem::size_of::<LeaseClock>() == 32);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -206,6 +257,7 @@ mod pod {
     unsafe impl aya::Pod for super::Generation {}
     unsafe impl aya::Pod for super::ReaderSlot {}
     unsafe impl aya::Pod for super::Capacity {}
+    unsafe impl aya::Pod for super::LeaseClock {}
 }
 
 #[cfg(test)]

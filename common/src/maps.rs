@@ -5,7 +5,7 @@
 use crate::{
     counters::{ALL_COUNTER_SLOTS, ZONE_COUNTER_SLOTS},
     entry::{BigEntry, NameEntry, ZoneEntry},
-    generation::{Capacity, Generation, ReaderSlot},
+    generation::{Capacity, Generation, LeaseClock, ReaderSlot},
     host::HostSlot,
     index::Bucket,
     policy::RateBucket,
@@ -14,8 +14,10 @@ use crate::{
 /// Version of the pinned maps' layout, part of their pin file names. Bump it whenever the layout
 /// of a pinned map changes: an upgraded agent then starts fresh maps instead of adopting ones that
 /// the running program reads differently (which keeps its own maps until its link is handed
-/// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts.
-pub const LAYOUT_VERSION: u32 = 7;
+/// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts. Version 8:
+/// the lease is a word a timer clears (`generation::LeaseClock`), not a deadline the run compares
+/// with the clock.
+pub const LAYOUT_VERSION: u32 = 8;
 
 /// Which generation is active, the hash seed and the layout fingerprint: one
 /// [`Generation`] (see `generation` for the design).
@@ -30,6 +32,8 @@ pub const BIG: &str = "HPD_BIG";
 pub const ZONES: &str = "HPD_ZONES";
 /// This host's addresses ([`HostSlot`]s), both generations.
 pub const HOST: &str = "HPD_HOST";
+/// The lease's timer, deadline and epoch: one [`LeaseClock`] (a BTF-defined map).
+pub const LEASE: &str = "HPD_LEASE";
 /// Per-CPU counts of the runs reading each generation ([`ReaderSlot`]).
 pub const READERS: &str = "HPD_READERS";
 /// Per-CPU counters indexed by `counters::Counter`, then `counters::Event`.
@@ -46,6 +50,10 @@ pub const RATE: &str = "HPD_RATE";
 
 /// Name of the XDP program in the object file.
 pub const PROGRAM: &str = "hostport_dns_xdp";
+
+/// The lease's renewal: run by the agent (`BPF_PROG_TEST_RUN`, never attached), it stores a new
+/// live epoch and arms the lease's timer (`generation::LeaseClock`).
+pub const RENEW_PROGRAM: &str = "hostport_dns_renew";
 
 /// A program that passes every packet (for the far end of a veth pair; in the test bed's object
 /// only).
@@ -69,7 +77,7 @@ pub const GLOBAL_CAPACITY: &str = "HPD_CAPACITY";
 
 /// The maps a table lives in, which the agent pins and adopts together, with their key and value
 /// sizes and their element counts for `capacity`.
-pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 10] {
+pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 11] {
     let g = crate::generation::GENERATIONS;
     [
         (GENERATION, size_of::<Generation>(), 1),
@@ -79,6 +87,7 @@ pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 10
         (ZONES, size_of::<ZoneEntry>(), g * capacity.zones),
         (HOST, size_of::<HostSlot>(), g * crate::limits::HOST_SLOTS),
         (READERS, size_of::<ReaderSlot>(), 1),
+        (LEASE, size_of::<LeaseClock>(), 1),
         (COUNTERS, size_of::<u64>(), ALL_COUNTER_SLOTS),
         (ZONE_ANSWERS, size_of::<u64>(), ZONE_COUNTER_SLOTS),
         (RATE, size_of::<RateBucket>(), crate::limits::RATE_BUCKETS),

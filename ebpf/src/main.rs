@@ -22,6 +22,7 @@ mod eth;
 mod hold;
 mod host;
 mod ip;
+mod lease;
 mod lookup;
 mod packet;
 mod rate;
@@ -37,7 +38,8 @@ mod udp;
 
 use aya_ebpf::{
     bindings::xdp_action,
-    macros::{map, xdp},
+    btf_maps,
+    macros::{btf_map, map, xdp},
     maps::{Array, LpmTrie, PerCpuArray},
     programs::XdpContext,
 };
@@ -45,7 +47,7 @@ use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
     counters::{ALL_COUNTER_SLOTS, Counter, Verdict, ZONE_COUNTER_SLOTS},
     entry::{BigEntry, NameEntry, ZoneEntry},
-    generation::{Capacity, GENERATIONS, Generation, ReaderSlot},
+    generation::{Capacity, GENERATIONS, Generation, LeaseClock, ReaderSlot},
     host::HostSlot,
     index::Bucket,
     limits::{HOST_SLOTS, MAX_CLIENT_PREFIXES, RATE_BUCKETS},
@@ -85,6 +87,11 @@ static HPD_HOST: Array<HostSlot> = Array::with_max_entries(GENERATIONS * HOST_SL
 /// Runs inside a read section, per CPU and generation (`table`).
 #[map]
 static HPD_READERS: PerCpuArray<ReaderSlot> = PerCpuArray::with_max_entries(1, 0);
+
+/// The lease's timer, deadline and epoch (`lease`). Defined with BTF: the kernel finds the timer
+/// in the value by its type's name.
+#[btf_map]
+static HPD_LEASE: btf_maps::Array<LeaseClock, 1, 0> = btf_maps::Array::new();
 
 #[map]
 static HPD_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(ALL_COUNTER_SLOTS, 0);
@@ -172,6 +179,16 @@ fn try_hostport_dns_xdp(ctx: &XdpContext) -> Result<Counter, Counter> {
     rewrite::into_answer(ctx, &l3, &l4, &query, &plan, scratch)?;
     stats::count_zone(plan.counter_slot, query.qtype);
     Ok(plan.counter)
+}
+
+/// Renews the table's lease (`lease`): the agent runs it with `BPF_PROG_TEST_RUN` every second,
+/// the duration in the frame; never attached.
+#[xdp]
+pub fn hostport_dns_renew(ctx: XdpContext) -> u32 {
+    match lease::renew(&ctx) {
+        Ok(()) => xdp_action::XDP_PASS,
+        Err(error) => error.action(),
+    }
 }
 
 /// Passes every packet. Attached to the far end of a veth pair, it makes native-mode XDP_TX

@@ -4,11 +4,10 @@
 //! atomics below are what makes the writer's wait sound, is in
 //! `hostport_dns_common::generation`).
 
-use aya_ebpf::helpers::generated::bpf_ktime_get_coarse_ns;
 use hostport_dns_common::{
     counters::{Counter, Event},
     entry::{BigEntry, NameEntry, ZoneEntry, ZoneId},
-    generation::{Capacity, GENERATIONS, Generation, NO_LEASE, slot},
+    generation::{Capacity, GENERATIONS, Generation, LEASE_EXPIRED, slot},
     host::HostSlot,
     index::Bucket,
     limits::HOST_SLOTS,
@@ -19,16 +18,11 @@ use crate::{
     stats,
 };
 
-/// Passes everything once the lease of the table's agent has run out; a table without a lease
-/// (its program is not pinned) costs no clock read.
+/// Passes everything once the lease of the table's agent has run out: a word the lease's timer
+/// clears (`lease`), so a run reads no clock, leased or not.
 #[inline(always)]
-fn ensure_leased(lease_until: u64) -> Result<(), Counter> {
-    if lease_until == NO_LEASE {
-        return Ok(());
-    }
-    // SAFETY: a helper without arguments.
-    let now = unsafe { bpf_ktime_get_coarse_ns() };
-    if now > lease_until {
+fn ensure_leased(lease: u64) -> Result<(), Counter> {
+    if lease == LEASE_EXPIRED {
         return Err(Counter::PassNoAgent);
     }
     Ok(())
@@ -60,8 +54,8 @@ impl Section {
         if generation >= GENERATIONS {
             return Err(Counter::PassNoTable);
         }
-        // SAFETY: as above (the agent renews the lease through its mapping).
-        ensure_leased(unsafe { core::ptr::read_volatile(&(*state).lease_until) })?;
+        // SAFETY: as above (renewals and the lease's timer write it).
+        ensure_leased(unsafe { core::ptr::read_volatile(&(*state).lease) })?;
         let slot = HPD_READERS.get_ptr_mut(0).ok_or(Counter::PassNoTable)?;
         // SAFETY: this CPU's slot; the index is a generation, checked above.
         let readers = unsafe { (*slot).readers.as_mut_ptr().add(generation as usize) };

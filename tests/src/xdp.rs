@@ -50,15 +50,10 @@ impl Program {
     }
 
     /// Leases the table for `duration` from now, as an agent with a pin directory does (the
-    /// program then reads the clock on every run); renewed by the returned lease only.
+    /// renewal program arms the lease's timer); renewed by the returned lease only.
     pub fn lease(&self, duration: Duration) -> Lease {
-        let id = self
-            .map_ids
-            .iter()
-            .find_map(|(name, id)| (*name == maps::GENERATION).then_some(*id))
-            .expect("the generation map");
-        let map = MapData::from_id(id).expect("open the generation map");
-        Lease::take_over_map(&map, duration).expect("map the lease")
+        let map = MapData::from_id(self.map_id(maps::GENERATION)).expect("open the generation map");
+        Lease::take_over_map(&map, &self.ebpf, duration).expect("lease the table")
     }
 
     /// Loads the program with the client policy of `clients`, and the zones of `records_yaml`.

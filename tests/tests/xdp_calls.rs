@@ -1,15 +1,31 @@
 //! The helper calls the verified program makes, read from its instructions as the verifier left
 //! them (`bpftool prog dump xlated`): on hosts with the SRSO mitigation every call and return
-//! is a mispredicted return, so the answer path is kept to one (the packet resize), and one clock
-//! read that only a leased table (a pinned program: `xdp::lease`) takes. Map lookups
-//! are arrays and per-CPU arrays, which the verifier inlines; paths a load-time setting turns off
-//! (the client policy, the program's own logs) are dead code it removes. Any call added to the
-//! program fails these tests.
+//! is a mispredicted return, so the answer path is kept to one (the packet resize), leased or
+//! not. Map lookups are arrays and per-CPU arrays, which the verifier inlines; paths a load-time
+//! setting turns off (the client policy, the program's own logs) are dead code it removes. Any
+//! call added to the program fails these tests.
+//!
+//! A leased table (a pinned program: `xdp::lease`) costs no call either: the run reads a word
+//! the lease's BPF timer clears, not the clock. The last test drives that lease through the real
+//! program: answered while renewed, passed once the timer fires, answered again on renewal.
 
-use std::{collections::BTreeMap, net::IpAddr, process::Command};
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use hostport_dns::clients::{ClientsConfig, RateLimit};
-use hostport_dns_tests::{require_root, xdp::Program};
+use hostport_dns_common::{
+    counters::Counter,
+    generation::{LEASE_EXPIRED, NO_LEASE},
+};
+use hostport_dns_tests::{
+    packet::{Frame, QueryBuilder},
+    require_root,
+    xdp::{Program, XDP_PASS, XDP_TX},
+};
 
 const ZONE: &str = "zones:
   - name: prod.coreha.example
@@ -64,17 +80,9 @@ fn an_answer_takes_one_helper_call_and_every_map_lookup_is_inlined() {
     // for answers beyond the headroom, and for shrinking.
     assert_eq!(calls.get("bpf_xdp_adjust_head"), Some(&1), "{calls:?}");
     assert!(calls.contains_key("bpf_xdp_adjust_tail"), "{calls:?}");
-    // The lease's clock read: a branch on the table's state keeps it off the path of a table
-    // without a lease (no pin directory), as this one is.
-    assert_eq!(calls.get("bpf_ktime_get_coarse_ns"), Some(&1), "{calls:?}");
     let others: Vec<&String> = calls
         .keys()
-        .filter(|c| {
-            !matches!(
-                c.as_str(),
-                "bpf_xdp_adjust_head" | "bpf_xdp_adjust_tail" | "bpf_ktime_get_coarse_ns"
-            )
-        })
+        .filter(|c| !matches!(c.as_str(), "bpf_xdp_adjust_head" | "bpf_xdp_adjust_tail"))
         .collect();
     assert!(
         others.is_empty(),
@@ -99,7 +107,60 @@ fn the_client_policy_adds_its_own_calls_only_when_configured() {
     let program = Program::load_with_clients(ZONE, &local(), clients);
     let calls = calls(&program);
     println!("{calls:?}");
-    // The allow-list's longest-prefix lookup and the rate limiter's clock (beside the lease's).
+    // The allow-list's longest-prefix lookup and the rate limiter's clock.
     assert!(calls.contains_key("bpf_map_lookup_elem"), "{calls:?}");
-    assert_eq!(calls.get("bpf_ktime_get_coarse_ns"), Some(&2), "{calls:?}");
+    assert_eq!(calls.get("bpf_ktime_get_coarse_ns"), Some(&1), "{calls:?}");
+}
+
+#[test]
+fn a_leased_table_answers_while_renewed_and_passes_once_its_timer_fires() {
+    require_root();
+    let program = Program::load(ZONE, &local());
+    let frame =
+        Frame::v4("198.18.0.1").build(&QueryBuilder::new("one.prod.coreha.example", 1).bytes());
+    assert_eq!(
+        program.run(&frame).0,
+        XDP_TX,
+        "a table without a lease answers"
+    );
+    // A lease far longer than anything here: live from the first renewal (the renewal program
+    // stores the epoch before it returns), and answered.
+    let lease = program.lease(Duration::from_secs(3600));
+    let live = lease.word();
+    assert!(
+        live != LEASE_EXPIRED && live != NO_LEASE,
+        "a live epoch: {live}"
+    );
+    assert_eq!(program.run(&frame).0, XDP_TX, "answered under a live lease");
+    lease.renew();
+    assert_ne!(lease.word(), live, "each renewal stores a new epoch");
+    assert_eq!(program.run(&frame).0, XDP_TX);
+    drop(lease);
+    // A short lease, never renewed: its timer fires and the program passes from then on.
+    // Taken before the renewal starts the timer: the timer cannot fire before this plus 200 ms.
+    let renewed = Instant::now();
+    let lease = program.lease(Duration::from_millis(200));
+    let no_agent = program.counters.get(Counter::PassNoAgent);
+    while program.run(&frame).0 == XDP_TX {
+        assert!(
+            renewed.elapsed() < Duration::from_secs(30),
+            "still answered long after the lease ran out"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let silent_after = renewed.elapsed();
+    assert!(
+        silent_after >= Duration::from_millis(200),
+        "passed {silent_after:?} after a 200 ms lease began"
+    );
+    assert_eq!(lease.word(), LEASE_EXPIRED);
+    assert_eq!(program.run(&frame).0, XDP_PASS, "stays passed");
+    assert!(program.counters.get(Counter::PassNoAgent) > no_agent);
+    // The agent that holds the lease renews: answered again at once.
+    lease.renew();
+    assert_eq!(program.run(&frame).0, XDP_TX, "answered again once renewed");
+    eprintln!(
+        "passed {:.0} ms after a 200 ms lease began",
+        silent_after.as_secs_f64() * 1e3
+    );
 }

@@ -706,11 +706,18 @@ fn an_option_whose_content_is_bad_is_ignored_by_both_paths() {
 }
 
 #[test]
-fn the_agents_object_holds_only_the_answering_program() {
+fn the_agents_object_holds_only_the_answering_program_and_the_lease_renewal() {
     require_root();
     let agent = aya::Ebpf::load(hostport_dns::EBPF_OBJECT).expect("the agent's object");
-    let programs: Vec<&str> = agent.programs().map(|(name, _)| name).collect();
-    assert_eq!(programs, [hostport_dns_common::maps::PROGRAM]);
+    let mut programs: Vec<&str> = agent.programs().map(|(name, _)| name).collect();
+    programs.sort();
+    assert_eq!(
+        programs,
+        [
+            hostport_dns_common::maps::RENEW_PROGRAM,
+            hostport_dns_common::maps::PROGRAM,
+        ]
+    );
     let testbed = aya::Ebpf::load(hostport_dns::TESTBED_OBJECT).expect("the test bed's object");
     let mut programs: Vec<&str> = testbed.programs().map(|(name, _)| name).collect();
     programs.sort();
@@ -719,6 +726,7 @@ fn the_agents_object_holds_only_the_answering_program() {
         [
             hostport_dns_common::maps::PASS_PROGRAM,
             hostport_dns_common::maps::REFLECT_PROGRAM,
+            hostport_dns_common::maps::RENEW_PROGRAM,
             hostport_dns_common::maps::PROGRAM,
         ]
     );

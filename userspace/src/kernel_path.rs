@@ -73,7 +73,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, XdpError> {
     for interface in crate::xdp::loader::resolve_interfaces(&settings.interfaces)? {
         crate::xdp::loader::if_index(&interface)?;
     }
-    crate::xdp::probe::kernel_supports(crate::EBPF_OBJECT)?;
+    crate::xdp::probe::kernel_supports(crate::EBPF_OBJECT, settings.pin_dir.is_some())?;
     let pins = match &settings.pin_dir {
         Some(dir) => match PinDir::lock(dir) {
             Ok(pins) => Some(pins),

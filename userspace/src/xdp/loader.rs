@@ -287,7 +287,34 @@ pub fn load_object(object: &[u8], settings: &Settings) -> Result<Ebpf, XdpError>
     write_client_prefixes(&mut ebpf, settings.clients)?;
     let program = xdp_program(&mut ebpf)?;
     program.load().map_err(|e| classify(describe(&e)))?;
+    load_renewal(&mut ebpf, settings.pins.is_some())?;
     Ok(ebpf)
+}
+
+/// Loads the lease's renewal program (`xdp::lease`) now, while the object holds every map's
+/// descriptor its instructions name (the table's writer takes and closes some). It needs BPF
+/// timers (Linux 5.15): required with a pin directory (a pinned table is leased); without one
+/// the lease is never taken, and a kernel that refuses the program is no reason to stop.
+fn load_renewal(ebpf: &mut Ebpf, required: bool) -> Result<(), XdpError> {
+    let Some(program) = ebpf.program_mut(maps::RENEW_PROGRAM) else {
+        return Err(XdpError::Load(format!(
+            "the object has no program {}",
+            maps::RENEW_PROGRAM
+        )));
+    };
+    let loaded = <&mut Xdp>::try_from(program)
+        .map_err(|e| describe(&e))
+        .and_then(|program| program.load().map_err(|e| describe(&e)));
+    match loaded {
+        Ok(()) => Ok(()),
+        Err(reason) if required => Err(classify(format!(
+            "the pinned table's lease (BPF timers, Linux 5.15): {reason}"
+        ))),
+        Err(reason) => {
+            tracing::debug!(%reason, "the lease's renewal program is not loaded (no pin directory needs it)");
+            Ok(())
+        }
+    }
 }
 
 /// The allow-list and exempt prefixes, into the program's two tries (before it answers).

@@ -2,7 +2,8 @@
 //! program calls. The helpers are read from the object itself (its call instructions), so the
 //! probe cannot fall behind the program. A kernel below the documented floor (5.12) lacks some
 //! of them: the probe names the first one missing, and with `--xdp-mode auto` the agent then
-//! serves from userspace alone.
+//! serves from userspace alone. The lease's timer helpers (Linux 5.15) are only required of a
+//! kernel that will hold a pinned table: only a pinned table is leased.
 
 use aya::{
     programs::ProgramType,
@@ -21,9 +22,12 @@ pub const PRETEND_MISSING_ENV: &str = "HOSTPORT_DNS_TEST_MISSING_HELPER";
 const CALL_OPCODE: u8 = 0x85;
 const INSTRUCTION_BYTES: usize = 8;
 
-/// Checks that the kernel runs XDP programs and offers each helper `object` calls; the error
-/// names what is missing.
-pub fn kernel_supports(object: &[u8]) -> Result<(), XdpError> {
+/// The helpers only the lease's renewal program calls (`xdp::lease`).
+const LEASE_HELPERS: [&str; 3] = ["timer_init", "timer_set_callback", "timer_start"];
+
+/// Checks that the kernel runs XDP programs and offers each helper `object` calls (the lease's
+/// only when the table is `leased`); the error names what is missing.
+pub fn kernel_supports(object: &[u8], leased: bool) -> Result<(), XdpError> {
     let missing = |what: String| XdpError::Unsupported(what);
     match is_program_supported(ProgramType::Xdp) {
         Ok(true) => {}
@@ -37,6 +41,9 @@ pub fn kernel_supports(object: &[u8]) -> Result<(), XdpError> {
                 "the program calls helper {id}, which the agent cannot probe"
             ))
         })?;
+        if !leased && LEASE_HELPERS.contains(&name) {
+            continue;
+        }
         if name == pretend {
             return Err(missing(format!("the bpf_{name} helper (pretended)")));
         }
@@ -108,6 +115,9 @@ fn known_helper(id: i32) -> Option<(&'static str, BpfHelper)> {
         ("xdp_get_buff_len", H::BPF_FUNC_xdp_get_buff_len),
         ("xdp_load_bytes", H::BPF_FUNC_xdp_load_bytes),
         ("xdp_store_bytes", H::BPF_FUNC_xdp_store_bytes),
+        ("timer_init", H::BPF_FUNC_timer_init),
+        ("timer_set_callback", H::BPF_FUNC_timer_set_callback),
+        ("timer_start", H::BPF_FUNC_timer_start),
     ];
     known.into_iter().find(|(_, helper)| *helper as i32 == id)
 }
@@ -132,5 +142,8 @@ mod tests {
             .map(|(n, _)| n)
             .collect();
         assert!(names.contains(&"xdp_adjust_tail"), "{names:?}");
+        for lease in LEASE_HELPERS {
+            assert!(names.contains(&lease), "{names:?}");
+        }
     }
 }

@@ -1,11 +1,12 @@
-//! The `bpf(2)` commands aya 0.14 does not offer: creating a map-in-map and updating its slot
-//! (see `grace`).
+//! The `bpf(2)` commands aya 0.14 does not offer here: creating a map-in-map and updating its
+//! slot (see `grace`), and running a program from a descriptor it does not own (see `lease`).
 
 use std::io;
 
 /// `bpf(2)` commands (`include/uapi/linux/bpf.h`).
 pub const BPF_MAP_CREATE: libc::c_long = 0;
 pub const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+pub const BPF_PROG_TEST_RUN: libc::c_long = 10;
 
 /// Bytes of `union bpf_attr` passed: its fields used here are at the front; the kernel checks
 /// that the rest is zero.
