@@ -323,6 +323,10 @@ fn odd_queries() -> Vec<(&'static str, Vec<u8>)> {
     two_questions[5] = 2;
     let mut no_question = good[..12].to_vec();
     no_question[5] = 0;
+    // The same with EDNS: FORMERR keeps the OPT record (RFC 6891 §7), as Knot and BIND answer.
+    let mut no_question_edns = no_question.clone();
+    no_question_edns[11] = 1;
+    no_question_edns.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
     let mut response = good.clone();
     response[2] |= 0x80;
     let mut class_chaos = good.clone();
@@ -358,6 +362,7 @@ fn odd_queries() -> Vec<(&'static str, Vec<u8>)> {
         ("trailing bytes", trailing),
         ("qdcount 2", two_questions),
         ("no question", no_question),
+        ("no question, with EDNS", no_question_edns),
         ("a response", response),
         ("class CH", class_chaos),
         ("NOTIFY", notify),
@@ -511,6 +516,12 @@ fn tcp_answers_match_knot_and_a_truncated_udp_answer_is_whole_over_tcp() {
             }
         }
     }
+    let edns_without_question = odd_queries()
+        .into_iter()
+        .find(|(what, _)| *what == "no question, with EDNS")
+        .map(|(_, bytes)| bytes)
+        .expect("in the odd queries");
+    queries.push(("no question, with EDNS".into(), edns_without_question));
     let bytes: Vec<Vec<u8>> = queries.iter().map(|(_, q)| q.clone()).collect();
     let knot = tcp_exchange(&s.ns, addr(KNOT), bytes.clone());
     let mine = tcp_exchange(&s.ns, addr(OURS), bytes);

@@ -390,6 +390,62 @@ fn many_long_questions_get_a_formerr_that_fits_udp() {
     assert_eq!(&answer[..2], &[0x42, 0x42], "the ID is kept");
 }
 
+/// A query for `name` (type A) with EDNS and these COOKIE options' contents.
+fn with_cookies(name: &str, cookies: &[[u8; 8]]) -> Vec<u8> {
+    cookies
+        .iter()
+        .fold(QueryBuilder::new(name, 1), |query, cookie| {
+            query.option(10, cookie)
+        })
+        .bytes()
+}
+
+/// The options of the answer's OPT record (code, data), or None without one.
+fn opt_options(answer: &[u8]) -> Option<Vec<(u16, Vec<u8>)>> {
+    let message = hickory_proto::op::Message::from_vec(answer).expect("an answer that parses");
+    let edns = message.edns?;
+    let options = edns
+        .options()
+        .as_ref()
+        .iter()
+        .map(|(code, option)| {
+            let data = match option {
+                hickory_proto::rr::rdata::opt::EdnsOption::Unknown(_, data) => data.clone(),
+                _ => Vec::new(),
+            };
+            (u16::from(*code), data)
+        })
+        .collect();
+    Some(options)
+}
+
+#[test]
+fn two_cookie_options_get_a_formerr_over_udp_and_tcp() {
+    let s = server("twocookies");
+    let name = "node-1.nodes.prod.coreha.example";
+    let one = with_cookies(name, &[[1; 8]]);
+    let two = with_cookies(name, &[[1; 8], [2; 8]]);
+    let udp_one = udp_exchange(&s.ns, v4(), one.clone()).expect("an answer");
+    assert_eq!(udp_one[3] & 0x0f, 0, "one cookie: answered");
+    let cookie = opt_options(&udp_one)
+        .and_then(|o| o.into_iter().find(|(code, _)| *code == 10))
+        .expect("one cookie: echoed with a server cookie");
+    assert_eq!(&cookie.1[..8], &[1; 8]);
+    let udp_two = udp_exchange(&s.ns, v4(), two.clone()).expect("an answer");
+    let tcp = tcp_exchange(&s.ns, v4(), vec![one, two]);
+    assert_eq!(tcp[0][3] & 0x0f, 0, "one cookie over TCP: answered");
+    for (transport, answer) in [("UDP", &udp_two), ("TCP", &tcp[1])] {
+        assert_eq!(answer[3] & 0x0f, 1, "{transport}: FORMERR");
+        assert_eq!(&answer[..2], &[0x42, 0x42], "{transport}: the ID is kept");
+        assert_eq!(answer[4..6], [0, 1], "{transport}: the question comes back");
+        let options = opt_options(answer).expect("the OPT record stays");
+        assert!(
+            options.iter().all(|(code, _)| *code != 10),
+            "{transport}: no cookie echoed: {options:?}"
+        );
+    }
+}
+
 #[test]
 fn edns_version_1_gets_badvers() {
     let s = server("badvers");

@@ -36,7 +36,7 @@ pub struct Framing {
 /// Reads the framing of `bytes` (at least a header's worth, else nothing holds).
 pub fn read(bytes: &[u8]) -> Framing {
     let question_end = question_end(bytes);
-    let records = question_end.and_then(|start| {
+    let records = records_start(bytes).and_then(|start| {
         let mut records = Vec::new();
         walk_records(bytes, start, |record| records.push(record)).then_some(records)
     });
@@ -53,14 +53,14 @@ pub fn carries_tsig(query: &[u8]) -> bool {
         return false;
     }
     let mut last = None;
-    question_end(query).is_some_and(|start| walk_records(query, start, |r| last = Some(r.rtype)))
+    records_start(query).is_some_and(|start| walk_records(query, start, |r| last = Some(r.rtype)))
         && last == Some(TYPE_TSIG)
 }
 
 /// The UDP payload size the query's OPT record offers, if its framing holds and it has one.
 pub fn offered_payload(query: &[u8]) -> Option<u16> {
     let mut offered = None;
-    let start = question_end(query)?;
+    let start = records_start(query)?;
     let holds = walk_records(query, start, |record| {
         if record.additional && record.rtype == TYPE_OPT {
             // The OPT record's CLASS field: the two bytes after its type.
@@ -88,6 +88,15 @@ fn question_end(bytes: &[u8]) -> Option<usize> {
     }
     let end = skip_name(bytes, HEADER_LEN)? + QTYPE_QCLASS_LEN;
     (end <= bytes.len()).then_some(end)
+}
+
+/// Where the records start: after the one question, or after the header when there is none (a
+/// query without a question still gets its FORMERR with the OPT record it offered, RFC 6891 §7).
+fn records_start(bytes: &[u8]) -> Option<usize> {
+    if bytes.len() >= HEADER_LEN && count(bytes, 4) == 0 {
+        return Some(HEADER_LEN);
+    }
+    question_end(bytes)
 }
 
 /// Hands each record after the question (starting at `at`) to `each`, as the header counts
@@ -155,6 +164,17 @@ pub fn options_fit(data: &[u8]) -> bool {
         at += 4 + usize::from(u16::from_be_bytes([header[2], header[3]]));
     }
     at == data.len()
+}
+
+/// How many options of `code` an OPT record's data holds (its options must fit: `options_fit`).
+pub fn option_count(data: &[u8], code: u16) -> usize {
+    let mut at = 0;
+    let mut seen = 0;
+    while let Some(header) = data.get(at..at + 4) {
+        seen += usize::from(u16::from_be_bytes([header[0], header[1]]) == code);
+        at += 4 + usize::from(u16::from_be_bytes([header[2], header[3]]));
+    }
+    seen
 }
 
 #[cfg(test)]
@@ -242,5 +262,25 @@ mod tests {
         assert!(options_fit(&[0, 10, 0, 2, 1, 2]));
         assert!(!options_fit(&[0, 10, 0, 8, 1, 2, 3, 4]), "past the end");
         assert!(!options_fit(&[0, 10, 0]), "a cut header");
+    }
+
+    #[test]
+    fn a_query_without_a_question_frames_its_records_from_the_header_on() {
+        let mut bytes = vec![0, 7, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        bytes.extend_from_slice(&OPT);
+        let framing = read(&bytes);
+        assert_eq!(framing.question_end, None);
+        let records = framing.records.expect("the framing holds");
+        assert_eq!(opt_record(&records).map(|r| r.owner.clone()), Some(12..13));
+        assert_eq!(offered_payload(&bytes), Some(1232));
+    }
+
+    #[test]
+    fn options_of_one_code_are_counted() {
+        let data = [0, 10, 0, 2, 1, 2, 0, 3, 0, 0, 0, 10, 0, 1, 9];
+        assert!(options_fit(&data));
+        assert_eq!(option_count(&data, 10), 2);
+        assert_eq!(option_count(&data, 3), 1);
+        assert_eq!(option_count(&data, 12), 0);
     }
 }

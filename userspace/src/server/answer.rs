@@ -196,7 +196,7 @@ pub fn respond_for(
     let mut cookie = CookieState::Absent;
     let (request, mut response, rcode) = match parse(query) {
         Parsed::Whole(request) => {
-            cookie = cookie_state(&request, asker);
+            cookie = cookie_state(&request, query, asker);
             let mut response = response_to(&request, asker.udp_ceiling);
             let rcode = match (cookie, asker.shape) {
                 (CookieState::Malformed, _) => {
@@ -283,8 +283,11 @@ fn rate_class(response: &Message) -> RateClass {
     }
 }
 
-/// The query's COOKIE option, checked when cookies are on and the client is known.
-fn cookie_state(request: &Message, asker: &Asker) -> CookieState {
+/// The query's COOKIE option, checked when cookies are on and the client is known. A query
+/// with more than one is malformed (FORMERR, no cookie in the answer): a client has one client
+/// cookie per server, RFC 7873 §5.1 says how it sends that one, and answering one of several
+/// would pick a cookie the client may not be waiting for.
+fn cookie_state(request: &Message, query: &[u8], asker: &Asker) -> CookieState {
     let (Some(cookies), Some(client)) = (asker.cookies, asker.client) else {
         return CookieState::Absent;
     };
@@ -293,10 +296,24 @@ fn cookie_state(request: &Message, asker: &Asker) -> CookieState {
         .as_ref()
         .and_then(|edns| edns.options().get(EdnsCode::Cookie));
     match option {
+        Some(EdnsOption::Unknown(..)) if cookie_options(query) > 1 => CookieState::Malformed,
         Some(EdnsOption::Unknown(_, data)) => cookies.check(Some(data), client),
         Some(_) => CookieState::Malformed,
         None => CookieState::Absent,
     }
+}
+
+/// The COOKIE options in the query's OPT record (hickory-proto keeps one of each code).
+fn cookie_options(query: &[u8]) -> usize {
+    let layout = framing::read(query);
+    layout
+        .records
+        .as_deref()
+        .and_then(framing::opt_record)
+        .and_then(|opt| query.get(opt.data.clone()))
+        .map_or(0, |data| {
+            framing::option_count(data, u16::from(EdnsCode::Cookie))
+        })
 }
 
 /// A query with a client cookie gets it back with a fresh server cookie (RFC 7873 §5.2).
@@ -795,6 +812,75 @@ mod tests {
             let message = Message::from_vec(&answer.bytes).expect("it parses");
             assert_eq!(message.metadata.response_code, ResponseCode::FormErr);
             assert_eq!(message.metadata.id, 0x196f);
+        }
+    }
+
+    /// A query of `qdcount` questions (the name `www.prod.coreha.example`, type A, when there is
+    /// one) with an OPT record holding `options` (code, data).
+    fn edns_query(qdcount: u16, options: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut bytes = vec![0x12, 0x34, 0x01, 0x00];
+        bytes.extend_from_slice(&qdcount.to_be_bytes());
+        bytes.extend_from_slice(&[0, 0, 0, 0, 0, 1]);
+        if qdcount == 1 {
+            bytes.extend_from_slice(b"\x03www\x04prod\x06coreha\x07example\x00\x00\x01\x00\x01");
+        }
+        let data: Vec<u8> = options
+            .iter()
+            .flat_map(|(code, data)| {
+                let mut option = code.to_be_bytes().to_vec();
+                option.extend_from_slice(&(data.len() as u16).to_be_bytes());
+                option.extend_from_slice(data);
+                option
+            })
+            .collect();
+        bytes.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
+        bytes.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        bytes.extend_from_slice(&data);
+        bytes
+    }
+
+    fn answered(query: &[u8], transport: Transport) -> Message {
+        let zones =
+            "zones:\n  - name: prod.coreha.example\n    records:\n      www: 198.18.200.1\n";
+        let snapshot = crate::sources::file::parse(zones, "zones".as_ref()).expect("zones");
+        let table = RecordTable::compile(&snapshot.zones, snapshot.records()).0;
+        let cookies = Cookies::with_secrets(vec![[7; 16]]);
+        let asker = Asker {
+            client: Some("198.18.0.2".parse().expect("an address")),
+            cookies: Some(&cookies),
+            ..Asker::ANONYMOUS
+        };
+        let answer = respond_for(query, Some(&table), transport, &asker).expect("an answer");
+        Message::from_vec(&answer.bytes).expect("it parses")
+    }
+
+    #[test]
+    fn a_formerr_to_an_edns_query_keeps_the_opt_record_also_without_a_question() {
+        for transport in [Transport::Udp, Transport::Tcp] {
+            let message = answered(&edns_query(0, &[]), transport);
+            assert_eq!(message.metadata.response_code, ResponseCode::FormErr);
+            assert!(message.queries.is_empty());
+            let edns = message.edns.as_ref().expect("the OPT record (RFC 6891 §7)");
+            assert_eq!(edns.max_payload(), UdpCeiling::DEFAULT.bytes());
+        }
+    }
+
+    #[test]
+    fn two_cookie_options_are_a_formerr_without_a_cookie_in_the_answer() {
+        let first: &[u8] = &[1; 8];
+        let second: &[u8] = &[2; 8];
+        for transport in [Transport::Udp, Transport::Tcp] {
+            let one = answered(&edns_query(1, &[(10, first)]), transport);
+            assert_eq!(one.metadata.response_code, ResponseCode::NoError);
+            let two = answered(&edns_query(1, &[(10, first), (10, second)]), transport);
+            assert_eq!(two.metadata.response_code, ResponseCode::FormErr, "{two:?}");
+            assert_eq!(two.queries.len(), 1, "the question repeated");
+            assert!(two.answers.is_empty());
+            let edns = two.edns.as_ref().expect("the OPT record");
+            assert!(
+                edns.options().get(EdnsCode::Cookie).is_none(),
+                "no cookie echoed: which one would it be?"
+            );
         }
     }
 }
