@@ -1,7 +1,8 @@
-//! Memory: what the agent's memory cgroup holds serving a record file of 10k and 100k names
+//! Memory: what the agent's memory cgroup holds serving a record file of 100 to 100k names
 //! (three A records each), the XDP program on lo: the process, and the kernel memory charged to
 //! it (the BPF maps, fixed by the table's capacity). knotd serving the same names, in a cgroup
-//! of its own, is the peer.
+//! of its own, is the peer. The chart's default memory request (from the rendered manifests) is
+//! printed beside them: what a node reserves for the agent before it serves a name.
 
 use std::time::Duration;
 
@@ -76,7 +77,7 @@ fn knotd(names: usize) -> Held {
 pub fn run() {
     let capacity = hostport_dns_common::generation::Capacity::DEFAULT;
     let mut rows = Vec::new();
-    for names in [10_000, 100_000] {
+    for names in [100, 1_000, 10_000, 100_000] {
         let ours = agent(names);
         let peer = knotd(names);
         rows.push(vec![
@@ -112,4 +113,24 @@ pub fn run() {
         "(cgroup: everything charged to the responder's memory cgroup: its pages and the kernel \
          memory it caused, BPF maps included. Agent RSS counts the mapped maps too.)"
     );
+    match chart_default_request() {
+        Some(request) => println!(
+            "The chart's default memory request (deploy/manifests): {request} (target <= 48 MiB)"
+        ),
+        None => println!("The chart's default memory request: not found in deploy/manifests"),
+    }
+}
+
+/// The DaemonSet's memory request in the manifests rendered from the chart's defaults.
+fn chart_default_request() -> Option<String> {
+    use serde::Deserialize;
+    let path = crate::workspace_root().join("deploy/manifests/hostport-dns.yaml");
+    let text = std::fs::read_to_string(path).ok()?;
+    let daemonset = serde_yaml_ng::Deserializer::from_str(&text)
+        .filter_map(|doc| serde_yaml_ng::Value::deserialize(doc).ok())
+        .find(|doc| doc["kind"] == "DaemonSet")?;
+    let container = &daemonset["spec"]["template"]["spec"]["containers"][0];
+    container["resources"]["requests"]["memory"]
+        .as_str()
+        .map(str::to_owned)
 }
