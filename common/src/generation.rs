@@ -54,8 +54,8 @@
 //! holds it; the price is that the kernel holds the table twice.
 
 use crate::limits::{
-    BIG_NAMES_DIVISOR, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_ZONE_LABELS, NAMES_CAPACITY,
-    ZONES_CAPACITY,
+    BIG_NAMES_DIVISOR, GROWTH_ROOM_HALVES, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_ZONE_LABELS,
+    MIN_KERNEL_NAMES, NAMES_CAPACITY, SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
 };
 
 /// Generations in every table: the active one and the one being written.
@@ -215,6 +215,44 @@ impl Capacity {
         }
     }
 
+    /// The size class of a table serving `names` names under the limit `limit`: room for half
+    /// as many again, rounded up to a power of two, at least [`MIN_KERNEL_NAMES`], at most
+    /// `limit`. Classes are powers of two so that a table that grows and shrinks reuses a few
+    /// sizes, and so that an agent adopting pinned maps finds their capacity from one map's size
+    /// (`Capacity::for_names` of it).
+    pub const fn class_for(names: u32, limit: u32) -> Self {
+        let wanted = (names as u64 * GROWTH_ROOM_HALVES as u64).div_ceil(2);
+        let class = if wanted <= MIN_KERNEL_NAMES as u64 {
+            MIN_KERNEL_NAMES as u64
+        } else {
+            wanted.next_power_of_two()
+        };
+        let class = if class > limit as u64 {
+            limit
+        } else {
+            class as u32
+        };
+        Self::for_names(class)
+    }
+
+    /// The capacity a table of this size should move to when it serves `names` names under the
+    /// limit `limit`, if it should move: it grows once the names no longer fit (and it is below
+    /// the limit), shrinks once they fill [`SHRINK_WHEN_ONE_IN`]th of it or less, and moves to
+    /// the limit when the limit changed under it. Otherwise `None`: between the two points a
+    /// table stays, so names coming and going near a class's edge cause no resize.
+    pub const fn resized(&self, names: u32, limit: u32) -> Option<Self> {
+        let class = Self::class_for(names, limit);
+        let grow = names > self.names && self.names < limit;
+        let shrink = (names as u64) * (SHRINK_WHEN_ONE_IN as u64) <= self.names as u64
+            && class.names < self.names;
+        let over_limit = self.names > limit;
+        if (grow || shrink || over_limit) && class.names != self.names {
+            Some(class)
+        } else {
+            None
+        }
+    }
+
     /// Bytes of kernel memory the table maps take for both generations (arrays: fixed at load).
     pub const fn map_bytes(&self) -> u64 {
         let per_generation = self.names as u64
@@ -282,6 +320,43 @@ mod tests {
         assert!(bytes <= 64 << 20, "{} MiB", bytes >> 20);
         assert!(Capacity::DEFAULT.buckets.is_power_of_two());
         assert_eq!(Capacity::for_names(100_000).buckets, 65_536);
+    }
+
+    #[test]
+    fn a_table_starts_small_and_takes_room_for_half_as_many_again() {
+        let limit = crate::limits::KERNEL_NAMES_LIMIT;
+        assert_eq!(Capacity::class_for(0, limit).names, MIN_KERNEL_NAMES);
+        assert_eq!(Capacity::class_for(682, limit).names, 1024);
+        assert_eq!(Capacity::class_for(683, limit).names, 2048);
+        assert_eq!(Capacity::class_for(1_000, limit).names, 2048);
+        assert_eq!(Capacity::class_for(100_000, limit).names, 262_144);
+        assert_eq!(Capacity::class_for(2_000_000, limit).names, limit);
+        // A limit that is no power of two is the top class itself.
+        assert_eq!(Capacity::class_for(50_000, 20_000).names, 20_000);
+    }
+
+    #[test]
+    fn a_table_grows_past_its_size_and_shrinks_only_far_below_it() {
+        let limit = 1 << 20;
+        let small = Capacity::class_for(0, limit);
+        assert_eq!(small.resized(1_024, limit), None, "full, not past");
+        let grown = small.resized(1_025, limit).expect("grows");
+        assert_eq!(grown.names, 2048);
+        // Names going back below the growth point keep it.
+        assert_eq!(grown.resized(600, limit), None);
+        assert_eq!(grown.resized(257, limit), None);
+        assert_eq!(grown.resized(256, limit).map(|c| c.names), Some(1024));
+        // Nothing is smaller than the smallest class.
+        assert_eq!(small.resized(0, limit), None);
+        // The limit caps growth, and a table past a lowered limit comes down to it.
+        let capped = Capacity::for_names(4096);
+        assert_eq!(capped.resized(5_000, 4096), None);
+        assert_eq!(capped.resized(3_000, 2048).map(|c| c.names), Some(2048));
+        // From a class to the one it grows to, and back, the same sizes.
+        assert_eq!(
+            Capacity::class_for(3_000, limit),
+            Capacity::for_names(8192)
+        );
     }
 
     #[test]

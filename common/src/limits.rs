@@ -65,11 +65,27 @@ pub const NAME_PAYLOAD_LEN: usize = 144;
 /// Payload of a big entry: a name of up to 255 bytes and 16 A and 16 AAAA records (320 bytes).
 pub const BIG_PAYLOAD_LEN: usize = 576;
 
-/// Name entries one generation holds by default (the agent may size the table otherwise at
-/// load time, `--kernel-names`). The agent checks capacity before writing: the zones whose names
-/// do not fit are left to userspace whole. Memory is fixed at load (the maps are arrays): see
-/// `generation::Capacity::map_bytes`.
+/// Name entries one generation of the object's declared maps holds, and the capacity of a table
+/// loaded without a size of its own (tests, benchmarks). The agent sizes its table by what it
+/// serves instead (`generation::Capacity::resized`), between [`MIN_KERNEL_NAMES`] and its limit
+/// ([`KERNEL_NAMES_LIMIT`] by default, `--kernel-names`).
 pub const NAMES_CAPACITY: u32 = 131_072;
+
+/// The smallest table the agent makes: names one generation holds before the table first grows.
+/// 1,024 names take about 0.4 MiB of entries and index for both generations.
+pub const MIN_KERNEL_NAMES: u32 = 1_024;
+
+/// How far the agent's table grows by default (`--kernel-names`): names beyond it, zone by zone,
+/// are answered by userspace. Memory follows the names served, not this bound.
+pub const KERNEL_NAMES_LIMIT: u32 = 1_048_576;
+
+/// A table grows to hold this many times the names it serves, over two (room for half as many
+/// again before the next growth), rounded up to a power of two.
+pub const GROWTH_ROOM_HALVES: u32 = 3;
+
+/// A table shrinks once the names it serves fill this fraction (one in so many) of it or less:
+/// far enough below the growth point that a table does not move back and forth.
+pub const SHRINK_WHEN_ONE_IN: u32 = 8;
 
 /// Big entries one generation holds for every [`BIG_NAMES_DIVISOR`] name entries: names longer
 /// than a name entry holds, and larger record sets, are rare; past this many, such names are

@@ -48,7 +48,6 @@ use crate::{
     update::Updates,
     xdp::{XdpError, XdpMode, loader::resolve_interfaces, local_addrs::AnswerOn},
 };
-use hostport_dns_common::generation::Capacity;
 
 /// How often the record file is checked for changes (SIGHUP reloads at once).
 const FILE_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -171,7 +170,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
             pin_dir: args.pin_dir.clone(),
             log: args.ebpf_log_level,
             clients: client_policy.clone(),
-            capacity: Capacity::for_names(args.kernel_names),
+            kernel_names: args.kernel_names,
             udp_ceiling,
             answer_on: AnswerOn::parse(&args.answer_on),
             lease: Duration::from_secs(args.pinned_lease),

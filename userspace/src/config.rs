@@ -149,10 +149,10 @@ pub struct RunArgs {
     /// or stopped for good); an agent that starts within it takes over without a gap.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=86_400))]
     pub pinned_lease: u64,
-    /// Names the kernel table holds (per generation; its memory is fixed at start: about 400
-    /// bytes a name for both generations, see the README). Zones that do not fit are answered by
-    /// userspace.
-    #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::NAMES_CAPACITY, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
+    /// Names the kernel table may grow to (per generation). Its maps follow the names served:
+    /// they start small and grow (or shrink) by powers of two as names come and go, up to this;
+    /// zones beyond it are answered by userspace.
+    #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::KERNEL_NAMES_LIMIT, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub kernel_names: u32,
     /// The ceiling on UDP answers in bytes (Knot's `udp-max-payload`): an answer takes what the
     /// client offers up to this (512 without EDNS), and the OPT record advertises it. Overrides

@@ -17,6 +17,7 @@ use crate::{
     clients::ClientPolicyTable,
     dns::message::UdpCeiling,
     health::Health,
+    kernel_table_size::Resizer,
     metrics::Metrics,
     publisher::{AfterFirstWrite, KernelSink, kernel_report},
     server::Shared,
@@ -33,6 +34,7 @@ use crate::{
 };
 
 /// What the XDP path needs from the command line.
+#[derive(Clone)]
 pub struct Settings {
     pub port: u16,
     pub interfaces: Vec<String>,
@@ -40,7 +42,9 @@ pub struct Settings {
     pub pin_dir: Option<PathBuf>,
     pub log: EbpfLogLevel,
     pub clients: ClientPolicyTable,
-    pub capacity: Capacity,
+    /// Names one generation of the kernel table may grow to (`--kernel-names`): its maps are
+    /// sized by the names served, up to this (`kernel_table_size`).
+    pub kernel_names: u32,
     /// The ceiling on UDP answers, which the program's OPT records advertise.
     pub udp_ceiling: UdpCeiling,
     pub answer_on: AnswerOn,
@@ -87,14 +91,26 @@ pub fn prepare(settings: Settings) -> Result<Prepared, XdpError> {
         },
         None => None,
     };
-    let dataplane = load(&settings, pins)?;
+    let dataplane = load(&settings, pins, None)?;
     Ok(Prepared {
         settings,
         dataplane: Some(dataplane),
     })
 }
 
-fn load(settings: &Settings, pins: Option<PinDir>) -> Result<Dataplane, XdpError> {
+/// Loads the program with a table of `capacity`; by default, the capacity of the table pinned
+/// in `pins` (adopted if it can be), or the smallest: the first table grows it as it needs.
+pub(crate) fn load(
+    settings: &Settings,
+    pins: Option<PinDir>,
+    capacity: Option<Capacity>,
+) -> Result<Dataplane, XdpError> {
+    let capacity = capacity.unwrap_or_else(|| {
+        pins.as_ref()
+            .and_then(PinDir::pinned_capacity)
+            .filter(|pinned| pinned.names <= settings.kernel_names)
+            .unwrap_or(Capacity::class_for(0, settings.kernel_names))
+    });
     Dataplane::load(
         &settings.interfaces,
         settings.mode,
@@ -104,7 +120,7 @@ fn load(settings: &Settings, pins: Option<PinDir>) -> Result<Dataplane, XdpError
             pins: None,
             log: settings.log,
             clients: &settings.clients,
-            capacity: settings.capacity,
+            capacity,
             udp_max_payload: settings.udp_ceiling.bytes(),
             hold_readers: 0,
         },
@@ -125,9 +141,9 @@ pub async fn start(
         (Some(dataplane), _) => dataplane,
         (None, Some(dir)) => {
             let pins = claim(dir.clone()).await?;
-            load(&settings, Some(pins))?
+            load(&settings, Some(pins), None)?
         }
-        (None, None) => load(&settings, None)?,
+        (None, None) => load(&settings, None, None)?,
     };
     // Before the writer takes the maps: a pinned table is leased (see `xdp::lease`).
     let lease = match &dataplane.pins {
@@ -145,6 +161,10 @@ pub async fn start(
         .metrics
         .xdp_table_capacity
         .set(i64::from(dataplane.capacity.names));
+    wiring
+        .metrics
+        .xdp_table_limit
+        .set(i64::from(settings.kernel_names));
     // A previous agent's pinned table answers until this one's first switch.
     let adopted_table = writer.active().is_some();
     let after_first_write = AfterFirstWrite::default();
@@ -157,6 +177,12 @@ pub async fn start(
             after_first_write.clone(),
         ),
         wiring.shared.liveness.register("xdp-writer"),
+        Some(Box::new(Resizer::new(
+            settings.clone(),
+            held.clone(),
+            wiring.metrics.clone(),
+            lease.clone(),
+        ))),
     ));
     // Before the first table: it carries this host's addresses.
     let mut local_addrs = LocalAddrs::new(writer.clone(), settings.answer_on);

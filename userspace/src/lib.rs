@@ -14,6 +14,7 @@ pub mod health;
 pub mod heap;
 pub mod http;
 pub mod kernel_path;
+pub mod kernel_table_size;
 pub mod liveness;
 pub mod metrics;
 pub mod ops;

@@ -48,8 +48,12 @@ pub struct Metrics {
     pub xdp_names_written: Counter,
     /// Names in the active generation of the kernel table.
     pub xdp_table_names: Gauge,
-    /// Names one generation of the kernel table may hold.
+    /// Names one generation of the kernel table holds now (its size follows the names served).
     pub xdp_table_capacity: Gauge,
+    /// Names one generation of the kernel table may grow to (`--kernel-names`).
+    pub xdp_table_limit: Gauge,
+    /// Times the kernel table moved to maps of another size.
+    pub xdp_table_resizes: Counter,
     /// Names of the table the kernel table does not hold (their zones did not fit): userspace
     /// answers them.
     pub xdp_names_in_userspace: Gauge,
@@ -167,6 +171,8 @@ impl Metrics {
             xdp_names_written: Counter::default(),
             xdp_table_names: Gauge::default(),
             xdp_table_capacity: Gauge::default(),
+            xdp_table_limit: Gauge::default(),
+            xdp_table_resizes: Counter::default(),
             xdp_names_in_userspace: Gauge::default(),
             xdp_collisions: Gauge::default(),
             xdp_generations: Counter::default(),
@@ -223,8 +229,18 @@ impl Metrics {
         );
         registry.register(
             "xdp_table_capacity",
-            "Names one generation of the kernel table holds at most",
+            "Names one generation of the kernel table holds now (its maps' size, which follows the names served)",
             metrics.xdp_table_capacity.clone(),
+        );
+        registry.register(
+            "xdp_table_limit",
+            "Names one generation of the kernel table may grow to (--kernel-names); zones beyond it are answered by userspace",
+            metrics.xdp_table_limit.clone(),
+        );
+        registry.register(
+            "xdp_table_resizes",
+            "Times the kernel table moved to maps of another size (a new program with its own maps, swapped in atomically)",
+            metrics.xdp_table_resizes.clone(),
         );
         registry.register(
             "xdp_names_in_userspace",
@@ -357,8 +373,14 @@ impl Metrics {
     }
 
     /// The XDP program's counters join the scrape (once the program is loaded).
-    pub fn install_xdp_counters(&self, counters: Counters) {
-        *self.xdp.lock().unwrap_or_else(|e| e.into_inner()) = Some(counters);
+    /// A resized table's program brings counters of its own: they carry on from the previous
+    /// program's totals.
+    pub fn install_xdp_counters(&self, mut counters: Counters) {
+        let mut installed = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(previous) = installed.take() {
+            counters.succeed(previous);
+        }
+        *installed = Some(counters);
     }
 }
 

@@ -12,7 +12,7 @@ use aya::{
 };
 use hickory_proto::rr::{LowerName, Name};
 use hostport_dns_common::{
-    counters::{COUNTER_SLOTS, Counter, Event, zone_counter_slot},
+    counters::{ALL_COUNTER_SLOTS, COUNTER_SLOTS, Counter, Event, zone_counter_slot},
     limits::ZONES_CAPACITY,
     maps,
 };
@@ -23,11 +23,45 @@ use crate::xdp::map_error::WriteError;
 /// Which zone (its apex, as text) each per-zone counter slot counts now.
 pub type ZoneSlotNames = Arc<Mutex<BTreeMap<u16, String>>>;
 
+/// The counters of the program that answers, and of the programs it replaced: a resized table
+/// is a new program with maps of its own (`xdp::resize`), and what the previous ones counted
+/// stays in every total, so that counters never go back.
 pub struct Counters {
     array: PerCpuArray<MapData, u64>,
     /// Answers by zone counter slot and type.
     zones: PerCpuArray<MapData, u64>,
     slot_names: ZoneSlotNames,
+    /// The program this one replaced, read live: it may still finish a run or two after the
+    /// switch.
+    previous: Option<Box<Counters>>,
+    /// The final totals of the programs before `previous`.
+    retired: Retired,
+}
+
+/// Totals of programs that no longer run.
+#[derive(Clone, Debug, Default)]
+struct Retired {
+    /// By counter slot (counters, then events).
+    slots: Vec<u64>,
+    /// By zone apex and type (true: AAAA).
+    zones: BTreeMap<(String, bool), u64>,
+}
+
+impl Retired {
+    fn slot(&self, slot: u32) -> u64 {
+        self.slots.get(slot as usize).copied().unwrap_or(0)
+    }
+
+    /// Adds the totals of `counters` (its own maps: what it retired before is in it already).
+    fn add(&mut self, counters: &Counters) {
+        self.slots.resize(ALL_COUNTER_SLOTS as usize, 0);
+        for (slot, total) in self.slots.iter_mut().enumerate() {
+            *total += sum(&counters.array, slot as u32);
+        }
+        for (apex, aaaa, total) in counters.own_zone_answers() {
+            *self.zones.entry((apex, aaaa)).or_default() += total;
+        }
+    }
 }
 
 impl Counters {
@@ -38,12 +72,50 @@ impl Counters {
             array: per_cpu(ebpf, maps::COUNTERS)?,
             zones: per_cpu(ebpf, maps::ZONE_ANSWERS)?,
             slot_names,
+            previous: None,
+            retired: Retired::default(),
         })
     }
 
-    /// Answers by zone apex and type (true: AAAA), summed over the CPUs; zero cells and slots no
-    /// zone holds now left out.
+    /// These counters now count for the program of `previous`, which they replace: its totals,
+    /// and those of the programs it replaced, stay in every figure. The program before
+    /// `previous` has long stopped running; its totals are final and kept as numbers.
+    pub fn succeed(&mut self, mut previous: Counters) {
+        let mut retired = std::mem::take(&mut previous.retired);
+        if let Some(older) = previous.previous.take() {
+            retired.add(&older);
+        }
+        self.retired = retired;
+        self.previous = Some(Box::new(previous));
+    }
+
+    /// Answers by zone apex and type (true: AAAA), summed over the CPUs and the programs this
+    /// one replaced; zero cells and zones not served now left out.
     pub fn zone_answers(&self) -> Vec<(String, bool, u64)> {
+        let mut totals: BTreeMap<(String, bool), u64> = BTreeMap::new();
+        let earlier = self.previous.iter().flat_map(|p| p.own_zone_answers());
+        for (apex, aaaa, total) in self.own_zone_answers().into_iter().chain(earlier) {
+            *totals.entry((apex, aaaa)).or_default() += total;
+        }
+        for (key, total) in &self.retired.zones {
+            *totals.entry(key.clone()).or_default() += total;
+        }
+        let served: std::collections::BTreeSet<String> = self
+            .slot_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        totals
+            .into_iter()
+            .filter(|((apex, _), total)| *total > 0 && served.contains(apex))
+            .map(|((apex, aaaa), total)| (apex, aaaa, total))
+            .collect()
+    }
+
+    /// This program's own answers by zone apex and type, for the zones its slots count now.
+    fn own_zone_answers(&self) -> Vec<(String, bool, u64)> {
         let names = self
             .slot_names
             .lock()
@@ -59,29 +131,35 @@ impl Counters {
             .collect()
     }
 
+    /// Slot `slot` summed over the CPUs and the programs this one replaced.
+    fn total(&self, slot: u32) -> u64 {
+        let previous = self.previous.as_ref().map_or(0, |p| sum(&p.array, slot));
+        sum(&self.array, slot) + previous + self.retired.slot(slot)
+    }
+
     /// Every counter summed over the CPUs, in slot order.
     pub fn read(&self) -> Vec<(Counter, u64)> {
         (0..COUNTER_SLOTS)
-            .map(|slot| (Counter::ALL[slot as usize], sum(&self.array, slot)))
+            .map(|slot| (Counter::ALL[slot as usize], self.total(slot)))
             .collect()
     }
 
     /// One counter, summed over the CPUs.
     pub fn get(&self, counter: Counter) -> u64 {
-        sum(&self.array, counter as u32)
+        self.total(counter as u32)
     }
 
     /// Every event, summed over the CPUs.
     pub fn events(&self) -> Vec<(Event, u64)> {
         Event::ALL
             .iter()
-            .map(|event| (*event, sum(&self.array, event.slot())))
+            .map(|event| (*event, self.total(event.slot())))
             .collect()
     }
 
     /// One event, summed over the CPUs.
     pub fn event(&self, event: Event) -> u64 {
-        sum(&self.array, event.slot())
+        self.total(event.slot())
     }
 }
 

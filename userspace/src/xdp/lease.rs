@@ -12,7 +12,7 @@ use std::{
     io,
     os::fd::{AsFd, AsRawFd, OwnedFd},
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
@@ -41,17 +41,24 @@ pub struct Lease {
 }
 
 struct Inner {
-    /// `HPD_GEN`, mapped to read the lease word.
-    state: SharedArray<Generation>,
-    /// The loaded renewal program (`maps::RENEW_PROGRAM`).
-    renewal: OwnedFd,
+    /// The table whose lease this is: replaced when the table is (a resize, `xdp::resize`).
+    table: Mutex<Arc<Leased>>,
     duration: Duration,
     /// Whether this agent vouches for the table (renews the lease).
     vouching: AtomicBool,
 }
 
+/// One table's lease word and renewal program.
+struct Leased {
+    /// `HPD_GEN`, mapped to read the lease word.
+    state: SharedArray<Generation>,
+    /// The loaded renewal program (`maps::RENEW_PROGRAM`).
+    renewal: OwnedFd,
+}
+
 // SAFETY: the mapping is only read, through an atomic, at the one word this type reads.
-unsafe impl Sync for Inner {}
+unsafe impl Sync for Leased {}
+unsafe impl Send for Leased {}
 
 impl Lease {
     /// Takes the object's renewal program (loaded with the object: `loader::load_object`) and
@@ -68,14 +75,12 @@ impl Lease {
     /// [`Lease::take_over`] with `HPD_GEN` opened apart (`map`), when the object no longer holds
     /// it.
     pub fn take_over_map(map: &MapData, ebpf: &Ebpf, duration: Duration) -> io::Result<Self> {
-        let renewal = renewal_program(ebpf)?;
-        let state = SharedArray::<Generation>::map(map.fd().as_fd(), 1)?;
-        let held = state.get(0);
+        let table = Leased::open(map, ebpf)?;
+        let held = table.state.get(0);
         let live = held.active_generation().is_none() || held.lease != LEASE_EXPIRED;
         let lease = Self {
             inner: Arc::new(Inner {
-                state,
-                renewal,
+                table: Mutex::new(Arc::new(table)),
                 duration,
                 vouching: AtomicBool::new(live),
             }),
@@ -86,11 +91,39 @@ impl Lease {
         Ok(lease)
     }
 
+    /// The lease of a newly loaded object's fresh table (`ebpf`, before its writer takes
+    /// `HPD_GEN`), to be handed over to by [`Lease::hand_over`].
+    pub fn prepare(ebpf: &Ebpf) -> io::Result<NextLease> {
+        let Some(Map::Array(map)) = ebpf.map(maps::GENERATION) else {
+            return Err(io::Error::other("the program has no generation map"));
+        };
+        Ok(NextLease(Arc::new(Leased::open(map, ebpf)?)))
+    }
+
+    /// Leases `next`'s table from now on, in place of the one leased so far, which is no longer
+    /// renewed: call once that table is whole and before its program replaces the previous one
+    /// on the interfaces, so that it is leased from its first answer. The previous program keeps
+    /// what its last renewal gave it, ample for the swap that follows. Returns the previous
+    /// table's lease, to hand back to if the swap fails.
+    pub fn hand_over(&self, next: NextLease) -> io::Result<NextLease> {
+        let previous = std::mem::replace(&mut *self.table(), next.0);
+        if let Err(error) = self.run_renewal() {
+            *self.table() = previous;
+            return Err(error);
+        }
+        Ok(NextLease(previous))
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Arc<Leased>> {
+        self.inner.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The lease word the program reads (`Generation::lease`): a live epoch, `LEASE_EXPIRED` or
     /// `NO_LEASE`.
     pub fn word(&self) -> u64 {
-        let state = self.inner.state.as_ptr(0);
-        // SAFETY: an 8-byte-aligned u64 of the mapping, which lives as long as `self`; read
+        let table = self.table().clone();
+        let state = table.state.as_ptr(0);
+        // SAFETY: an 8-byte-aligned u64 of the mapping, which lives as long as `table`; read
         // atomically since the program writes it.
         unsafe { AtomicU64::from_ptr(&raw mut (*state).lease) }.load(Ordering::Acquire)
     }
@@ -115,7 +148,8 @@ impl Lease {
         let mut frame = [0u8; RENEWAL_FRAME_LEN];
         let nanos = u64::try_from(self.inner.duration.as_nanos()).unwrap_or(u64::MAX);
         frame[..8].copy_from_slice(&nanos.to_ne_bytes());
-        let fd = self.inner.renewal.as_raw_fd() as u32;
+        let table = self.table().clone();
+        let fd = table.renewal.as_raw_fd() as u32;
         let mut run = attr(&[
             (TEST_PROG_FD, &fd.to_ne_bytes()),
             (TEST_DATA_SIZE_IN, &(RENEWAL_FRAME_LEN as u32).to_ne_bytes()),
@@ -142,6 +176,19 @@ impl Lease {
             every.tick().await;
             self.renew();
         }
+    }
+}
+
+/// A table's lease, prepared before its writer takes its maps (see [`Lease::prepare`]).
+pub struct NextLease(Arc<Leased>);
+
+impl Leased {
+    /// `map` (`HPD_GEN`) mapped, and the renewal program of `ebpf`.
+    fn open(map: &MapData, ebpf: &Ebpf) -> io::Result<Self> {
+        Ok(Self {
+            renewal: renewal_program(ebpf)?,
+            state: SharedArray::<Generation>::map(map.fd().as_fd(), 1)?,
+        })
     }
 }
 

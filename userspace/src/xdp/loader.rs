@@ -107,6 +107,9 @@ pub struct Dataplane {
     /// How much one generation of the table holds (the maps' sizes).
     pub capacity: Capacity,
     mode: XdpMode,
+    /// The links of the attachments this agent owns (without a pin directory): a resized
+    /// table's program takes them over ([`Dataplane::take_over`]).
+    links: Vec<XdpLinkId>,
 }
 
 impl Dataplane {
@@ -148,6 +151,7 @@ impl Dataplane {
             interfaces,
             capacity,
             mode,
+            links: Vec::new(),
         })
     }
 
@@ -165,7 +169,11 @@ impl Dataplane {
                 Some(pins) => {
                     attach_pinned(program, interface, self.mode, &pins.link_pin(interface))?
                 }
-                None => attach(program, interface, self.mode)?.0,
+                None => {
+                    let (used, link) = attach(program, interface, self.mode)?;
+                    self.links.push(link);
+                    used
+                }
             };
             info!(
                 interface,
@@ -206,6 +214,38 @@ fn forward_logs(ebpf: &mut Ebpf) {
 }
 
 /// Where the link of `interface` is pinned in `dir`.
+impl Dataplane {
+    /// Puts this program (a resized table's, loaded beside `previous` with maps of its own) in
+    /// place of `previous`'s on every interface it is attached to: each link gets the new
+    /// program in one atomic update, so every packet meets one program or the other, each with
+    /// its whole table. Pinned links are found by their pins; the links `previous` owns are
+    /// taken from it. Nothing is attached when `previous` was not yet (it is then once the
+    /// first table is written, as at start).
+    pub fn take_over(&mut self, previous: &mut Dataplane) -> Result<(), XdpError> {
+        if previous.attachments.is_empty() {
+            return Ok(());
+        }
+        if self.pins.is_some() {
+            return self.attach();
+        }
+        let old = xdp_program(&mut previous.ebpf)?;
+        let new = xdp_program(&mut self.ebpf)?;
+        for ((interface, mode), id) in previous.attachments.iter().zip(previous.links.drain(..)) {
+            let mode: &'static str = mode;
+            let fail = |reason: String| XdpError::Attach {
+                interface: interface.clone(),
+                mode,
+                reason,
+            };
+            let link = old.take_link(id).map_err(|e| fail(describe(&e)))?;
+            let id = new.attach_to_link(link).map_err(|e| fail(describe(&e)))?;
+            self.links.push(id);
+            self.attachments.push((interface.clone(), mode));
+        }
+        Ok(())
+    }
+}
+
 pub fn link_pin(dir: &Path, interface: &str) -> PathBuf {
     dir.join(format!("link-{interface}"))
 }

@@ -16,7 +16,7 @@ use std::{
 
 use aya::maps::{Array, Map, MapData, MapInfo};
 use hostport_dns_common::{
-    generation::{Capacity, Generation},
+    generation::{Capacity, GENERATIONS, Generation},
     maps,
 };
 use tracing::{info, warn};
@@ -90,6 +90,30 @@ impl PinDir {
             path: path.to_path_buf(),
             _lock: dir,
         })
+    }
+
+    /// A second handle on the claim (the lock holds while either does): a resized table's
+    /// program is loaded with it while the previous one still holds the first.
+    pub fn try_clone(&self) -> Result<Self, XdpError> {
+        let lock = self._lock.try_clone().map_err(|e| {
+            XdpError::Load(format!(
+                "cannot share the pin directory {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        Ok(Self {
+            path: self.path.clone(),
+            _lock: lock,
+        })
+    }
+
+    /// The capacity of the pinned table, if one is pinned: what its name entries map holds (the
+    /// table's size classes are `Capacity::for_names` of it). Whether the whole set can be
+    /// adopted at that capacity is [`PinDir::prepare`]'s to say.
+    pub fn pinned_capacity(&self) -> Option<Capacity> {
+        let info = MapInfo::from_pin(self.map_pin(maps::NAMES)).ok()?;
+        let names = info.max_entries() / GENERATIONS;
+        (names > 0).then(|| Capacity::for_names(names))
     }
 
     pub fn path(&self) -> &Path {

@@ -220,6 +220,17 @@ impl MapWriter {
         self.capacity
     }
 
+    /// This host's addresses as last written.
+    pub fn host(&self) -> &HostAddresses {
+        &self.host
+    }
+
+    /// The test hooks this writer misbehaves by (tests only).
+    #[doc(hidden)]
+    pub fn test_hooks(&self) -> TestHooks {
+        self.hooks
+    }
+
     /// Which zone each per-zone counter slot counts (shared with the metrics).
     pub fn zone_counters(&self) -> &ZoneCounters {
         &self.zone_counters

@@ -11,7 +11,9 @@ use std::{
     time::Instant,
 };
 
+use hostport_dns_common::generation::Capacity;
 use rustc_hash::FxHashSet;
+use tracing::{info, warn};
 
 use crate::{
     dns::WireName,
@@ -38,6 +40,20 @@ pub struct Outcome {
     pub observed: Option<Instant>,
     /// Tables merged into this switch.
     pub tables: usize,
+}
+
+/// Moves the kernel table to maps of another size: a program of its own, loaded beside the one
+/// answering, written whole, then swapped in (the agent's is `kernel_table_size::Resizer`).
+pub trait Resize: Send + 'static {
+    /// The capacity the kernel table should move to in order to serve `table`, if it should.
+    fn wanted(&self, current: Capacity, table: &RecordTable) -> Option<Capacity>;
+    /// A writer of fresh maps of `capacity`, loaded beside the answering ones and not answering
+    /// yet.
+    fn load(&mut self, capacity: Capacity) -> Result<MapWriter, String>;
+    /// Makes the maps last loaded answer in place of the previous ones, which are let go.
+    fn commit(&mut self) -> Result<(), String>;
+    /// Lets go of what [`Resize::load`] made; the previous maps answer on.
+    fn abandon(&mut self);
 }
 
 /// Whoever posts hears from the thread twice a switch.
@@ -89,14 +105,20 @@ pub struct WriterThread {
 impl WriterThread {
     /// Starts the thread, which owns `writer`, tells `report` of every switch (on the thread)
     /// and holds `alive` while it runs.
-    pub fn spawn(writer: MapWriter, report: impl Report, alive: Alive) -> Self {
+    /// With `resize`, the table moves to maps of another size whenever a table posted needs it.
+    pub fn spawn(
+        writer: MapWriter,
+        report: impl Report,
+        alive: Alive,
+        resize: Option<Box<dyn Resize>>,
+    ) -> Self {
         let mailbox = Arc::new(Mailbox::default());
         let inbox = mailbox.clone();
         let thread = std::thread::Builder::new()
             .name("hpd-xdp-writer".into())
             .spawn(move || {
                 let _alive = alive;
-                run(writer, &inbox, report);
+                run(writer, &inbox, report, resize);
             })
             .ok();
         Self { mailbox, thread }
@@ -146,7 +168,12 @@ impl Drop for WriterThread {
     }
 }
 
-fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl Report) {
+fn run(
+    mut writer: MapWriter,
+    mailbox: &Mailbox,
+    mut report: impl Report,
+    mut resize: Option<Box<dyn Resize>>,
+) {
     loop {
         let taken = {
             let mut pending = mailbox.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,6 +188,36 @@ fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl Report) {
             }
             std::mem::take(&mut *pending)
         };
+        if let (Some(resize), Some(table)) = (resize.as_deref_mut(), taken.table.as_ref())
+            && let Some(capacity) = resize.wanted(writer.capacity(), table)
+        {
+            let host = taken.host.clone().unwrap_or_else(|| writer.host().clone());
+            match resized(resize, capacity, &writer, table, host) {
+                Ok((resized, stats)) => {
+                    info!(
+                        from = writer.capacity().names,
+                        to = capacity.names,
+                        names = table.nodes().len(),
+                        "the kernel table moved to maps of another size"
+                    );
+                    // The previous maps are unmapped here; its program is gone already.
+                    writer = resized;
+                    report.switched(table.clone(), None, taken.observed);
+                    report.written(Outcome {
+                        result: Ok(stats),
+                        observed: taken.observed,
+                        tables: taken.tables,
+                    });
+                    continue;
+                }
+                Err(reason) => warn!(
+                    %reason,
+                    from = writer.capacity().names,
+                    to = capacity.names,
+                    "the kernel table cannot move to maps of another size: it keeps its own"
+                ),
+            }
+        }
         let names: Option<Vec<WireName>> = taken.names.map(|set| set.into_iter().collect());
         let table = taken.table.as_ref().map(|table| {
             let change = match &names {
@@ -193,5 +250,30 @@ fn run(mut writer: MapWriter, mailbox: &Mailbox, mut report: impl Report) {
             observed: taken.observed,
             tables: taken.tables,
         });
+    }
+}
+
+/// The whole of `table`, and `host`, written into fresh maps of `capacity`, which then answer in
+/// place of `writer`'s: the new writer, and what its publication did.
+fn resized(
+    resize: &mut dyn Resize,
+    capacity: Capacity,
+    writer: &MapWriter,
+    table: &RecordTable,
+    host: HostAddresses,
+) -> Result<(MapWriter, WriteStats), String> {
+    let mut fresh = resize.load(capacity)?;
+    fresh.set_test_hooks(writer.test_hooks());
+    let written = fresh
+        .publish(Some((table, Change::Whole)), Some(host), &mut || {})
+        .map_err(|e| e.to_string())
+        .and_then(|stats| stats.ok_or_else(|| "nothing was written".to_owned()))
+        .and_then(|stats| resize.commit().map(|()| stats));
+    match written {
+        Ok(stats) => Ok((fresh, stats)),
+        Err(reason) => {
+            resize.abandon();
+            Err(reason)
+        }
     }
 }

@@ -1,0 +1,284 @@
+//! The kernel table's size follows the names served: it starts small, grows when the names no
+//! longer fit and shrinks when they fill a small part of it, each time by swapping in a program
+//! with maps of the new size. Real packets through the real kernel path, a client querying all
+//! the while: no query is lost or answered wrong across a resize, and the new program answers
+//! from XDP the names the old one could not hold.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use hickory_proto::{
+    op::Message,
+    rr::{RData, RecordType},
+};
+use hostport_dns_tests::{
+    BpfFs, TempDir,
+    agent::{Agent, binary},
+    clients::dig,
+    eventually,
+    netns::{Link, NetNs, sh},
+    packet::QueryBuilder,
+    require_root,
+};
+
+/// The zone whose names come and go.
+const ZONE: &str = "size.example";
+/// A zone of its own, the same in every version of the file, asked for all along.
+const PROBE: &str = "probe.steady.example";
+const PROBE_ADDRESS: &str = "198.18.9.1";
+const PORT: u16 = 1053;
+
+/// The probe's zone, and the zone of `names` names: `n<i>` → 198.19.<i / 250>.<i % 250 + 1>.
+fn records(names: usize) -> String {
+    let mut text = format!(
+        "zones:\n  - name: steady.example\n    records:\n      probe: {PROBE_ADDRESS}\n  \
+         - name: {ZONE}\n    records:\n"
+    );
+    for i in 0..names {
+        text.push_str(&format!("      n{i}: 198.19.{}.{}\n", i / 250, i % 250 + 1));
+    }
+    text
+}
+
+fn capacity(agent: &Agent) -> f64 {
+    agent.metric("hostport_dns_xdp_table_capacity", &[])
+}
+
+fn resizes(agent: &Agent) -> f64 {
+    agent.metric("hostport_dns_xdp_table_resizes_total", &[])
+}
+
+fn xdp_answers(agent: &Agent) -> f64 {
+    agent.metric("hostport_dns_responses", &[("path", "xdp")])
+}
+
+/// XDP's answers in the zone whose names come and go (the probe's are in another).
+fn xdp_answers_in_zone(agent: &Agent) -> f64 {
+    agent.metric(
+        "hostport_dns_requests",
+        &[("path", "xdp"), ("zone", "size.example.")],
+    )
+}
+
+fn xdp_program_id(link: &Link) -> Option<u64> {
+    let out = link
+        .server_ns
+        .ip(&["-j", "link", "show", &link.server.ifname]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    json[0]["xdp"]["prog"]["id"].as_u64()
+}
+
+/// Serves `names` names (the file rewritten, then SIGHUP) and waits until the kernel table is
+/// `expected` names large and XDP answers the last of them.
+fn serve(agent: &Agent, dir: &TempDir, link: &Link, names: usize, expected: f64) {
+    let counted = xdp_answers(agent);
+    let in_zone = xdp_answers_in_zone(agent);
+    dir.write("records.yaml", &records(names));
+    agent.signal(libc::SIGHUP);
+    eventually(&format!("a table of {expected} names"), 20, || {
+        capacity(agent) == expected
+    });
+    let last = format!("n{}.{ZONE}", names - 1);
+    eventually("the last name answered", 10, || {
+        dig(&link.client_ns, link.server.ipv4, PORT, &[&last, "A"]).answer_data().len() == 1
+    });
+    let before = xdp_answers_in_zone(agent);
+    let reply = dig(&link.client_ns, link.server.ipv4, PORT, &[&last, "A"]);
+    let i = names - 1;
+    assert_eq!(
+        reply.answer_data(),
+        [format!("198.19.{}.{}", i / 250, i % 250 + 1)]
+    );
+    assert_eq!(
+        xdp_answers_in_zone(agent),
+        before + 1.0,
+        "the program of the new size answers from XDP"
+    );
+    // The new program's counters carry on from the previous one's: they never go back.
+    assert!(before >= in_zone, "{before} answers in the zone, {in_zone} before");
+    assert!(xdp_answers(agent) >= counted);
+}
+
+/// What the querier saw.
+#[derive(Debug, Default)]
+struct Seen {
+    answered: u64,
+    lost: u64,
+    wrong: Vec<String>,
+}
+
+/// Asks for the probe over UDP from the client namespace, one query at a time, until told to
+/// stop; every answer must carry exactly the probe's address.
+struct Querier {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Seen>>,
+}
+
+impl Querier {
+    fn start(link: &Link) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let server: SocketAddr = format!("{}:{PORT}", link.server.ipv4)
+            .parse()
+            .expect("an address");
+        let ns = link.client_ns.name.clone();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            NetNs::borrowed(&ns).run(move || query_until(server, &flag))
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(mut self) -> Seen {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread
+            .take()
+            .expect("running")
+            .join()
+            .expect("the querier")
+    }
+}
+
+impl Drop for Querier {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn query_until(server: SocketAddr, stop: &AtomicBool) -> Seen {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("a timeout");
+    socket.connect(server).expect("connect");
+    let mut seen = Seen::default();
+    let mut id: u16 = 0;
+    let mut buf = vec![0u8; 4096];
+    while !stop.load(Ordering::SeqCst) {
+        id = id.wrapping_add(1);
+        let mut query = QueryBuilder::new(PROBE, 1).bytes();
+        query[..2].copy_from_slice(&id.to_be_bytes());
+        if socket.send(&query).is_err() {
+            seen.lost += 1;
+            continue;
+        }
+        // An answer to an earlier query that arrived late is skipped.
+        let answer = loop {
+            match socket.recv(&mut buf) {
+                Ok(n) if n >= 2 && buf[..2] != id.to_be_bytes() => continue,
+                Ok(n) => break Some(buf[..n].to_vec()),
+                Err(_) => break None,
+            }
+        };
+        let Some(answer) = answer else {
+            seen.lost += 1;
+            continue;
+        };
+        match Message::from_vec(&answer) {
+            Ok(message) => {
+                let addresses: Vec<String> = message
+                    .answers
+                    .iter()
+                    .filter(|r| r.record_type() == RecordType::A)
+                    .filter_map(|r| match &r.data {
+                        RData::A(a) => Some(a.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                if addresses == [PROBE_ADDRESS] {
+                    seen.answered += 1;
+                } else {
+                    seen.wrong.push(format!("{message:?}"));
+                }
+            }
+            Err(e) => seen.wrong.push(format!("unparsable: {e}")),
+        }
+    }
+    seen
+}
+
+/// A table of 11 names grows twice and shrinks back while the probe is asked for all along.
+fn grow_and_shrink(link: &Link, dir: &TempDir, agent: &Agent) {
+    eventually("the smallest table", 20, || capacity(agent) == 1024.0);
+    let first_program = xdp_program_id(link);
+    let querier = Querier::start(link);
+    let xdp_before = xdp_answers(agent);
+    // 1,500 names: past 1,024, grows to 4,096 (room for half as many again).
+    serve(agent, dir, link, 1_500, 4096.0);
+    assert_ne!(xdp_program_id(link), first_program, "a new program");
+    // 5,000 names: past 4,096, grows to 8,192.
+    serve(agent, dir, link, 5_000, 8192.0);
+    // Back to 10 names: an eighth or less of 8,192, shrinks to the smallest.
+    serve(agent, dir, link, 10, 1024.0);
+    assert_eq!(resizes(agent), 3.0);
+    let seen = querier.stop();
+    println!("while resizing: {seen:?}");
+    assert!(seen.answered > 0, "{seen:?}");
+    assert_eq!(seen.lost, 0, "no query lost: {seen:?}");
+    assert!(seen.wrong.is_empty(), "no wrong answer: {:?}", seen.wrong);
+    assert!(
+        xdp_answers(agent) > xdp_before + 3.0,
+        "XDP answered while the table changed size"
+    );
+    assert_eq!(
+        agent.metric("hostport_dns_xdp_table_limit", &[]),
+        1_048_576.0,
+        "the default limit"
+    );
+}
+
+#[test]
+fn the_table_grows_and_shrinks_with_the_names_without_losing_a_query() {
+    require_root();
+    let link = Link::new("tsize");
+    let dir = TempDir::new("tsize");
+    let file = dir.write("records.yaml", &records(10));
+    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    grow_and_shrink(&link, &dir, &agent);
+}
+
+#[test]
+fn a_pinned_table_resizes_and_the_next_agent_adopts_it_at_its_size() {
+    require_root();
+    let link = Link::new("tsizep");
+    let dir = TempDir::new("tsizep");
+    let bpffs = BpfFs::mount();
+    let pin_dir = bpffs.pin_dir().to_str().expect("UTF-8").to_owned();
+    let file = dir.write("records.yaml", &records(10));
+    let file = file.to_str().expect("UTF-8").to_owned();
+    let agent = Agent::start_native(
+        &link,
+        &["--records", &file],
+        &["--pin-dir", &pin_dir, "--pinned-lease", "5"],
+    );
+    grow_and_shrink(&link, &dir, &agent);
+    // Grown again, then handed to the next agent: it adopts the pinned table at its size.
+    serve(&agent, &dir, &link, 5_000, 8192.0);
+    drop(agent);
+    let next = Agent::start_native(
+        &link,
+        &["--records", &file],
+        &["--pin-dir", &pin_dir, "--pinned-lease", "5"],
+    );
+    eventually("the adopted table answering from XDP", 20, || {
+        dig(&link.client_ns, link.server.ipv4, PORT, &["n4999.size.example", "A"]);
+        xdp_answers(&next) > 0.0
+    });
+    assert!(next.logs().contains("adopted"), "{}", next.logs());
+    assert_eq!(capacity(&next), 8192.0, "adopted at its size");
+    assert_eq!(resizes(&next), 0.0, "no resize to adopt it");
+    drop(next);
+    sh(link
+        .server_ns
+        .command(binary().to_str().expect("UTF-8"))
+        .args(["uninstall", "--pin-dir", &pin_dir]));
+}
