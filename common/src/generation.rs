@@ -52,9 +52,45 @@
 //! Before the first complete generation, `active` is [`NO_GENERATION`] and the program answers
 //! nothing (it passes every packet to userspace). Nothing a reader holds is ever written while it
 //! holds it; the price is that the kernel holds the table twice.
+//!
+//! # Sizes
+//!
+//! The maps' size ([`Capacity`]) follows the names served: a table starts at
+//! [`MIN_KERNEL_NAMES`] names and moves between size classes (powers of two and three quarters
+//! of them; [`Capacity::class_for`]: room for a quarter as many names again), growing once the
+//! names no longer fit and shrinking once they fill an eighth of it or less
+//! ([`Capacity::resized`]), up to the agent's limit (`--kernel-names`).
+//!
+//! A table of another size is a *new program with maps of its own*, not the same maps resized:
+//! the agent loads it beside the one answering, writes its whole table (one switch, no reader
+//! yet), leases it, then gives it every XDP link in one atomic update per link
+//! (`bpf_link_update`). Every packet meets one program or the other, each reading its own
+//! complete table, and the previous maps are never written again, so a run still inside them
+//! finishes on a consistent table; they are freed with their program. The generations above
+//! keep ordering the changes *within* one size.
+//!
+//! Why this, and not the alternatives:
+//! - An array of maps (one outer array, inner arrays swapped per size) would leave the program
+//!   unchanged, but the verifier inlines a lookup into an inner array only when every inner map
+//!   has the inner map template's size (`BPF_F_INNER_MAP` lifts that and turns each lookup
+//!   into a helper call). Sizes that vary cost three helper calls per answer (two index buckets
+//!   and an entry): the hit path's whole budget is one.
+//! - Hash maps, made without preallocation, would grow by themselves, but each lookup is a call
+//!   into the kernel's hash table, and each element takes a rounded-up allocation (layout 5's
+//!   976-byte elements took 2 KiB each).
+//! - Arrays sized for the limit, as before, charge every node for the largest table it might
+//!   ever serve: 59 MiB at 131,072 names, for clusters that serve a few dozen.
+//!
+//! So the program stays what it was (arrays, inlined lookups, the capacity a load-time constant
+//! it reads as `HPD_CAPACITY`) and the price of a resize is a program load and one whole write,
+//! about as often as the names served grow by half or fall to an eighth. Its counters start at zero
+//! (the agent adds the previous program's totals), and so does the rate limiter's state (a
+//! client's burst allowance resets once per resize). Pinned, the new maps replace the previous
+//! pins; a restarted agent adopts them at their size (`Capacity::for_names` of the pinned name
+//! entries map), since a size class is a function of the names alone.
 
 use crate::limits::{
-    BIG_NAMES_DIVISOR, GROWTH_ROOM_HALVES, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_ZONE_LABELS,
+    BIG_NAMES_DIVISOR, GROWTH_ROOM_QUARTERS, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_ZONE_LABELS,
     MIN_KERNEL_NAMES, NAMES_CAPACITY, SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
 };
 
@@ -215,17 +251,22 @@ impl Capacity {
         }
     }
 
-    /// The size class of a table serving `names` names under the limit `limit`: room for half
-    /// as many again, rounded up to a power of two, at least [`MIN_KERNEL_NAMES`], at most
-    /// `limit`. Classes are powers of two so that a table that grows and shrinks reuses a few
-    /// sizes, and so that an agent adopting pinned maps finds their capacity from one map's size
-    /// (`Capacity::for_names` of it).
+    /// The size class of a table serving `names` names under the limit `limit`: room for a
+    /// quarter as many again, rounded up to a power of two or three quarters of one, at least
+    /// [`MIN_KERNEL_NAMES`], at most `limit`. A few fixed sizes, so that a table that grows and
+    /// shrinks reuses them; any size can be adopted from pinned maps (`Capacity::for_names` of
+    /// the name entries map's size).
     pub const fn class_for(names: u32, limit: u32) -> Self {
-        let wanted = (names as u64 * GROWTH_ROOM_HALVES as u64).div_ceil(2);
+        let wanted = (names as u64 * GROWTH_ROOM_QUARTERS as u64).div_ceil(4);
         let class = if wanted <= MIN_KERNEL_NAMES as u64 {
             MIN_KERNEL_NAMES as u64
         } else {
-            wanted.next_power_of_two()
+            let power = wanted.next_power_of_two();
+            if wanted <= power / 4 * 3 {
+                power / 4 * 3
+            } else {
+                power
+            }
         };
         let class = if class > limit as u64 {
             limit
@@ -323,16 +364,20 @@ mod tests {
     }
 
     #[test]
-    fn a_table_starts_small_and_takes_room_for_half_as_many_again() {
+    fn a_table_starts_small_and_takes_room_for_a_quarter_as_many_again() {
         let limit = crate::limits::KERNEL_NAMES_LIMIT;
         assert_eq!(Capacity::class_for(0, limit).names, MIN_KERNEL_NAMES);
-        assert_eq!(Capacity::class_for(682, limit).names, 1024);
-        assert_eq!(Capacity::class_for(683, limit).names, 2048);
-        assert_eq!(Capacity::class_for(1_000, limit).names, 2048);
-        assert_eq!(Capacity::class_for(100_000, limit).names, 262_144);
+        assert_eq!(Capacity::class_for(819, limit).names, 1024);
+        assert_eq!(Capacity::class_for(820, limit).names, 1536);
+        assert_eq!(Capacity::class_for(1_500, limit).names, 2048);
+        assert_eq!(Capacity::class_for(9_000, limit).names, 12_288);
+        assert_eq!(Capacity::class_for(10_000, limit).names, 16_384);
+        assert_eq!(Capacity::class_for(100_000, limit).names, 131_072);
         assert_eq!(Capacity::class_for(2_000_000, limit).names, limit);
-        // A limit that is no power of two is the top class itself.
+        // A limit that is no class is the top class itself.
         assert_eq!(Capacity::class_for(50_000, 20_000).names, 20_000);
+        // Every class has a power-of-two index.
+        assert!(Capacity::class_for(9_000, limit).buckets.is_power_of_two());
     }
 
     #[test]
@@ -341,22 +386,29 @@ mod tests {
         let small = Capacity::class_for(0, limit);
         assert_eq!(small.resized(1_024, limit), None, "full, not past");
         let grown = small.resized(1_025, limit).expect("grows");
-        assert_eq!(grown.names, 2048);
+        assert_eq!(grown.names, 1536);
         // Names going back below the growth point keep it.
         assert_eq!(grown.resized(600, limit), None);
-        assert_eq!(grown.resized(257, limit), None);
-        assert_eq!(grown.resized(256, limit).map(|c| c.names), Some(1024));
+        assert_eq!(grown.resized(193, limit), None);
+        assert_eq!(grown.resized(192, limit).map(|c| c.names), Some(1024));
         // Nothing is smaller than the smallest class.
         assert_eq!(small.resized(0, limit), None);
         // The limit caps growth, and a table past a lowered limit comes down to it.
         let capped = Capacity::for_names(4096);
         assert_eq!(capped.resized(5_000, 4096), None);
         assert_eq!(capped.resized(3_000, 2048).map(|c| c.names), Some(2048));
-        // From a class to the one it grows to, and back, the same sizes.
-        assert_eq!(
-            Capacity::class_for(3_000, limit),
-            Capacity::for_names(8192)
-        );
+        // Grown, the table holds the names with room to spare, under twice as many.
+        for names in [1_025u32, 5_000, 77_777, 100_000, 400_000] {
+            let class = Capacity::class_for(0, limit)
+                .resized(names, limit)
+                .expect("grows");
+            assert!(class.names >= names + names / 4, "{names}: {}", class.names);
+            assert!(
+                class.names < names * 19 / 10 + 1,
+                "{names}: {}",
+                class.names
+            );
+        }
     }
 
     #[test]

@@ -79,9 +79,11 @@ pub const MIN_KERNEL_NAMES: u32 = 1_024;
 /// are answered by userspace. Memory follows the names served, not this bound.
 pub const KERNEL_NAMES_LIMIT: u32 = 1_048_576;
 
-/// A table grows to hold this many times the names it serves, over two (room for half as many
-/// again before the next growth), rounded up to a power of two.
-pub const GROWTH_ROOM_HALVES: u32 = 3;
+/// A table grows to hold this many times the names it serves, over four (room for a quarter as
+/// many again before the next growth), rounded up to the next size class (a power of two, or
+/// three quarters of one: steps of at most 1.5x, so a table holds at most 1.9 times its names
+/// after growing).
+pub const GROWTH_ROOM_QUARTERS: u32 = 5;
 
 /// A table shrinks once the names it serves fill this fraction (one in so many) of it or less:
 /// far enough below the growth point that a table does not move back and forth.

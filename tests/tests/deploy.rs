@@ -1225,37 +1225,56 @@ fn run_args(container: &k8s_openapi::api::core::v1::Container) -> hostport_dns::
 }
 
 #[test]
-fn the_charts_memory_follows_the_kernel_tables_capacity() {
-    for names in [64u32, 1000, 65_536, 100_000, 131_072, 1_000_000] {
+fn the_charts_memory_follows_the_names_expected() {
+    // The kernel table's limit is passed on, and sets no memory: the maps follow the names.
+    for names in [64u32, 131_072, 4_194_304] {
         let docs = render(&format!("dns: {{ kernelNames: {names} }}\n"));
         let container = container(&docs);
         assert_eq!(run_args(&container).kernel_names, names);
-        let (request, limit) = memory(&container);
-        // The maps are arrays made at load: the request covers them whatever is served.
-        let maps = Capacity::for_names(names).map_bytes();
-        assert!(
-            request >= maps,
-            "{names} names: a request of {request} bytes is less than the maps' {maps}"
-        );
-        assert!(
-            limit >= request,
-            "{names} names: the limit is below the request"
-        );
+        assert_eq!(memory(&container), memory(&container_of_defaults()));
     }
+    let mut previous = (0, 0);
+    for names in [0u64, 100, 1_000, 10_000, 100_000, 1_000_000] {
+        let docs = render(&format!("dns: {{ expectedNames: {names} }}\n"));
+        let (request, limit) = memory(&container(&docs));
+        // Room for the maps of the size class the names grow the table to, at the least.
+        let class = Capacity::class_for(names as u32, 1 << 22);
+        assert!(
+            request >= class.map_bytes(),
+            "{names} names: a request of {request} bytes is less than the maps' {}",
+            class.map_bytes()
+        );
+        assert!(
+            limit > request,
+            "{names} names: the limit is not above the request"
+        );
+        assert!(
+            request > previous.0 && limit > previous.1,
+            "more names, more memory"
+        );
+        previous = (request, limit);
+    }
+    // The default: a request within 48 MiB.
+    let (request, _) = memory(&container_of_defaults());
+    assert!(request <= 48 << 20, "{} MiB", request >> 20);
     // Given values win.
     let docs = render("resources: { requests: { memory: 100Mi }, limits: { memory: 1Gi } }\n");
     assert_eq!(memory(&container(&docs)), (100 << 20, 1 << 30));
 }
 
-/// The chart's default memory limit holds the agent serving 100,000 names (a record file, three
-/// A records each) with the kernel table of the chart's default capacity, XDP answering: the
-/// agent is not OOM-killed while it loads, compiles and writes them, and every sampled name is
+fn container_of_defaults() -> k8s_openapi::api::core::v1::Container {
+    container(&render(""))
+}
+
+/// The chart's memory limit for 100,000 expected names holds the agent serving them (a record
+/// file, three A records each), XDP answering: the agent is not OOM-killed while it loads,
+/// compiles and writes them and grows its kernel table to them, and every sampled name is
 /// answered from XDP.
 #[test]
-fn the_charts_default_memory_limit_holds_100k_names_served_from_xdp() {
+fn the_charts_memory_limit_holds_the_100k_names_expected_served_from_xdp() {
     require_root();
     const NAMES: usize = 100_000;
-    let container = container(&render(""));
+    let container = container(&render(&format!("dns: {{ expectedNames: {NAMES} }}\n")));
     let (_, limit) = memory(&container);
     let kernel_names = run_args(&container).kernel_names.to_string();
     let ns = NetNs::new("memlimit");

@@ -14,7 +14,7 @@ use std::{
     net::IpAddr,
     sync::{
         Arc, RwLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     thread,
     time::{Duration, Instant},
@@ -238,11 +238,20 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Runs every probe over and over until the writer is done, checking each result against the
 /// generations that were current while it ran.
-fn read_while_changing(program: &aya::programs::Xdp, probes: &[Probe], history: &History) -> Tally {
+fn read_while_changing(
+    programs: &[&aya::programs::Xdp],
+    answering: &AtomicUsize,
+    probes: &[Probe],
+    history: &History,
+) -> Tally {
     let mut tally = Tally::default();
     while !history.done.load(Ordering::SeqCst) {
         for (i, probe) in probes.iter().enumerate() {
             let lo = history.published.load(Ordering::SeqCst);
+            // Which program answers, read after `lo` as a packet meets the program on the link
+            // after whatever was published before it arrived: a program replaced since keeps the
+            // table it had, which was current at `lo` or later.
+            let program = programs[answering.load(Ordering::SeqCst) % programs.len()];
             let (verdict, out, _) = run_once(program, &probe.frame);
             let hi = history.pending.load(Ordering::SeqCst);
             let candidates: Vec<Option<Vec<u8>>> = {
@@ -304,7 +313,16 @@ struct Tortured {
     local_switches: u64,
     /// Publications whose wait for readers saw one still inside.
     waits_past_readers: u64,
+    /// Times the table moved to a program with maps of another size.
+    resizes: u64,
 }
+
+/// Capacities the torture's table moves between, as the agent's does when the names served
+/// grow and shrink: a program of each, loaded up front, its maps written whole before it answers.
+const SIZES: [u32; 3] = [1024, 1536, 2048];
+
+/// Publications between two moves to another size.
+const RESIZE_EVERY: u64 = 97;
 
 /// Runs the writer against a reader on every CPU for `seconds`: a program loaded from `object`
 /// whose runs stay `hold` spin iterations in their read section, a writer with `hooks`.
@@ -314,11 +332,17 @@ fn torture(object: &[u8], hold: u32, hooks: TestHooks, seconds: u64) -> Tortured
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let first = random_state(&mut rng);
     let local: Vec<IpAddr> = first.local.iter().copied().collect();
-    // A small table: a writer that poisons whole generations does not take long.
-    let capacity = Capacity::for_names(1024);
-    let mut program = Program::holding_readers(object, &local, capacity, hold);
-    program.writer.set_test_hooks(hooks);
-    program
+    // Small tables: a writer that poisons whole generations does not take long.
+    let mut programs: Vec<Program> = SIZES
+        .iter()
+        .map(|names| {
+            let mut program =
+                Program::holding_readers(object, &local, Capacity::for_names(*names), hold);
+            program.writer.set_test_hooks(hooks);
+            program
+        })
+        .collect();
+    programs[0]
         .writer
         .write_table(&first.table)
         .expect("the first table");
@@ -330,28 +354,43 @@ fn torture(object: &[u8], hold: u32, hooks: TestHooks, seconds: u64) -> Tortured
     };
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let max_generations = 4000u64;
-    let Program {
-        ebpf,
-        writer,
-        counters,
-        ..
-    } = &mut program;
-    let xdp = answering(ebpf);
+    let (mut xdps, mut writers, mut counters) = (Vec::new(), Vec::new(), Vec::new());
+    for program in programs.iter_mut() {
+        xdps.push(answering(&program.ebpf));
+        writers.push(&mut program.writer);
+        counters.push(&program.counters);
+    }
+    let active = AtomicUsize::new(0);
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     thread::scope(|scope| {
         let readers: Vec<_> = (0..cpus)
             .map(|cpu| {
-                let (probes, history) = (&probes, &history);
+                let (probes, history, xdps, active) = (&probes, &history, &xdps, &active);
                 scope.spawn(move || {
                     system::pin_current_thread(cpu);
-                    read_while_changing(xdp, probes, history)
+                    read_while_changing(xdps, active, probes, history)
                 })
             })
             .collect();
         let mut current = first;
         let (mut generation, mut zone_switches, mut local_switches, mut waits_past_readers) =
             (0u64, 0u64, 0u64, 0u64);
+        let mut resizes = 0u64;
         while Instant::now() < deadline && generation < max_generations {
+            // Now and then, the table moves to another size: the next program's maps get the
+            // current table whole, then it answers in place of the one answering (which keeps
+            // its table, never written again while it is not the one answering).
+            if generation > 0 && generation % RESIZE_EVERY == 0 {
+                let next = (resizes as usize + 1) % writers.len();
+                let writer = &mut writers[next];
+                writer
+                    .write_host(HostAddresses::answering(current.local.iter().copied()))
+                    .expect("the addresses");
+                writer.write_table(&current.table).expect("a whole table");
+                active.store(next, Ordering::SeqCst);
+                resizes += 1;
+            }
+            let writer = &mut writers[active.load(Ordering::SeqCst)];
             let mut next = random_state(&mut rng);
             // Half the steps change only the records or only the addresses.
             let change = rng.below(4);
@@ -425,16 +464,20 @@ fn torture(object: &[u8], hold: u32, hooks: TestHooks, seconds: u64) -> Tortured
             mismatches: sum(|t| t.mismatches),
             first_mismatch: tallies.iter().find_map(|t| t.first_mismatch.clone()),
             unexpected_passes: sum(|t| t.unexpected_passes),
-            races: counters.event(Event::GenerationRace),
+            races: counters
+                .iter()
+                .map(|c| c.event(Event::GenerationRace))
+                .sum(),
             generations: generation,
             zone_switches,
             local_switches,
             waits_past_readers,
+            resizes,
         };
         println!(
             "torture (hold {hold}, {hooks:?}): {} queries on {cpus} CPUs ({} answered, {} passed), \
              {} generations ({} with other zones, {} with other addresses, {} waits fell back to \
-             a grace period), {} mismatches, {} passes for a switch between two reads of the \
+             a grace period, {} moves to another size), {} mismatches, {} passes for a switch between two reads of the \
              active generation ({} counted by the program)",
             tortured.runs,
             tortured.answered,
@@ -443,6 +486,7 @@ fn torture(object: &[u8], hold: u32, hooks: TestHooks, seconds: u64) -> Tortured
             tortured.zone_switches,
             tortured.local_switches,
             tortured.waits_past_readers,
+            tortured.resizes,
             tortured.mismatches,
             tortured.unexpected_passes,
             tortured.races
@@ -462,6 +506,7 @@ fn assert_sound(tortured: &Tortured) {
         "both verdicts were exercised"
     );
     assert!(tortured.zone_switches > 0 && tortured.local_switches > 0);
+    assert!(tortured.resizes > 0, "the table changed size");
     assert_eq!(
         tortured.mismatches, 0,
         "first mismatch: {:?}",

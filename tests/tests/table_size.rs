@@ -87,7 +87,10 @@ fn serve(agent: &Agent, dir: &TempDir, link: &Link, names: usize, expected: f64)
     });
     let last = format!("n{}.{ZONE}", names - 1);
     eventually("the last name answered", 10, || {
-        dig(&link.client_ns, link.server.ipv4, PORT, &[&last, "A"]).answer_data().len() == 1
+        dig(&link.client_ns, link.server.ipv4, PORT, &[&last, "A"])
+            .answer_data()
+            .len()
+            == 1
     });
     let before = xdp_answers_in_zone(agent);
     let reply = dig(&link.client_ns, link.server.ipv4, PORT, &[&last, "A"]);
@@ -102,7 +105,10 @@ fn serve(agent: &Agent, dir: &TempDir, link: &Link, names: usize, expected: f64)
         "the program of the new size answers from XDP"
     );
     // The new program's counters carry on from the previous one's: they never go back.
-    assert!(before >= in_zone, "{before} answers in the zone, {in_zone} before");
+    assert!(
+        before >= in_zone,
+        "{before} answers in the zone, {in_zone} before"
+    );
     assert!(xdp_answers(agent) >= counted);
 }
 
@@ -212,10 +218,10 @@ fn grow_and_shrink(link: &Link, dir: &TempDir, agent: &Agent) {
     let first_program = xdp_program_id(link);
     let querier = Querier::start(link);
     let xdp_before = xdp_answers(agent);
-    // 1,500 names: past 1,024, grows to 4,096 (room for half as many again).
-    serve(agent, dir, link, 1_500, 4096.0);
+    // 1,500 names: past 1,024, grows to 2,048 (room for a quarter as many again).
+    serve(agent, dir, link, 1_500, 2048.0);
     assert_ne!(xdp_program_id(link), first_program, "a new program");
-    // 5,000 names: past 4,096, grows to 8,192.
+    // 5,000 names: past 2,048, grows to 8,192.
     serve(agent, dir, link, 5_000, 8192.0);
     // Back to 10 names: an eighth or less of 8,192, shrinks to the smallest.
     serve(agent, dir, link, 10, 1024.0);
@@ -270,7 +276,12 @@ fn a_pinned_table_resizes_and_the_next_agent_adopts_it_at_its_size() {
         &["--pin-dir", &pin_dir, "--pinned-lease", "5"],
     );
     eventually("the adopted table answering from XDP", 20, || {
-        dig(&link.client_ns, link.server.ipv4, PORT, &["n4999.size.example", "A"]);
+        dig(
+            &link.client_ns,
+            link.server.ipv4,
+            PORT,
+            &["n4999.size.example", "A"],
+        );
         xdp_answers(&next) > 0.0
     });
     assert!(next.logs().contains("adopted"), "{}", next.logs());

@@ -150,7 +150,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=86_400))]
     pub pinned_lease: u64,
     /// Names the kernel table may grow to (per generation). Its maps follow the names served:
-    /// they start small and grow (or shrink) by powers of two as names come and go, up to this;
+    /// they start small and grow (or shrink) by steps of at most 1.5x as names come and go, up to this;
     /// zones beyond it are answered by userspace.
     #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::KERNEL_NAMES_LIMIT, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub kernel_names: u32,

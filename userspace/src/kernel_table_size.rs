@@ -46,7 +46,12 @@ struct Loaded {
 }
 
 impl Resizer {
-    pub fn new(settings: Settings, held: Held, metrics: Arc<Metrics>, lease: Option<Lease>) -> Self {
+    pub fn new(
+        settings: Settings,
+        held: Held,
+        metrics: Arc<Metrics>,
+        lease: Option<Lease>,
+    ) -> Self {
         Self {
             settings,
             held,
@@ -81,8 +86,7 @@ impl Resize for Resizer {
             Some(_) => Some(Lease::prepare(&dataplane.ebpf).map_err(|e| e.to_string())?),
             None => None,
         };
-        let writer =
-            MapWriter::new(&mut dataplane.ebpf, capacity).map_err(|e| e.to_string())?;
+        let writer = MapWriter::new(&mut dataplane.ebpf, capacity).map_err(|e| e.to_string())?;
         let counters = Counters::new(&mut dataplane.ebpf, writer.zone_counters().names())
             .map_err(|e| e.to_string())?;
         self.loaded = Some(Loaded {

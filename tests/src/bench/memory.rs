@@ -1,6 +1,6 @@
 //! Memory: what the agent's memory cgroup holds serving a record file of 100 to 100k names
 //! (three A records each), the XDP program on lo: the process, and the kernel memory charged to
-//! it (the BPF maps, fixed by the table's capacity). knotd serving the same names, in a cgroup
+//! it (the BPF maps, sized by the names served). knotd serving the same names, in a cgroup
 //! of its own, is the peer. The chart's default memory request (from the rendered manifests) is
 //! printed beside them: what a node reserves for the agent before it serves a name.
 
@@ -22,6 +22,8 @@ struct Held {
     cgroup: u64,
     kernel: u64,
     rss: f64,
+    /// Names one generation of the agent's kernel table holds (0 for knotd).
+    capacity: u32,
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -46,6 +48,7 @@ fn agent(names: usize) -> Held {
         cgroup: cgroup.usage(),
         kernel: cgroup.kernel(),
         rss: system::rss_mib(agent.pid()),
+        capacity: agent.metric("hostport_dns_xdp_table_capacity", &[]) as u32,
     };
     drop(agent);
     held
@@ -69,21 +72,35 @@ fn knotd(names: usize) -> Held {
         cgroup: cgroup.usage(),
         kernel: cgroup.kernel(),
         rss: system::rss_mib(server.pid()),
+        capacity: 0,
     };
     drop(server);
     held
 }
 
+/// Bytes the served names need in wire form with their addresses: the floor a table of them
+/// can be measured against.
+fn served_bytes(names: &[String]) -> u64 {
+    names
+        .iter()
+        .map(|name| (name.trim_end_matches('.').len() + 2 + 3 * 4) as u64)
+        .sum()
+}
+
 pub fn run() {
-    let capacity = hostport_dns_common::generation::Capacity::DEFAULT;
     let mut rows = Vec::new();
     for names in [100, 1_000, 10_000, 100_000] {
         let ours = agent(names);
         let peer = knotd(names);
+        let maps = hostport_dns_common::generation::Capacity::for_names(ours.capacity).map_bytes();
+        let served = served_bytes(&zone(names).1);
         rows.push(vec![
             names.to_string(),
             format!("{:.1}", mib(ours.cgroup)),
             format!("{:.1}", mib(ours.kernel)),
+            ours.capacity.to_string(),
+            format!("{:.1}", mib(maps)),
+            format!("{:.1}", maps.saturating_sub(1 << 20) as f64 / served as f64),
             format!("{:.1}", ours.rss),
             format!("{:.1}", mib(peer.cgroup)),
             format!("{:.1}", peer.rss),
@@ -91,17 +108,17 @@ pub fn run() {
         ]);
     }
     print_table(
-        &format!(
-            "Memory serving a record file (3 A records a name), XDP on lo; the kernel table sized \
-             for {} names a generation: {:.1} MiB of maps for both generations (targets: maps <= 64 \
-             MiB, the whole agent <= 128 MiB at 100k names)",
-            capacity.names,
-            mib(capacity.map_bytes())
-        ),
+        "Memory serving a record file (3 A records a name), XDP on lo, every default: the kernel \
+         table sized by the names served (targets: the agent's cgroup <= 24 MiB at 1,000 names, \
+         <= 32 MiB at 10,000, <= 2.0x knotd's at 100,000; the table maps, less a 1 MiB floor, <= \
+         4x the served names' wire forms and addresses)",
         &[
             "names",
             "agent cgroup MiB",
             "of which kernel MiB",
+            "table names",
+            "table maps MiB",
+            "maps less 1 MiB / served",
             "agent RSS MiB",
             "knotd cgroup MiB",
             "knotd RSS MiB",

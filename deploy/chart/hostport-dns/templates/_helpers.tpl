@@ -28,24 +28,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.clients.cookies.secretName | default (printf "%s-cookies" .Release.Name) }}
 {{- end -}}
 
-{{/* The container's resources: resources.limits.memory, or else the memoryLimit formula of
-     dns.kernelNames (values.yaml explains it); resources.requests.memory, or else the formula
-     without the process's share (what the agent holds serving nothing: its maps are made at
-     load). In MiB, rounded up. */}}
+{{/* The container's resources: resources.requests.memory and resources.limits.memory, or else
+     the memoryLimit formulas of dns.expectedNames (values.yaml explains them). In MiB, rounded
+     up. */}}
 {{- define "hostport-dns.resources" -}}
 {{- $resources := deepCopy .Values.resources -}}
 {{- $m := .Values.memoryLimit -}}
-{{- $names := int64 .Values.dns.kernelNames -}}
+{{- $names := int64 .Values.dns.expectedNames -}}
 {{- $base := mul (int64 $m.baseMiB) 1048576 -}}
-{{- $kernel := mul $names (int64 $m.kernelBytesPerName) -}}
-{{- $process := mul $names (int64 $m.processBytesPerName) -}}
+{{- $served := mul $names (int64 $m.bytesPerName) -}}
 {{- $limits := deepCopy (default dict $resources.limits) -}}
 {{- if not $limits.memory -}}
-{{- $_ := set $limits "memory" (printf "%dMi" (div (add $base $kernel $process 1048575) 1048576)) -}}
+{{- $_ := set $limits "memory" (printf "%dMi" (div (add $base (mul (int64 $m.growthFactor) $served) 1048575) 1048576)) -}}
 {{- end -}}
 {{- $requests := deepCopy (default dict $resources.requests) -}}
 {{- if not $requests.memory -}}
-{{- $_ := set $requests "memory" (printf "%dMi" (div (add $base $kernel 1048575) 1048576)) -}}
+{{- $_ := set $requests "memory" (printf "%dMi" (div (add $base $served 1048575) 1048576)) -}}
 {{- end -}}
 {{- $_ := set $resources "limits" $limits -}}
 {{- $_ := set $resources "requests" $requests -}}
