@@ -288,6 +288,22 @@ fn a_pinned_table_resizes_and_the_next_agent_adopts_it_at_its_size() {
     assert_eq!(capacity(&next), 8192.0, "adopted at its size");
     assert_eq!(resizes(&next), 0.0, "no resize to adopt it");
     drop(next);
+    // An agent serving far fewer names adopts the larger pinned table (as an upgrade adopts the
+    // fixed-size table of an earlier version), then shrinks it.
+    std::fs::write(&file, records(10)).expect("rewrite the records");
+    let last = Agent::start_native(
+        &link,
+        &["--records", &file],
+        &["--pin-dir", &pin_dir, "--pinned-lease", "5"],
+    );
+    eventually("the table shrunk", 20, || capacity(&last) == 1024.0);
+    assert!(last.logs().contains("adopted"), "{}", last.logs());
+    assert_eq!(resizes(&last), 1.0);
+    let before = xdp_answers_in_zone(&last);
+    let reply = dig(&link.client_ns, link.server.ipv4, PORT, &["n9.size.example", "A"]);
+    assert_eq!(reply.answer_data(), ["198.19.0.10"]);
+    assert_eq!(xdp_answers_in_zone(&last), before + 1.0, "from XDP");
+    drop(last);
     sh(link
         .server_ns
         .command(binary().to_str().expect("UTF-8"))
