@@ -300,7 +300,12 @@ fn a_pinned_table_resizes_and_the_next_agent_adopts_it_at_its_size() {
     assert!(last.logs().contains("adopted"), "{}", last.logs());
     assert_eq!(resizes(&last), 1.0);
     let before = xdp_answers_in_zone(&last);
-    let reply = dig(&link.client_ns, link.server.ipv4, PORT, &["n9.size.example", "A"]);
+    let reply = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        PORT,
+        &["n9.size.example", "A"],
+    );
     assert_eq!(reply.answer_data(), ["198.19.0.10"]);
     assert_eq!(xdp_answers_in_zone(&last), before + 1.0, "from XDP");
     drop(last);
