@@ -5,7 +5,7 @@
 
 use std::{
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
@@ -60,9 +60,7 @@ pub struct Wiring {
     pub sink: Arc<KernelSink>,
 }
 
-/// The loaded program, once there is one (dropped when the agent stops: that detaches it unless
-/// its links are pinned).
-pub type Held = Arc<Mutex<Option<Dataplane>>>;
+pub use crate::kernel_table_size::Held;
 
 /// The XDP path before it is wired: the program loaded, or waiting for the pin directory.
 pub struct Prepared {
@@ -100,7 +98,7 @@ pub fn prepare(settings: Settings) -> Result<Prepared, XdpError> {
 
 /// Loads the program with a table of `capacity`; by default, the capacity of the table pinned
 /// in `pins` (adopted if it can be), or the smallest: the first table grows it as it needs.
-pub(crate) fn load(
+fn load(
     settings: &Settings,
     pins: Option<PinDir>,
     capacity: Option<Capacity>,
@@ -178,7 +176,11 @@ pub async fn start(
         ),
         wiring.shared.liveness.register("xdp-writer"),
         Some(Box::new(Resizer::new(
-            settings.clone(),
+            {
+                let settings = settings.clone();
+                Box::new(move |pins, capacity| load(&settings, pins, Some(capacity)))
+            },
+            settings.kernel_names,
             held.clone(),
             wiring.metrics.clone(),
             lease.clone(),

@@ -9,26 +9,36 @@
 //! finishes on a consistent table. The design, and why it beats an array of maps, is in
 //! `hostport_dns_common::generation` ("Sizes").
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hostport_dns_common::generation::Capacity;
 
 use crate::{
-    kernel_path::{Held, Settings, load},
     metrics::Metrics,
     table::RecordTable,
     xdp::{
-        Dataplane,
+        Dataplane, XdpError,
         counters::Counters,
         lease::{Lease, NextLease},
+        pins::PinDir,
         writer::MapWriter,
         writer_thread::Resize,
     },
 };
 
+/// The loaded program, once there is one (dropped when the agent stops: that detaches it unless
+/// its links are pinned).
+pub type Held = Arc<Mutex<Option<Dataplane>>>;
+
+/// Loads the program with a table of the given capacity, its maps pinned in the given directory
+/// (if any), as the first one was loaded.
+pub type Load = Box<dyn Fn(Option<PinDir>, Capacity) -> Result<Dataplane, XdpError> + Send>;
+
 /// The agent's [`Resize`]: loads a program of the new size the way the first one was loaded.
 pub struct Resizer {
-    settings: Settings,
+    load: Load,
+    /// Names one generation may grow to (`--kernel-names`).
+    limit: u32,
     /// The program answering now (or about to be attached).
     held: Held,
     metrics: Arc<Metrics>,
@@ -47,13 +57,15 @@ struct Loaded {
 
 impl Resizer {
     pub fn new(
-        settings: Settings,
+        load: Load,
+        limit: u32,
         held: Held,
         metrics: Arc<Metrics>,
         lease: Option<Lease>,
     ) -> Self {
         Self {
-            settings,
+            load,
+            limit,
             held,
             metrics,
             lease,
@@ -69,7 +81,7 @@ impl Resizer {
 impl Resize for Resizer {
     fn wanted(&self, current: Capacity, table: &RecordTable) -> Option<Capacity> {
         let names = u32::try_from(table.nodes().len()).unwrap_or(u32::MAX);
-        current.resized(names, self.settings.kernel_names)
+        current.resized(names, self.limit)
     }
 
     fn load(&mut self, capacity: Capacity) -> Result<MapWriter, String> {
@@ -79,8 +91,7 @@ impl Resize for Resizer {
             Some(pins) => Some(pins.try_clone().map_err(|e| e.to_string())?),
             None => None,
         };
-        let mut dataplane =
-            load(&self.settings, pins, Some(capacity)).map_err(|e| e.to_string())?;
+        let mut dataplane = (self.load)(pins, capacity).map_err(|e| e.to_string())?;
         // Before the writer takes `HPD_GEN`.
         let lease = match self.lease {
             Some(_) => Some(Lease::prepare(&dataplane.ebpf).map_err(|e| e.to_string())?),
