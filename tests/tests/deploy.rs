@@ -6,8 +6,8 @@ use std::{collections::BTreeSet, path::PathBuf, process::Command};
 
 use clap::Parser;
 use hostport_dns::{
-    agent_config::{AddressSource, PodAddress},
     config::{Cli, Command as AgentCommand},
+    sources::kube::config::{AddressSource, PodAddress},
     xdp::XdpMode,
 };
 use hostport_dns_common::generation::Capacity;
@@ -383,13 +383,13 @@ fn chart_values_reach_the_agent_configuration_exactly() {
         .expect("the agent accepts the chart's config");
     assert_eq!(config.zones.zones[0].apex.to_string(), "lb.corp.example.");
     assert_eq!(config.zones.zones[0].ttl, 7);
-    let pods = &config.pods[0];
+    let pods = &config.kube.pods[0];
     assert_eq!(pods.label_key, "gateway.example/name");
     assert_eq!(pods.label_value.as_deref(), Some("edge"));
     assert_eq!(pods.namespaces, ["gateways", "ingress"]);
     assert!(pods.strict_host_port && !pods.srv);
     assert_eq!(pods.address, PodAddress::Host);
-    let slices = &config.endpoint_slices[0];
+    let slices = &config.kube.endpoint_slices[0];
     assert_eq!(
         slices
             .hostnames
@@ -405,7 +405,9 @@ fn chart_values_reach_the_agent_configuration_exactly() {
     assert_eq!(slices.address_source, AddressSource::NodeInternal);
     assert!(slices.serving_terminating && !slices.keep_last_non_empty);
     assert_eq!(slices.ttl, 30);
-    assert!(config.kubernetes.token_file.is_some() && config.kubernetes.ca_file.is_some());
+    assert!(
+        config.kube.kubernetes.token_file.is_some() && config.kube.kubernetes.ca_file.is_some()
+    );
     let clients = &config.clients;
     assert_eq!(clients.allow.len(), 2);
     assert_eq!(clients.outside, hostport_dns::clients::Outside::Refuse);
@@ -890,7 +892,7 @@ fn the_external_dns_role_and_the_pod_fields_are_rendered_only_when_enabled() {
     let text = config(&on);
     let parsed = hostport_dns::agent_config::parse(&text, std::path::Path::new("config.yaml"))
         .expect("the agent reads the chart's configuration");
-    let external = parsed.external_dns.expect("externalDns");
+    let external = parsed.outputs.external_dns.expect("externalDns");
     assert_eq!(external.namespace.as_deref(), Some("dns-writers"));
     let ds: DaemonSet = typed(of_kind(&on, "DaemonSet")[0]);
     assert_names_its_pod(&ds.spec.and_then(|s| s.template.spec).expect("a pod spec"));
@@ -976,9 +978,9 @@ fn rfc2136_updates_render_their_targets_keys_and_lease_only_when_enabled() {
         parsed.update[0].key.as_ref().map(|k| k.to_string()),
         Some("transfer-key.".to_owned())
     );
-    assert_eq!(parsed.leader_election.lease_name, "dns-writer");
+    assert_eq!(parsed.outputs.leader_election.lease_name, "dns-writer");
     assert_eq!(
-        parsed.leader_election.namespace.as_deref(),
+        parsed.outputs.leader_election.namespace.as_deref(),
         Some("kube-system")
     );
     let transfer = parsed.transfer.expect("the keys");

@@ -78,8 +78,8 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     let contact = kube_source::contact::ContactLog::default();
     let kube_client = match &sources.config {
         Some(config) if config.uses_kubernetes() || config.elects() => {
-            let first = config.kubernetes.api_server.as_deref();
-            Some(kube_source::client::connect(&config.kubernetes, first, &contact).await?)
+            let first = config.kube.kubernetes.api_server.as_deref();
+            Some(kube_source::client::connect(&config.kube.kubernetes, first, &contact).await?)
         }
         _ => None,
     };
@@ -219,7 +219,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     let served_groups = sources
         .config
         .as_ref()
-        .and_then(|c| c.external_dns.as_ref())
+        .and_then(|c| c.outputs.external_dns.as_ref())
         .map(|_| publisher.follow_kubernetes_groups());
     if let Some(transfers) = &transfers {
         tokio::spawn(transfers.clone().follow_keys());
@@ -272,14 +272,24 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         }
     }
     let mut outputs = None;
-    if let (Some(config), Some(client)) = (&sources.config, &kube_client) {
+    if let (Some(config), Some(client)) =
+        (sources.config.as_ref().filter(|c| c.elects()), &kube_client)
+    {
         // The lease holder's name: the pod's (the chart sets POD_NAME), else the agent's.
         let name = std::env::var("POD_NAME")
             .ok()
             .filter(|n| !n.is_empty())
             .or_else(|| args.identity.clone())
             .unwrap_or_else(host_name);
-        outputs = Outputs::start(config, client, &name, served_groups, &metrics);
+        outputs = Some(Outputs::start(
+            &config.outputs,
+            (&config.kube, &config.zones.zones),
+            config.update.len(),
+            client,
+            &name,
+            served_groups,
+            &metrics,
+        ));
     }
     if let Some(updates) = &updates {
         let leading = match &outputs {
@@ -301,7 +311,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         kube_client,
     ) {
         tokio::spawn(kube_source::run(
-            Arc::new(config),
+            Arc::new(config.kube),
             client,
             updates_tx.clone(),
             metrics,
@@ -442,8 +452,8 @@ pub fn check_config(config: Option<&Path>, records: Option<&Path>) -> anyhow::Re
         said.push(format!(
             "{} zone(s), {} pod source(s), {} EndpointSlice output(s), transfers {}",
             config.zones.zones.len(),
-            config.pods.len(),
-            config.endpoint_slices.len(),
+            config.kube.pods.len(),
+            config.kube.endpoint_slices.len(),
             if config.transfer.is_some() {
                 "on"
             } else {
@@ -469,7 +479,7 @@ impl Sources {
     fn load(args: &RunArgs) -> anyhow::Result<Self> {
         let mut sources = Self::read(args.config.as_deref(), args.records.as_deref())?;
         if let (Some(config), Some(url)) = (sources.config.as_mut(), &args.api_server) {
-            config.kubernetes.api_server = Some(url.clone());
+            config.kube.kubernetes.api_server = Some(url.clone());
         }
         Ok(sources)
     }

@@ -1,6 +1,11 @@
 //! The agent's configuration file (YAML): zones (with optional static records, in the record
-//! file's format), how to reach the API server, and the Kubernetes record sources. Validated
-//! with errors naming the file, line and reason.
+//! file's format), how to reach the API server, the Kubernetes record sources, and what else
+//! the agent serves and writes. Validated with errors naming the file, line and reason.
+//!
+//! Each section's grammar, checks and compiled form live beside the code it configures
+//! (`sources::kube::config`, `clients::config`, `outputs::config`, `transfer::config`,
+//! `update::config`, `zone`); this module assembles them and checks what crosses sections (a
+//! source's zone is served, an external-dns output names an existing source).
 //!
 //! ```yaml
 //! zones:
@@ -27,23 +32,17 @@ use hickory_proto::rr::Name;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use hostport_dns_common::limits::MAX_CLIENT_PREFIXES;
-use ipnet::IpNet;
-
 use crate::{
-    clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
-    dns::{
-        grammar::{DnsName, RelativeName, parse_name},
-        message::UdpCeiling,
-    },
+    clients::{ClientsConfig, config::ClientsEntry},
+    dns::{grammar::parse_name, message::UdpCeiling},
+    outputs::config::{ExternalDnsEntry, LeaderElectionEntry, OutputsConfig},
     sources::{
         Snapshot,
         file::FileError,
         kube::{
             access::KubernetesAccess,
-            api_health::config::{HealthProbe, HealthProbeEntry},
-            node_rules::{NodeRules, NodesEntry},
-            syntax,
+            config::{EndpointSliceEntry, KubeConfig, PodEntry},
+            node_rules::NodesEntry,
         },
     },
     table::{Network, ReverseConfig},
@@ -52,18 +51,13 @@ use crate::{
     zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
 };
 
-/// The label key pods are selected by when none is configured (coreha's).
-pub const DEFAULT_LABEL_KEY: &str = "ingress.cluster/name";
-/// TTL of EndpointSlice records when none is configured (kuberture's default).
-pub const DEFAULT_ENDPOINT_TTL: u32 = 60;
-
+/// The whole configuration, each section as the code it configures reads it.
 #[derive(Clone, Debug, Default)]
 pub struct AgentConfig {
     /// Zones and their static records.
     pub zones: Snapshot,
-    pub kubernetes: KubernetesAccess,
-    pub pods: Vec<PodSource>,
-    pub endpoint_slices: Vec<EndpointSliceSource>,
+    /// `kubernetes`, `pods`, `endpointSlices`, `nodes`: the Kubernetes source's.
+    pub kube: KubeConfig,
     /// The reverse zones served.
     pub reverse: ReverseConfig,
     /// Who is served and how much.
@@ -72,143 +66,26 @@ pub struct AgentConfig {
     pub transfer: Option<TransferConfig>,
     /// RFC 2136 UPDATEs to existing primaries (empty: none).
     pub update: Vec<UpdateTarget>,
-    /// Objects written for external-dns (None: off).
-    pub external_dns: Option<ExternalDnsConfig>,
-    /// The Lease that elects the one agent writing `external_dns` and `update`.
-    pub leader_election: LeaderElection,
+    /// `externalDns` and `leaderElection`: the outputs'.
+    pub outputs: OutputsConfig,
     /// The ceiling on UDP answers, when the file sets one.
     pub udp_max_payload: Option<UdpCeiling>,
-    /// Which nodes' pods leave the answers.
-    pub nodes: NodeRules,
 }
 
 impl AgentConfig {
     /// Whether any Kubernetes source is configured.
     pub fn uses_kubernetes(&self) -> bool {
-        !self.pods.is_empty() || !self.endpoint_slices.is_empty()
+        self.kube.uses_kubernetes()
     }
 
     /// Whether one agent is elected (by the `leaderElection` Lease) to write for the others:
     /// with external-dns outputs, and with RFC 2136 updates from agents that reach the API
     /// server anyway or were told to elect (`leaderElection` given).
     pub fn elects(&self) -> bool {
-        self.external_dns.is_some()
-            || (!self.update.is_empty() && (self.uses_kubernetes() || self.leader_election.given))
+        self.outputs.external_dns.is_some()
+            || (!self.update.is_empty()
+                && (self.uses_kubernetes() || self.outputs.leader_election.given))
     }
-
-    /// Whether Nodes are watched: EndpointSlice outputs that take node addresses, or pod
-    /// sources with node rules (a node leaving takes its pods out of the answers).
-    pub fn needs_nodes(&self) -> bool {
-        self.endpoint_slices
-            .iter()
-            .any(|e| e.address_source != AddressSource::EndpointSlice)
-            || self.follows_nodes()
-    }
-
-    /// Whether pod records follow the state of their nodes (`nodes` rules with pod sources, or
-    /// a pod source's `topologyKey`).
-    pub fn follows_nodes(&self) -> bool {
-        (!self.pods.is_empty() && self.nodes.any())
-            || self.pods.iter().any(|p| p.topology_key.is_some())
-    }
-
-    /// The node labels pod sources name their topology after (each once).
-    pub fn topology_keys(&self) -> Vec<&str> {
-        let mut keys: Vec<&str> = self
-            .pods
-            .iter()
-            .filter_map(|p| p.topology_key.as_deref())
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys
-    }
-}
-
-/// Pods selected by a label become `<label value>.<namespace>.<zone>`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodSource {
-    pub zone: Name,
-    pub label_key: String,
-    /// Only pods whose label has this value.
-    pub label_value: Option<String>,
-    /// Only pods in these namespaces (all when empty).
-    pub namespaces: Vec<String>,
-    /// Only pods that declare a hostPort.
-    pub strict_host_port: bool,
-    pub address: PodAddress,
-    /// SRV records for named hostPorts, targets `<node>.nodes.<zone>`.
-    pub srv: bool,
-    /// What a label value with dots becomes.
-    pub dotted_label_values: DottedLabelValues,
-    /// A node label (`topology.kubernetes.io/zone`, say): each of its values `v` also names
-    /// `<v>.<label value>.<namespace>.<zone>`, the pods on the nodes carrying `v`.
-    pub topology_key: Option<String>,
-}
-
-/// What a label value with dots (`edge.public`, a valid label value) becomes.
-#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum DottedLabelValues {
-    /// Skipped and counted (`hostport_dns_dropped_records{reason="invalid_dns_label"}`): one
-    /// label value, one DNS label, so a name never grows a level nobody configured.
-    #[default]
-    Reject,
-    /// One DNS label per dot-separated part (`edge.public.<namespace>.<zone>`), as coreha does.
-    Labels,
-}
-
-/// Which address a pod is published under.
-#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum PodAddress {
-    /// The node's for hostPort and hostNetwork pods (where the load balancer connects), the
-    /// pod's otherwise.
-    #[default]
-    Auto,
-    Host,
-    Pod,
-}
-
-/// A Service's EndpointSlices become configured hostnames (the API servers by default).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EndpointSliceSource {
-    /// Names the output in metrics and logs: `name`, or `<first hostname>/<address type>`.
-    /// Unique among the outputs.
-    pub name: String,
-    pub zone: Name,
-    /// Fully qualified.
-    pub hostnames: Vec<Name>,
-    pub namespace: String,
-    pub service: String,
-    pub address_type: AddressType,
-    pub address_source: AddressSource,
-    /// Also use endpoints that are serving but terminating.
-    pub serving_terminating: bool,
-    /// When nothing resolves, keep serving the last non-empty answer (split-brain protection).
-    pub keep_last_non_empty: bool,
-    pub ttl: u32,
-    /// Each endpoint probed over TLS; those failing are left out of the answer (None: no probe).
-    pub health_probe: Option<HealthProbe>,
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
-pub enum AddressType {
-    #[default]
-    IPv4,
-    IPv6,
-}
-
-#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum AddressSource {
-    #[default]
-    #[serde(rename = "endpointslice")]
-    EndpointSlice,
-    NodeInternal,
-    NodeExternal,
-    // The node's first address outside the ranges `sources::kube::public` lists.
-    NodePublic,
 }
 
 /// The agent's configuration file (`run --config`).
@@ -248,135 +125,6 @@ struct ConfigFile {
     nodes: NodesEntry,
 }
 
-/// `clients`: the allow-list, rate limiting and cookies.
-#[derive(Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ClientsEntry {
-    /// Source prefixes (or single addresses) served; empty: everyone.
-    #[serde(default)]
-    #[schemars(with = "Vec<schema::Prefix>")]
-    allow: Vec<String>,
-    #[serde(default)]
-    outside: Outside,
-    #[serde(default)]
-    rate_limit: RateLimitEntry,
-    #[serde(default)]
-    cookies: CookieConfig,
-}
-
-/// Response rate limiting per /24 (IPv4) or /56 (IPv6) and kind of answer. With
-/// `responsesPerSecond` above 0, a `negativePerSecond` or `errorsPerSecond` of 0 is refused.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[schemars(extend(
-    "if" = { "properties": { "responsesPerSecond": { "minimum": 1 } }, "required": ["responsesPerSecond"] },
-    "then" = { "properties": { "negativePerSecond": { "minimum": 1 }, "errorsPerSecond": { "minimum": 1 } } }
-))]
-struct RateLimitEntry {
-    /// Answers per second (0: off).
-    #[serde(default)]
-    responses_per_second: u32,
-    /// NXDOMAIN/NODATA answers per second; default `responsesPerSecond`.
-    negative_per_second: Option<u32>,
-    /// Error answers per second; default `responsesPerSecond`.
-    errors_per_second: Option<u32>,
-    /// Every n-th limited answer goes out truncated (TC=1); 0: all are dropped.
-    #[serde(default = "default_slip")]
-    #[schemars(range(max = MAX_SLIP))]
-    slip: u32,
-    /// Prefixes (or addresses) never limited.
-    #[serde(default)]
-    #[schemars(with = "Vec<schema::Prefix>")]
-    exempt: Vec<String>,
-}
-
-impl Default for RateLimitEntry {
-    fn default() -> Self {
-        Self {
-            responses_per_second: 0,
-            negative_per_second: None,
-            errors_per_second: None,
-            slip: default_slip(),
-            exempt: Vec::new(),
-        }
-    }
-}
-
-/// Knot's and BIND's default: every second limited answer slips.
-fn default_slip() -> u32 {
-    2
-}
-
-/// Largest `slip` (Knot's bound).
-const MAX_SLIP: u32 = 100;
-
-impl ClientsEntry {
-    fn compile(self) -> Result<ClientsConfig, String> {
-        let allow = prefixes(&self.allow, "clients.allow")?;
-        let rate = self.rate_limit;
-        let exempt = prefixes(&rate.exempt, "clients.rateLimit.exempt")?;
-        if rate.slip > MAX_SLIP {
-            return Err(format!(
-                "clients.rateLimit.slip: {} is more than {MAX_SLIP}",
-                rate.slip
-            ));
-        }
-        for family_v4 in [true, false] {
-            let count = allow
-                .iter()
-                .chain(&exempt)
-                .filter(|n| matches!(n, IpNet::V4(_)) == family_v4)
-                .count();
-            if count > MAX_CLIENT_PREFIXES as usize {
-                return Err(format!(
-                    "clients: {count} IPv{} prefixes in allow and rateLimit.exempt together; the kernel holds {MAX_CLIENT_PREFIXES}",
-                    if family_v4 { 4 } else { 6 }
-                ));
-            }
-        }
-        let per_second = rate.responses_per_second;
-        if per_second > 0 {
-            for (field, value) in [
-                ("negativePerSecond", rate.negative_per_second),
-                ("errorsPerSecond", rate.errors_per_second),
-            ] {
-                if value == Some(0) {
-                    return Err(format!(
-                        "clients.rateLimit.{field}: 0 would drop every such answer to every \
-                         client (none would be answered, not even slipped); give at least 1, or \
-                         leave it out to use responsesPerSecond"
-                    ));
-                }
-            }
-        }
-        Ok(ClientsConfig {
-            allow,
-            outside: self.outside,
-            rate_limit: RateLimit {
-                responses_per_second: per_second,
-                negative_per_second: rate.negative_per_second.unwrap_or(per_second),
-                errors_per_second: rate.errors_per_second.unwrap_or(per_second),
-                slip: rate.slip,
-                exempt,
-            },
-            cookies: self.cookies,
-        })
-    }
-}
-
-/// Prefixes in CIDR notation, or single addresses (a /32 or /128).
-fn prefixes(list: &[String], what: &str) -> Result<Vec<IpNet>, String> {
-    list.iter()
-        .enumerate()
-        .map(|(i, text)| {
-            let text = text.trim();
-            text.parse::<IpNet>()
-                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map_err(|_| format!("{what}[{i}]: {text:?} is not an address or a prefix"))
-        })
-        .collect()
-}
-
 /// `reverseZones`: `zones` (networks on octet or nibble boundaries; absent: the /24 and /64 of
 /// every served address; `[]`: none) and `leaveOut` (names, with the names below them, that
 /// get no PTR record).
@@ -391,341 +139,6 @@ struct ReverseZonesEntry {
     #[serde(default)]
     #[schemars(with = "Vec<schema::DomainName>")]
     leave_out: Vec<String>,
-}
-
-/// Pods selected by a label become `<label value>.<namespace>.<zone>`.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct PodEntry {
-    /// One of `zones`.
-    #[schemars(with = "DnsName")]
-    zone: String,
-    /// The label pods are selected by.
-    #[serde(default = "default_label_key")]
-    #[schemars(with = "schema::LabelKey")]
-    label_key: String,
-    /// Only pods whose label has this value.
-    #[schemars(with = "Option<schema::LabelValue>")]
-    label_value: Option<String>,
-    /// Only pods in these namespaces (all when empty).
-    #[serde(default)]
-    #[schemars(with = "Vec<schema::Namespace>")]
-    namespaces: Vec<String>,
-    /// Only pods that declare a hostPort.
-    #[serde(default)]
-    strict_host_port: bool,
-    #[serde(default)]
-    address: PodAddress,
-    /// SRV records for named hostPorts, targets `<node>.nodes.<zone>`.
-    #[serde(default = "yes")]
-    srv: bool,
-    #[serde(default)]
-    dotted_label_values: DottedLabelValues,
-    /// A node label, e.g. `topology.kubernetes.io/zone`: for each of its values `v`, the name
-    /// `<v>.<label value>.<namespace>.<zone>` answers the pods on nodes carrying `v` (the
-    /// parent name keeps answering every node). Default: none.
-    #[serde(default)]
-    #[schemars(with = "Option<schema::LabelKey>")]
-    topology_key: Option<String>,
-}
-
-fn default_label_key() -> String {
-    DEFAULT_LABEL_KEY.to_owned()
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// A Service's EndpointSlices become configured hostnames.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct EndpointSliceEntry {
-    /// Names the output in metrics and logs (default `<first hostname>/<address type>`); unique.
-    #[serde(default)]
-    name: Option<String>,
-    /// One of `zones`.
-    #[schemars(with = "DnsName")]
-    zone: String,
-    /// Relative to the zone, "@" for the apex, or absolute (inside the zone) with a final dot,
-    /// as record names are written in the record file.
-    #[schemars(length(min = 1))]
-    hostnames: Vec<RelativeName>,
-    /// `<namespace>/<name>` of the Service.
-    #[serde(default = "default_service")]
-    #[schemars(with = "schema::ServiceRef")]
-    service: String,
-    #[serde(default)]
-    address_type: AddressType,
-    #[serde(default)]
-    address_source: AddressSource,
-    #[serde(default)]
-    serving_terminating: bool,
-    #[serde(default = "yes")]
-    keep_last_non_empty: bool,
-    ttl: Option<u32>,
-    /// Probe each endpoint (API server) over TLS and leave those failing out of the answer;
-    /// absent: no probe.
-    #[serde(default)]
-    health_probe: Option<HealthProbeEntry>,
-}
-
-fn default_service() -> String {
-    "default/kubernetes".to_owned()
-}
-
-/// The annotation prefix external-dns reads by default.
-pub const DEFAULT_ANNOTATION_PREFIX: &str = "external-dns.alpha.kubernetes.io/";
-/// The Lease that elects the writer when none is named.
-pub const DEFAULT_LEADER_LEASE: &str = "hostport-dns-leader";
-
-/// Which Lease elects the one agent that writes for others (the external-dns objects, the RFC
-/// 2136 updates): every agent of an installation names the same one.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeaderElection {
-    /// Where the Lease lives (None: the agent's own namespace).
-    pub namespace: Option<String>,
-    pub lease_name: String,
-    /// Whether the configuration has the section (then updates elect even without a
-    /// Kubernetes source).
-    pub given: bool,
-}
-
-impl Default for LeaderElection {
-    fn default() -> Self {
-        Self {
-            namespace: None,
-            lease_name: DEFAULT_LEADER_LEASE.to_owned(),
-            given: false,
-        }
-    }
-}
-
-/// `leaderElection`: the Lease whose holder alone writes the external-dns objects and sends
-/// the RFC 2136 updates (used only when `externalDns` or `update` is configured).
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct LeaderElectionEntry {
-    /// Where the Lease lives; default: the agent's own namespace (`POD_NAMESPACE`, else the
-    /// service account's).
-    #[schemars(with = "Option<schema::Namespace>")]
-    namespace: Option<String>,
-    /// The Lease's name: one per installation (two installations in one namespace need two).
-    #[serde(default = "default_lease_name")]
-    #[schemars(with = "schema::Namespace")]
-    lease_name: String,
-}
-
-fn default_lease_name() -> String {
-    DEFAULT_LEADER_LEASE.to_owned()
-}
-
-impl LeaderElectionEntry {
-    fn compile(self) -> Result<LeaderElection, String> {
-        if let Some(namespace) = &self.namespace {
-            syntax::check_namespace(namespace)
-                .map_err(|e| format!("leaderElection.namespace {namespace:?}: {e}"))?;
-        }
-        syntax::check_namespace(&self.lease_name)
-            .map_err(|e| format!("leaderElection.leaseName {:?}: {e}", self.lease_name))?;
-        Ok(LeaderElection {
-            namespace: self.namespace,
-            lease_name: self.lease_name,
-            given: true,
-        })
-    }
-}
-
-/// Objects written for external-dns, by one agent (the holder of the `leaderElection` Lease).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExternalDnsConfig {
-    /// Where the objects live (None: the agent's own namespace).
-    pub namespace: Option<String>,
-    pub outputs: Vec<ExternalDnsOutput>,
-}
-
-/// One output written as one object: an `endpointSlices` output's names, or every pod name of
-/// a `pods` entry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExternalDnsOutput {
-    pub source: ExternalDnsSource,
-    pub kind: ExternalDnsKind,
-    pub annotation_prefix: String,
-    /// The object's name.
-    pub name: String,
-}
-
-/// What an external-dns output writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExternalDnsSource {
-    /// The `endpointSlices` output of this index.
-    EndpointSlices(usize),
-    /// The `pods` entry of this index: every name it serves.
-    Pods(usize),
-}
-
-/// Which external-dns source reads the objects.
-#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ExternalDnsKind {
-    // An annotated headless Service (external-dns `--source=service`), as kuberture writes.
-    #[default]
-    Service,
-    // A `DNSEndpoint` (`externaldns.k8s.io/v1alpha1`, external-dns `--source=crd`).
-    #[serde(rename = "DNSEndpoint")]
-    DnsEndpoint,
-}
-
-/// `externalDns`: the objects external-dns reads, kept equal to what the agent serves.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ExternalDnsEntry {
-    /// Where the objects live; default: the agent's own namespace (`POD_NAMESPACE`, else the
-    /// service account's).
-    #[schemars(with = "Option<schema::Namespace>")]
-    namespace: Option<String>,
-    #[schemars(length(min = 1))]
-    outputs: Vec<ExternalDnsOutputEntry>,
-}
-
-/// One output written for external-dns: `endpointSlices` or `pods`, not both.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct ExternalDnsOutputEntry {
-    /// The `endpointSlices` output's name (its `name`, or `<first hostname>/<address type>`).
-    endpoint_slices: Option<String>,
-    /// A `pods` entry, by its index (0: the first): every name it serves, in one DNSEndpoint (a
-    /// Service's annotations give all its names one set of targets, so `kind` must be
-    /// DNSEndpoint).
-    pods: Option<usize>,
-    #[serde(default)]
-    kind: ExternalDnsKind,
-    /// The Service annotations' prefix (external-dns `--annotation-prefix`, kuberture's
-    /// `annotationPrefix`); one per external-dns instance to split the outputs between them.
-    #[serde(default = "default_annotation_prefix")]
-    annotation_prefix: String,
-    /// The object's name (kuberture's `serviceName`); default `hostport-dns-<output>`, or
-    /// `hostport-dns-pods-<index>`.
-    #[schemars(with = "Option<schema::Namespace>")]
-    name: Option<String>,
-}
-
-fn default_annotation_prefix() -> String {
-    DEFAULT_ANNOTATION_PREFIX.to_owned()
-}
-
-impl ExternalDnsOutputEntry {
-    /// What the entry writes, and its default object name; `what`: the entry, for errors.
-    fn source(
-        &self,
-        what: &str,
-        outputs: &[EndpointSliceSource],
-        pods: usize,
-    ) -> Result<(ExternalDnsSource, String), String> {
-        match (&self.endpoint_slices, self.pods) {
-            (Some(output), None) => {
-                let Some(index) = outputs.iter().position(|o| &o.name == output) else {
-                    let names: Vec<&str> = outputs.iter().map(|o| o.name.as_str()).collect();
-                    return Err(format!(
-                        "{what}.endpointSlices: no endpointSlices output is named {output:?} (there are {names:?})"
-                    ));
-                };
-                Ok((
-                    ExternalDnsSource::EndpointSlices(index),
-                    default_object_name(output),
-                ))
-            }
-            (None, Some(index)) if index >= pods => Err(format!(
-                "{what}.pods: there is no pods entry {index} (there are {pods}, from 0)"
-            )),
-            (None, Some(_)) if self.kind == ExternalDnsKind::Service => Err(format!(
-                "{what}: pod names need kind DNSEndpoint (a Service gives all its names one set of targets)"
-            )),
-            (None, Some(index)) => Ok((
-                ExternalDnsSource::Pods(index),
-                format!("hostport-dns-pods-{index}"),
-            )),
-            _ => Err(format!(
-                "{what}: name either `endpointSlices` (an output's name) or `pods` (an entry's index)"
-            )),
-        }
-    }
-}
-
-impl ExternalDnsEntry {
-    /// Checks the entry against the `endpointSlices` outputs (`outputs`) and the number of
-    /// `pods` entries.
-    fn compile(
-        self,
-        outputs: &[EndpointSliceSource],
-        pods: usize,
-    ) -> Result<ExternalDnsConfig, String> {
-        if let Some(namespace) = &self.namespace {
-            syntax::check_namespace(namespace)
-                .map_err(|e| format!("externalDns.namespace {namespace:?}: {e}"))?;
-        }
-        if self.outputs.is_empty() {
-            return Err(
-                "externalDns.outputs is empty (leave externalDns out to write nothing)".into(),
-            );
-        }
-        let mut compiled: Vec<ExternalDnsOutput> = Vec::new();
-        for (i, entry) in self.outputs.into_iter().enumerate() {
-            let what = format!("externalDns.outputs[{i}]");
-            let (source, default_name) = entry.source(&what, outputs, pods)?;
-            let prefix = &entry.annotation_prefix;
-            let subdomain = prefix.strip_suffix('/').ok_or_else(|| {
-                format!("{what}.annotationPrefix {prefix:?}: must end with '/' (as external-dns.alpha.kubernetes.io/ does)")
-            })?;
-            syntax::check_label_key(&format!("{subdomain}/hostname"))
-                .map_err(|e| format!("{what}.annotationPrefix {prefix:?}: {e}"))?;
-            let name = match entry.name {
-                Some(name) => {
-                    syntax::check_namespace(&name)
-                        .map_err(|e| format!("{what}.name {name:?}: {e}"))?;
-                    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-                        return Err(format!(
-                            "{what}.name {name:?}: must start with a letter (a Service name)"
-                        ));
-                    }
-                    name
-                }
-                None => default_name,
-            };
-            if compiled
-                .iter()
-                .any(|o| o.kind == entry.kind && o.name == name)
-            {
-                return Err(format!(
-                    "{what}: another output writes {:?} {name:?}; give one a `name`",
-                    entry.kind
-                ));
-            }
-            compiled.push(ExternalDnsOutput {
-                source,
-                kind: entry.kind,
-                annotation_prefix: entry.annotation_prefix,
-                name,
-            });
-        }
-        Ok(ExternalDnsConfig {
-            namespace: self.namespace,
-            outputs: compiled,
-        })
-    }
-}
-
-/// `hostport-dns-<output>` as a Service name: lowercase letters, digits and `-`, at most 63.
-fn default_object_name(output: &str) -> String {
-    let mut name = String::from("hostport-dns-");
-    for c in output.chars() {
-        let c = c.to_ascii_lowercase();
-        let c = if c.is_ascii_alphanumeric() { c } else { '-' };
-        if !(c == '-' && name.ends_with('-')) {
-            name.push(c);
-        }
-    }
-    name.truncate(63);
-    name.trim_end_matches('-').to_owned()
 }
 
 /// The configuration file's grammar as JSON Schema (draft-07, the dialect Helm checks values
@@ -767,27 +180,27 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
         reason,
     };
     let mut config = AgentConfig {
-        kubernetes: file.kubernetes,
         clients: file.clients.compile().map_err(invalid)?,
         transfer: file
             .transfer
             .map(TransferEntry::compile)
             .transpose()
             .map_err(invalid)?,
-        leader_election: file
-            .leader_election
-            .map(LeaderElectionEntry::compile)
-            .transpose()
-            .map_err(invalid)?
-            .unwrap_or_default(),
         udp_max_payload: file
             .udp_max_payload
             .map(|bytes| UdpCeiling::new(bytes).map_err(|e| format!("udpMaxPayload: {e}")))
             .transpose()
             .map_err(invalid)?,
-        nodes: file.nodes.compile().map_err(invalid)?,
         ..AgentConfig::default()
     };
+    config.kube.kubernetes = file.kubernetes;
+    config.kube.nodes = file.nodes.compile().map_err(invalid)?;
+    config.outputs.leader_election = file
+        .leader_election
+        .map(LeaderElectionEntry::compile)
+        .transpose()
+        .map_err(invalid)?
+        .unwrap_or_default();
     for (i, entry) in file.update.into_iter().enumerate() {
         let target = entry
             .compile(i, config.transfer.as_ref())
@@ -835,89 +248,26 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
             })
             .collect::<Result<_, _>>()?,
     };
-    for (i, pods) in file.pods.into_iter().enumerate() {
+    let mut pods = Vec::new();
+    for (i, entry) in file.pods.into_iter().enumerate() {
         let what = format!("pods[{i}]");
-        syntax::check_label_key(&pods.label_key)
-            .map_err(|e| invalid(format!("{what}.labelKey {:?}: {e}", pods.label_key)))?;
-        if let Some(value) = &pods.label_value {
-            syntax::check_label_value(value)
-                .map_err(|e| invalid(format!("{what}.labelValue {value:?}: {e}")))?;
-        }
-        for (n, namespace) in pods.namespaces.iter().enumerate() {
-            syntax::check_namespace(namespace)
-                .map_err(|e| invalid(format!("{what}.namespaces[{n}] {namespace:?}: {e}")))?;
-        }
-        if let Some(key) = &pods.topology_key {
-            syntax::check_label_key(key)
-                .map_err(|e| invalid(format!("{what}.topologyKey {key:?}: {e}")))?;
-        }
-        config.pods.push(PodSource {
-            zone: zone_named(&pods.zone, &what)?,
-            label_key: pods.label_key,
-            label_value: pods.label_value,
-            namespaces: pods.namespaces,
-            strict_host_port: pods.strict_host_port,
-            address: pods.address,
-            srv: pods.srv,
-            dotted_label_values: pods.dotted_label_values,
-            topology_key: pods.topology_key,
-        });
+        let zone = zone_named(entry.zone(), &what)?;
+        pods.push(entry.compile(&what, zone).map_err(invalid)?);
     }
-    for (i, slices) in file.endpoint_slices.into_iter().enumerate() {
+    let mut endpoint_slices = Vec::new();
+    for (i, entry) in file.endpoint_slices.into_iter().enumerate() {
         let what = format!("endpointSlices[{i}]");
-        let zone = zone_named(&slices.zone, &what)?;
-        let Some((namespace, service)) = slices.service.split_once('/') else {
-            return Err(invalid(format!(
-                "{what}: service must be <namespace>/<name>, got {:?}",
-                slices.service
-            )));
-        };
-        syntax::check_namespace(namespace)
-            .map_err(|e| invalid(format!("{what}.service: the namespace {e}")))?;
-        syntax::check_namespace(service)
-            .map_err(|e| invalid(format!("{what}.service: the Service name {e}")))?;
-        if slices.hostnames.is_empty() {
-            return Err(invalid(format!("{what}: hostnames is empty")));
-        }
-        let hostnames = slices
-            .hostnames
-            .iter()
-            .map(|h| {
-                h.resolve(&zone)
-                    .map_err(|e| invalid(format!("{what}: hostname: {e}")))
-            })
-            .collect::<Result<Vec<Name>, _>>()?;
-        let name = slices.name.clone().unwrap_or_else(|| {
-            let first = hostnames[0].to_string();
-            format!("{}/{:?}", first.trim_end_matches('.'), slices.address_type)
-        });
-        if config.endpoint_slices.iter().any(|o| o.name == name) {
-            return Err(invalid(format!(
-                "{what}: another output is named {name:?}; give one a `name`"
-            )));
-        }
-        let health_probe = slices
-            .health_probe
-            .map(|probe| probe.compile(&config.kubernetes))
-            .transpose()
-            .map_err(|e| invalid(format!("{what}.healthProbe.{e}")))?;
-        config.endpoint_slices.push(EndpointSliceSource {
-            name,
-            zone,
-            hostnames,
-            namespace: namespace.to_owned(),
-            service: service.to_owned(),
-            address_type: slices.address_type,
-            address_source: slices.address_source,
-            serving_terminating: slices.serving_terminating,
-            keep_last_non_empty: slices.keep_last_non_empty,
-            ttl: slices.ttl.unwrap_or(DEFAULT_ENDPOINT_TTL),
-            health_probe,
-        });
+        let zone = zone_named(entry.zone(), &what)?;
+        let output = entry
+            .compile(&what, zone, &config.kube.kubernetes, &endpoint_slices)
+            .map_err(invalid)?;
+        endpoint_slices.push(output);
     }
-    config.external_dns = file
+    config.kube.pods = pods;
+    config.kube.endpoint_slices = endpoint_slices;
+    config.outputs.external_dns = file
         .external_dns
-        .map(|e| e.compile(&config.endpoint_slices, config.pods.len()))
+        .map(|e| e.compile(&config.kube.endpoint_slices, config.kube.pods.len()))
         .transpose()
         .map_err(invalid)?;
     Ok(config)
@@ -926,6 +276,15 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        clients::Outside,
+        outputs::config::{
+            DEFAULT_ANNOTATION_PREFIX, ExternalDnsKind, ExternalDnsSource, LeaderElection,
+        },
+        sources::kube::config::{
+            AddressSource, DEFAULT_ENDPOINT_TTL, DEFAULT_LABEL_KEY, DottedLabelValues,
+        },
+    };
 
     fn parse_str(text: &str) -> Result<AgentConfig, FileError> {
         parse(text, Path::new("agent.yaml"))
@@ -1029,9 +388,9 @@ mod tests {
             "zones:\n  - name: prod.example\nkubernetes:\n  apiServer: https://127.0.0.1:6443\npods:\n  - zone: prod.example\n    strictHostPort: true\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api]\n    addressSource: node-internal\n",
         )
         .unwrap();
-        assert_eq!(config.pods[0].label_key, DEFAULT_LABEL_KEY);
-        assert!(config.pods[0].strict_host_port && config.pods[0].srv);
-        let e = &config.endpoint_slices[0];
+        assert_eq!(config.kube.pods[0].label_key, DEFAULT_LABEL_KEY);
+        assert!(config.kube.pods[0].strict_host_port && config.kube.pods[0].srv);
+        let e = &config.kube.endpoint_slices[0];
         assert_eq!(
             (e.namespace.as_str(), e.service.as_str()),
             ("default", "kubernetes")
@@ -1040,7 +399,7 @@ mod tests {
         assert_eq!(e.name, "api.prod.example/IPv4");
         assert_eq!(e.address_source, AddressSource::NodeInternal);
         assert_eq!(e.ttl, DEFAULT_ENDPOINT_TTL);
-        assert!(config.needs_nodes());
+        assert!(config.kube.needs_nodes());
     }
 
     #[test]
@@ -1049,7 +408,7 @@ mod tests {
             "zones:\n  - name: prod.example\nendpointSlices:\n  - zone: prod.example\n    hostnames: [api, Api2.Prod.Example., \"@\", k8s.api]\n",
         )
         .unwrap();
-        let names: Vec<String> = config.endpoint_slices[0]
+        let names: Vec<String> = config.kube.endpoint_slices[0]
             .hostnames
             .iter()
             .map(|n| n.to_string())
@@ -1080,10 +439,15 @@ mod tests {
         let err = two("").unwrap_err();
         assert!(err.to_string().contains("another output is named"), "{err}");
         let v6 = two("    addressType: IPv6\n").unwrap();
-        let names: Vec<&str> = v6.endpoint_slices.iter().map(|o| o.name.as_str()).collect();
+        let names: Vec<&str> = v6
+            .kube
+            .endpoint_slices
+            .iter()
+            .map(|o| o.name.as_str())
+            .collect();
         assert_eq!(names, ["api.prod.example/IPv4", "api.prod.example/IPv6"]);
         let named = two("    name: api-again\n").unwrap();
-        assert_eq!(named.endpoint_slices[1].name, "api-again");
+        assert_eq!(named.kube.endpoint_slices[1].name, "api-again");
     }
 
     #[test]
@@ -1094,7 +458,10 @@ mod tests {
             ))
         };
         let config = with("    healthProbe: {intervalSeconds: 0.5}\n").unwrap();
-        let probe = config.endpoint_slices[0].health_probe.as_ref().unwrap();
+        let probe = config.kube.endpoint_slices[0]
+            .health_probe
+            .as_ref()
+            .unwrap();
         assert_eq!(probe.interval, std::time::Duration::from_millis(500));
         assert_eq!(probe.timeout, std::time::Duration::from_millis(250));
         assert_eq!(probe.ca_file, std::path::PathBuf::from("/etc/k8s/ca.crt"));
@@ -1102,7 +469,7 @@ mod tests {
             probe.tls_server_name.as_deref(),
             Some("kubernetes.default.svc")
         );
-        assert_eq!(with("").unwrap().endpoint_slices[0].health_probe, None);
+        assert_eq!(with("").unwrap().kube.endpoint_slices[0].health_probe, None);
         let err = with("    healthProbe: {failures: 0}\n")
             .unwrap_err()
             .to_string();
@@ -1150,7 +517,7 @@ mod tests {
             parse_str(&format!(
                 "zones:\n  - name: p.example\npods:\n  - zone: p.example\n{entry}"
             ))
-            .map(|c| c.pods[0].clone())
+            .map(|c| c.kube.pods[0].clone())
         };
         for (entry, field) in [
             ("    labelKey: \"\"\n", "pods[0].labelKey"),
@@ -1178,7 +545,7 @@ mod tests {
             parse_str("leaderElection:\n  namespace: dns-system\n  leaseName: dns-writer\n")
                 .unwrap();
         assert_eq!(
-            config.leader_election,
+            config.outputs.leader_election,
             LeaderElection {
                 namespace: Some("dns-system".into()),
                 lease_name: "dns-writer".into(),
@@ -1218,9 +585,12 @@ mod tests {
             "{base}externalDns:\n  outputs:\n    - endpointSlices: api.prod.example/IPv4\n    - endpointSlices: api.prod.example/IPv6\n      kind: DNSEndpoint\n    - endpointSlices: api.prod.example/IPv4\n      annotationPrefix: internal.example.com/\n      name: api-internal\n"
         ))
         .unwrap();
-        assert_eq!(config.leader_election, LeaderElection::default());
-        assert_eq!(config.leader_election.lease_name, "hostport-dns-leader");
-        let external = config.external_dns.expect("configured");
+        assert_eq!(config.outputs.leader_election, LeaderElection::default());
+        assert_eq!(
+            config.outputs.leader_election.lease_name,
+            "hostport-dns-leader"
+        );
+        let external = config.outputs.external_dns.expect("configured");
         assert_eq!(external.namespace, None);
         let o = &external.outputs;
         assert_eq!(
@@ -1241,7 +611,7 @@ mod tests {
         );
         assert_eq!(o[2].annotation_prefix, "internal.example.com/");
         assert!(
-            parse_str(base).unwrap().external_dns.is_none(),
+            parse_str(base).unwrap().outputs.external_dns.is_none(),
             "off by default"
         );
         for (entry, expected) in [
@@ -1292,7 +662,7 @@ mod tests {
             "{base}externalDns:\n  outputs:\n    - pods: 1\n      kind: DNSEndpoint\n"
         ))
         .unwrap();
-        let output = &config.external_dns.expect("configured").outputs[0];
+        let output = &config.outputs.external_dns.expect("configured").outputs[0];
         assert_eq!(output.source, ExternalDnsSource::Pods(1));
         assert_eq!(output.name, "hostport-dns-pods-1");
         let err = parse_str(&format!("{base}externalDns:\n  outputs:\n    - pods: 0\n"))

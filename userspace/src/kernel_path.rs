@@ -3,11 +3,7 @@
 //! program loaded, the table's writer thread started and handed to the publisher, this host's
 //! addresses followed, the program attached once its first complete table is in place.
 
-use std::{
-    path::PathBuf,
-    sync::Arc,
-    time::Duration,
-};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use hostport_dns_common::generation::Capacity;
 use tokio::sync::oneshot;

@@ -3,6 +3,7 @@
 //! The XDP program enforces the same policy in the kernel (`hostport_dns_common::policy`); this
 //! module compiles it for both paths.
 
+pub mod config;
 pub mod cookies;
 pub mod martian;
 pub mod prefixes;

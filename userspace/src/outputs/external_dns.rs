@@ -33,10 +33,11 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::{
-    agent_config::{AgentConfig, ExternalDnsKind, ExternalDnsSource},
     dns::WireName,
     metrics::{ExternalDnsWriteLabel, Metrics},
+    outputs::config::{ExternalDnsKind, ExternalDnsSource, OutputsConfig},
     records::{RecordData, SourceRecord},
+    sources::kube::config::KubeConfig,
     sources::{
         GroupKey, Groups,
         kube::{
@@ -44,6 +45,7 @@ use crate::{
             groups::{output_key, pods_prefix},
         },
     },
+    zone::ZoneSpec,
 };
 
 /// The label every object written carries (with [`LEASE_LABEL`]).
@@ -80,8 +82,9 @@ pub struct Output {
 }
 
 impl Output {
-    /// Every configured external-dns output (none without `externalDns`).
-    pub fn all(config: &AgentConfig) -> Vec<Output> {
+    /// Every configured external-dns output of `config` (none without `externalDns`), its
+    /// sources taken from `kube` and its TTLs from `zones`.
+    pub fn all(config: &OutputsConfig, kube: &KubeConfig, zones: &[ZoneSpec]) -> Vec<Output> {
         let Some(external) = &config.external_dns else {
             return Vec::new();
         };
@@ -91,7 +94,7 @@ impl Output {
             .filter_map(|o| {
                 let (output, hostnames, ttl, leave_out) = match o.source {
                     ExternalDnsSource::EndpointSlices(i) => {
-                        let source = config.endpoint_slices.get(i)?;
+                        let source = kube.endpoint_slices.get(i)?;
                         (
                             source.name.clone(),
                             Some(source.hostnames.clone()),
@@ -100,10 +103,8 @@ impl Output {
                         )
                     }
                     ExternalDnsSource::Pods(i) => {
-                        let zone = &config.pods.get(i)?.zone;
-                        let ttl = config
-                            .zones
-                            .zones
+                        let zone = &kube.pods.get(i)?.zone;
+                        let ttl = zones
                             .iter()
                             .find(|z| &z.apex == zone)
                             .map_or(hostport_dns_common::limits::DEFAULT_TTL, |z| z.ttl);

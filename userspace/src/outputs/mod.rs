@@ -2,6 +2,7 @@
 //! objects external-dns reads ([`external_dns`]) and, through [`Outputs::leading`], the RFC 2136
 //! updates (`crate::update`). Off unless `externalDns` or `update` is configured.
 
+pub mod config;
 pub mod external_dns;
 pub mod leader;
 
@@ -12,7 +13,12 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::{agent_config::AgentConfig, metrics::Metrics, sources::Groups};
+use crate::{
+    metrics::Metrics,
+    outputs::config::OutputsConfig,
+    sources::{Groups, kube::config::KubeConfig},
+    zone::ZoneSpec,
+};
 
 /// The running election and writer.
 pub struct Outputs {
@@ -20,20 +26,20 @@ pub struct Outputs {
 }
 
 impl Outputs {
-    /// Starts the election if anything needs one writer (`externalDns` or `update`), and the
-    /// external-dns writer if `externalDns` is configured. `groups`: the Kubernetes source's
+    /// Starts the election (for the caller, who knows something needs one writer: `externalDns`
+    /// or `update`, `update_targets` of them), and the external-dns writer if `externalDns` is
+    /// configured, its outputs read from `kube` and `zones`. `groups`: the Kubernetes source's
     /// groups as served (once complete; None without external-dns outputs); `name`: this
     /// agent's name (its pod's, else its identity), made unique per process for the lease.
     pub fn start(
-        config: &AgentConfig,
+        config: &OutputsConfig,
+        (kube, zones): (&KubeConfig, &[ZoneSpec]),
+        update_targets: usize,
         client: &Client,
         name: &str,
         groups: Option<watch::Receiver<Option<Groups>>>,
         metrics: &Arc<Metrics>,
-    ) -> Option<Self> {
-        if !config.elects() {
-            return None;
-        }
+    ) -> Self {
         let lease_namespace = config
             .leader_election
             .namespace
@@ -49,7 +55,7 @@ impl Outputs {
             lease = %settings.name,
             identity = %settings.identity,
             external_dns_outputs = config.external_dns.as_ref().map_or(0, |e| e.outputs.len()),
-            update_targets = config.update.len(),
+            update_targets,
             "writing for others (external-dns objects, RFC 2136 updates) while this agent holds the lease"
         );
         let leases: Api<Lease> = Api::namespaced(client.clone(), &lease_namespace);
@@ -62,12 +68,12 @@ impl Outputs {
                     .clone()
                     .unwrap_or_else(|| own_namespace(client)),
                 lease: config.leader_election.lease_name.clone(),
-                outputs: external_dns::Output::all(config),
+                outputs: external_dns::Output::all(config, kube, zones),
                 metrics: metrics.clone(),
             };
             tokio::spawn(writer.run(groups, leadership.subscribe()));
         }
-        Some(Self { leadership })
+        Self { leadership }
     }
 
     /// Whether this agent leads (for anything else only one agent may do).

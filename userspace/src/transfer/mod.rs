@@ -390,7 +390,9 @@ fn whole_zone<'a>(
 /// IXFR (RFC 1995 §4), condensed to one difference: the new SOA; the old SOA and the records
 /// gone; the new SOA and the records added; the new SOA.
 fn incremental(old: &Found, table: &RecordTable, zone: &ServedZone) -> Vec<Record> {
-    let (gone, added) = ServedZone::changes(old, table, zone);
+    let (gone, added) = old
+        .zone
+        .changes(&old.table, old.changed.as_deref(), table, zone);
     let soa = zone.soa();
     let mut records = Vec::with_capacity(gone.len() + added.len() + 4);
     records.push(soa.clone());

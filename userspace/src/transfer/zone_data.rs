@@ -9,7 +9,6 @@ use std::net::IpAddr;
 
 use hickory_proto::rr::{Name, RData, Record, rdata::PTR};
 
-use super::history::Found;
 use crate::{
     dns::WireName,
     table::render::{
@@ -98,15 +97,16 @@ impl ServedZone {
         }
     }
 
-    /// What changed from the version `old` names to `new`'s version in `table`: the records
-    /// gone and the records added, the SOA aside. Only the names that changed since are
-    /// compared, when the history knows them.
+    /// What changed from this zone in `old_table` (an older version) to `new` in `table`: the
+    /// records gone and the records added, the SOA aside. Only the names `changed` since are
+    /// compared, when the history knows them (None: any may have).
     pub fn changes(
-        old: &Found,
+        &self,
+        old_table: &RecordTable,
+        changed: Option<&[WireName]>,
         table: &RecordTable,
         new: &ServedZone,
     ) -> (Vec<Record>, Vec<Record>) {
-        let old_table = &old.table;
         let mut gone = Vec::new();
         let mut added = Vec::new();
         let mut compare = |before: Vec<Record>, after: Vec<Record>| {
@@ -114,12 +114,12 @@ impl ServedZone {
             added.extend(after.iter().filter(|r| !before.contains(r)).cloned());
         };
         compare(
-            name_server_records(old.zone.zone(), old.zone.apex()),
+            name_server_records(self.zone(), self.apex()),
             name_server_records(new.zone(), new.apex()),
         );
-        match (&old.zone, new) {
+        match (self, new) {
             (Self::Forward(old_zone), Self::Forward(zone)) => {
-                let mut names: Vec<&WireName> = match &old.changed {
+                let mut names: Vec<&WireName> = match changed {
                     Some(changed) => changed.iter().collect(),
                     // Any name may have changed: those of both versions, each once.
                     None => {
@@ -167,7 +167,7 @@ impl ServedZone {
             }
             _ => {
                 let (g, a) = set_difference(
-                    old.zone.records(old_table).collect(),
+                    self.records(old_table).collect(),
                     new.records(table).collect(),
                 );
                 gone.extend(g);

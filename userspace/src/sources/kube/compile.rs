@@ -9,12 +9,12 @@ use std::{
 use hickory_proto::rr::Name;
 
 use crate::{
-    agent_config::{
-        AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress, PodSource,
-    },
     dns::WireName,
     dns::grammar::host_label,
     records::{RecordData, SourceRecord, Srv},
+    sources::kube::config::{
+        AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress, PodSource,
+    },
     sources::kube::{
         model::{EndpointInfo, NodeInfo, PodInfo, SliceInfo},
         public,

@@ -15,10 +15,10 @@ use std::{
 use tracing::{info, warn};
 
 use crate::{
-    agent_config::{AddressSource, AgentConfig, EndpointSliceSource, PodSource},
     dns::WireName,
     metrics::{Metrics, OutputLabel, ReasonLabel},
     records::RecordGroup,
+    sources::kube::config::{AddressSource, EndpointSliceSource, KubeConfig, PodSource},
     sources::{
         GroupKey, Snapshot,
         kube::{
@@ -116,7 +116,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(config: &AgentConfig, watchers: &Watchers) -> Self {
+    pub fn new(config: &KubeConfig, watchers: &Watchers) -> Self {
         let outputs = config.endpoint_slices.len();
         Self {
             pods: watchers
@@ -154,7 +154,7 @@ impl State {
     }
 
     /// Applies one watcher event, marking what it changed; returns whether anything did.
-    pub fn apply(&mut self, config: &AgentConfig, watchers: &Watchers, change: Change) -> bool {
+    pub fn apply(&mut self, config: &KubeConfig, watchers: &Watchers, change: Change) -> bool {
         match change {
             Change::Pod(i, event) => {
                 let source = &config.pods[watchers.pod_sources[i]];
@@ -214,7 +214,7 @@ impl State {
     /// gone.
     pub fn take_changes(
         &mut self,
-        config: &AgentConfig,
+        config: &KubeConfig,
         metrics: &Metrics,
     ) -> Vec<(GroupKey, Option<RecordGroup>)> {
         let marked = std::mem::take(&mut self.marked);
@@ -235,7 +235,7 @@ impl State {
     }
 
     /// Every group: the source's whole state.
-    pub fn snapshot(&mut self, config: &AgentConfig, metrics: &Metrics) -> Snapshot {
+    pub fn snapshot(&mut self, config: &KubeConfig, metrics: &Metrics) -> Snapshot {
         self.marked = Marked::default();
         let mut groups = Vec::new();
         let mut keys = Vec::new();
@@ -268,7 +268,7 @@ impl State {
     /// Whether the group `key` (of this run, or read back from saved records) comes from
     /// watchers that have all listed: its live records can replace the saved ones. A key of no
     /// known group is not live (it goes once every watcher has listed).
-    pub fn group_is_live(&self, config: &AgentConfig, key: &str) -> bool {
+    pub fn group_is_live(&self, config: &KubeConfig, key: &str) -> bool {
         if let Some(rest) = key.strip_prefix("pod/") {
             let watcher = rest
                 .split_once('/')
@@ -307,7 +307,7 @@ impl State {
     }
 
     /// The servers output `i`'s health probes check now.
-    pub fn probe_targets(&self, config: &AgentConfig, i: usize) -> Vec<SocketAddr> {
+    pub fn probe_targets(&self, config: &KubeConfig, i: usize) -> Vec<SocketAddr> {
         probe_targets(
             &config.endpoint_slices[i],
             self.slices[i].objects().values(),
@@ -339,7 +339,7 @@ impl State {
     /// The group pod `key` of watcher `i` publishes now: None when it is gone or its node is
     /// left out; with a topology name, its records and the name's (the allocation kept while
     /// they do not change).
-    fn pod_group(&mut self, config: &AgentConfig, i: usize, key: &str) -> Option<RecordGroup> {
+    fn pod_group(&mut self, config: &KubeConfig, i: usize, key: &str) -> Option<RecordGroup> {
         let at = (i, key.to_owned());
         let Some(pod) = self.pods[i].objects().get(key) else {
             self.placed.remove(&at);
@@ -371,7 +371,7 @@ impl State {
     }
 
     /// The source of pod watcher `i`.
-    fn pod_source<'c>(&self, config: &'c AgentConfig, i: usize) -> &'c PodSource {
+    fn pod_source<'c>(&self, config: &'c KubeConfig, i: usize) -> &'c PodSource {
         &config.pods[self.pod_sources[i]]
     }
 
@@ -427,7 +427,7 @@ impl State {
     /// Resolves output `i` again; returns its group if it changed.
     fn resolve_output(
         &mut self,
-        config: &AgentConfig,
+        config: &KubeConfig,
         metrics: &Metrics,
         i: usize,
     ) -> Option<RecordGroup> {

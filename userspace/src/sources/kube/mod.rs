@@ -18,6 +18,7 @@ pub mod access;
 pub mod api_health;
 pub mod client;
 pub mod compile;
+pub mod config;
 pub mod contact;
 pub mod failover;
 pub mod groups;
@@ -48,10 +49,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::{
-    agent_config::AgentConfig,
     health::Health,
     metrics::{Metrics, ServerLabel, SourceErrorLabel, SourceLabel},
     records::RecordGroup,
+    sources::kube::config::KubeConfig,
     sources::{
         Delta, GroupKey, Snapshot, Update,
         kube::{
@@ -74,7 +75,7 @@ type Changes = SelectAll<BoxStream<'static, Outcome>>;
 
 /// What the watchers run on, and how long they may be silent.
 struct Driver {
-    config: Arc<AgentConfig>,
+    config: Arc<KubeConfig>,
     /// The client of the API server in use.
     client: Client,
     contact: contact::ContactLog,
@@ -155,7 +156,7 @@ fn release_freed_memory() {
 /// Runs the watchers until the agent stops. With `saved`, the records the last run saved there
 /// (the persister keeps them) are served until every watcher has listed.
 pub async fn run(
-    config: Arc<AgentConfig>,
+    config: Arc<KubeConfig>,
     client: Client,
     updates: mpsc::Sender<Update>,
     metrics: Arc<Metrics>,
@@ -355,7 +356,7 @@ pub async fn run(
 /// (forbidden, say) keeps only its own saved records, and freezes no other.
 fn restored_delta(
     state: &mut State,
-    config: &AgentConfig,
+    config: &KubeConfig,
     progress: &mut Progress,
     changed: bool,
     metrics: &Metrics,
@@ -391,7 +392,7 @@ fn restored_delta(
 }
 
 /// Hands each probed output's prober the servers its slices list now.
-fn follow_probe_targets(probers: &Probers, state: &State, config: &AgentConfig) {
+fn follow_probe_targets(probers: &Probers, state: &State, config: &KubeConfig) {
     for i in 0..config.endpoint_slices.len() {
         if probers.probes(i) {
             probers.follow(i, state.probe_targets(config, i));
@@ -440,7 +441,7 @@ fn restore(path: &std::path::Path, health: &Health, metrics: &Metrics) -> Option
 /// Applies one watcher outcome; returns whether the objects changed.
 fn apply(
     state: &mut State,
-    config: &AgentConfig,
+    config: &KubeConfig,
     watchers: &Watchers,
     progress: &mut Progress,
     (index, outcome, seen): Outcome,
@@ -583,7 +584,7 @@ fn answered_probe(driver: &mut Driver) -> Option<String> {
 }
 
 /// The API servers `default/kubernetes` names now, as URLs with `scheme`.
-fn learned_api_servers(config: &AgentConfig, state: &State, scheme: &str) -> Vec<String> {
+fn learned_api_servers(config: &KubeConfig, state: &State, scheme: &str) -> Vec<String> {
     let Some(i) = config
         .endpoint_slices
         .iter()

@@ -22,7 +22,7 @@ use kube::{
 };
 
 use crate::{
-    agent_config::AgentConfig,
+    sources::kube::config::KubeConfig,
     sources::kube::{contact::watch_key, model::SERVICE_NAME_LABEL, watch_state::WatcherId},
 };
 
@@ -161,7 +161,7 @@ impl RevisionProbe {
 impl Watchers {
     /// Every watcher the configuration asks for, on `client`, each watch request asking the API
     /// server to end it after `timeout` seconds. Nothing is asked before the streams are polled.
-    pub fn start(config: &AgentConfig, client: &Client, timeout: u32) -> Self {
+    pub fn start(config: &KubeConfig, client: &Client, timeout: u32) -> Self {
         let mut watchers = Watchers {
             ids: Vec::new(),
             zones: Vec::new(),
@@ -240,7 +240,9 @@ impl Watchers {
             let zones = config
                 .endpoint_slices
                 .iter()
-                .filter(|s| s.address_source != crate::agent_config::AddressSource::EndpointSlice)
+                .filter(|s| {
+                    s.address_source != crate::sources::kube::config::AddressSource::EndpointSlice
+                })
                 .map(|s| s.zone.clone())
                 .collect();
             watchers.add(
@@ -261,7 +263,7 @@ impl Watchers {
     /// returns the new ones.
     pub fn move_to(
         &mut self,
-        config: &AgentConfig,
+        config: &KubeConfig,
         client: &Client,
     ) -> Vec<BoxStream<'static, Outcome>> {
         let moved = Watchers::start(config, client, self.timeout);
@@ -277,7 +279,7 @@ impl Watchers {
     /// watches from the start (a relist: the store replaces what it held only once it is whole).
     pub fn restart(
         &mut self,
-        config: &AgentConfig,
+        config: &KubeConfig,
         client: &Client,
         index: usize,
     ) -> Option<BoxStream<'static, Outcome>> {

@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
 use crate::{
-    agent_config::AgentConfig,
     metrics::{Metrics, ProbeFailureLabel, ProbeLabel},
+    sources::kube::config::KubeConfig,
 };
 use config::HealthProbe;
 use tracker::{Tracker, Turn};
@@ -46,7 +46,7 @@ pub struct Probers {
 
 impl Probers {
     /// Starts a task for each output with a `healthProbe`. The tasks end with this value.
-    pub fn start(config: &AgentConfig, metrics: &Arc<Metrics>) -> Self {
+    pub fn start(config: &KubeConfig, metrics: &Arc<Metrics>) -> Self {
         let (send, verdicts) = mpsc::channel(16);
         let targets = config
             .endpoint_slices
