@@ -85,11 +85,30 @@ impl NetNs {
 }
 
 impl Drop for NetNs {
+    /// Deletes the namespace, trying again for a while: the deletion fails (EBUSY) while a
+    /// process that was started in it is still tearing down its mounts. A namespace that stays
+    /// is said on stderr, with the command that removes it.
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .stderr(Stdio::null())
-            .status();
+        let mut last = String::new();
+        for _ in 0..40 {
+            match Command::new("ip")
+                .args(["netns", "del", &self.name])
+                .stderr(Stdio::piped())
+                .output()
+            {
+                Ok(out) if out.status.success() => return,
+                Ok(out) => last = String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                Err(e) => last = e.to_string(),
+            }
+            if !std::path::Path::new("/run/netns").join(&self.name).exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        eprintln!(
+            "network namespace {} not deleted ({last}): remove it with `ip netns del {}`",
+            self.name, self.name
+        );
     }
 }
 

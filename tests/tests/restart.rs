@@ -151,12 +151,8 @@ fn uninstall(link: &Link, pin_dir: &str) {
         .args(["uninstall", "--pin-dir", pin_dir]));
 }
 
-fn xdp_program_id(link: &Link) -> Option<u64> {
-    let out = link
-        .server_ns
-        .ip(&["-j", "link", "show", &link.server.ifname]);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    json[0]["xdp"]["prog"]["id"].as_u64()
+fn xdp_program_id(link: &Link) -> Option<u32> {
+    hostport_dns_tests::bench::system::xdp_program_id(&link.server_ns, &link.server.ifname)
 }
 
 #[test]

@@ -67,12 +67,8 @@ fn xdp_answers_in_zone(agent: &Agent) -> f64 {
     )
 }
 
-fn xdp_program_id(link: &Link) -> Option<u64> {
-    let out = link
-        .server_ns
-        .ip(&["-j", "link", "show", &link.server.ifname]);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    json[0]["xdp"]["prog"]["id"].as_u64()
+fn xdp_program_id(link: &Link) -> Option<u32> {
+    hostport_dns_tests::bench::system::xdp_program_id(&link.server_ns, &link.server.ifname)
 }
 
 /// Serves `names` names (the file rewritten, then SIGHUP) and waits until the kernel table is
