@@ -226,7 +226,10 @@ impl Dataplane {
             return Ok(());
         }
         if self.pins.is_some() {
-            return self.attach();
+            self.attach()?;
+            // The pinned links keep the mode they were made in.
+            self.attachments = previous.attachments.clone();
+            return Ok(());
         }
         let old = xdp_program(&mut previous.ebpf)?;
         let new = xdp_program(&mut self.ebpf)?;
