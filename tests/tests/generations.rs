@@ -251,7 +251,7 @@ fn read_while_changing(
             // Which program answers, read after `lo` as a packet meets the program on the link
             // after whatever was published before it arrived: a program replaced since keeps the
             // table it had, which was current at `lo` or later.
-            let program = programs[answering.load(Ordering::SeqCst) % programs.len()];
+            let program = programs[answering.load(Ordering::SeqCst)];
             let (verdict, out, _) = run_once(program, &probe.frame);
             let hi = history.pending.load(Ordering::SeqCst);
             let candidates: Vec<Option<Vec<u8>>> = {

@@ -41,7 +41,8 @@ pub struct Lease {
 }
 
 struct Inner {
-    /// The table whose lease this is: replaced when the table is (a resize, `xdp::resize`).
+    /// The table whose lease this is: replaced when the table is (a resize:
+    /// `kernel_table_size`).
     table: Mutex<Arc<Leased>>,
     duration: Duration,
     /// Whether this agent vouches for the table (renews the lease).
@@ -56,7 +57,8 @@ struct Leased {
     renewal: OwnedFd,
 }
 
-// SAFETY: the mapping is only read, through an atomic, at the one word this type reads.
+// SAFETY (both): the mapping is only read, through an atomic, at the one word this type reads,
+// from whichever thread holds the lease; it is unmapped once, when the last holder drops it.
 unsafe impl Sync for Leased {}
 unsafe impl Send for Leased {}
 

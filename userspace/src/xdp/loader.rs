@@ -185,36 +185,7 @@ impl Dataplane {
         }
         Ok(())
     }
-}
 
-/// Forwards the program's log records to the agent's log (target `hostport_dns_xdp`).
-fn forward_logs(ebpf: &mut Ebpf) {
-    let logger = match aya_log::EbpfLogger::init(ebpf) {
-        Ok(logger) => logger,
-        Err(err) => {
-            warn!(%err, "eBPF logging unavailable");
-            return;
-        }
-    };
-    // SAFETY: the logger owns its ring buffer descriptor, which outlives the AsyncFd.
-    let Ok(mut logger) = (unsafe { tokio::io::unix::AsyncFd::register(logger) }) else {
-        warn!("eBPF logging unavailable: cannot poll its ring buffer");
-        return;
-    };
-    tokio::spawn(async move {
-        loop {
-            let Ok(mut guard) = logger.readable_mut().await else {
-                return;
-            };
-            guard.get_inner_mut().flush();
-            guard.clear_ready();
-        }
-    });
-    info!("eBPF logs on: they cost time on every logged packet");
-}
-
-/// Where the link of `interface` is pinned in `dir`.
-impl Dataplane {
     /// Puts this program (a resized table's, loaded beside `previous` with maps of its own) in
     /// place of `previous`'s on every interface it is attached to: each link gets the new
     /// program in one atomic update, so every packet meets one program or the other, each with
@@ -249,6 +220,33 @@ impl Dataplane {
     }
 }
 
+/// Forwards the program's log records to the agent's log (target `hostport_dns_xdp`).
+fn forward_logs(ebpf: &mut Ebpf) {
+    let logger = match aya_log::EbpfLogger::init(ebpf) {
+        Ok(logger) => logger,
+        Err(err) => {
+            warn!(%err, "eBPF logging unavailable");
+            return;
+        }
+    };
+    // SAFETY: the logger owns its ring buffer descriptor, which outlives the AsyncFd.
+    let Ok(mut logger) = (unsafe { tokio::io::unix::AsyncFd::register(logger) }) else {
+        warn!("eBPF logging unavailable: cannot poll its ring buffer");
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = logger.readable_mut().await else {
+                return;
+            };
+            guard.get_inner_mut().flush();
+            guard.clear_ready();
+        }
+    });
+    info!("eBPF logs on: they cost time on every logged packet");
+}
+
+/// Where the link of `interface` is pinned in `dir`.
 pub fn link_pin(dir: &Path, interface: &str) -> PathBuf {
     dir.join(format!("link-{interface}"))
 }

@@ -225,12 +225,6 @@ impl MapWriter {
         &self.host
     }
 
-    /// The test hooks this writer misbehaves by (tests only).
-    #[doc(hidden)]
-    pub fn test_hooks(&self) -> TestHooks {
-        self.hooks
-    }
-
     /// Which zone each per-zone counter slot counts (shared with the metrics).
     pub fn zone_counters(&self) -> &ZoneCounters {
         &self.zone_counters

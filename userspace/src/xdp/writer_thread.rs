@@ -192,7 +192,7 @@ fn run(
             && let Some(capacity) = resize.wanted(writer.capacity(), table)
         {
             let host = taken.host.clone().unwrap_or_else(|| writer.host().clone());
-            match resized(resize, capacity, &writer, table, host) {
+            match resized(resize, capacity, table, host) {
                 Ok((resized, stats)) => {
                     info!(
                         from = writer.capacity().names,
@@ -254,16 +254,14 @@ fn run(
 }
 
 /// The whole of `table`, and `host`, written into fresh maps of `capacity`, which then answer in
-/// place of `writer`'s: the new writer, and what its publication did.
+/// place of the current ones: the new writer, and what its publication did.
 fn resized(
     resize: &mut dyn Resize,
     capacity: Capacity,
-    writer: &MapWriter,
     table: &RecordTable,
     host: HostAddresses,
 ) -> Result<(MapWriter, WriteStats), String> {
     let mut fresh = resize.load(capacity)?;
-    fresh.set_test_hooks(writer.test_hooks());
     let written = fresh
         .publish(Some((table, Change::Whole)), Some(host), &mut || {})
         .map_err(|e| e.to_string())
