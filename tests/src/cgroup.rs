@@ -70,6 +70,17 @@ impl Cgroup {
         self.read(file).trim().parse().unwrap_or(0)
     }
 
+    /// The most memory the cgroup has held since it was made (memory.peak, cgroup v2 on Linux
+    /// 5.19 and later; max_usage_in_bytes on v1); 0 where the kernel does not say.
+    pub fn peak(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        self.read(file).trim().parse().unwrap_or(0)
+    }
+
     /// Bytes of kernel memory charged (slab, vmalloc: BPF maps among them).
     pub fn kernel(&self) -> u64 {
         if self.v2 {

@@ -67,6 +67,30 @@ fn a_malformed_record_file_is_reported_with_its_line() {
 }
 
 #[test]
+fn a_name_given_twice_in_the_record_file_is_refused_with_its_line() {
+    // A name listed twice once kept only its last addresses, without a word.
+    require_root();
+    let ns = NetNs::new("dupfile");
+    let dir = TempDir::new("dupfile");
+    let file = dir.write(
+        "records.yaml",
+        "zones:\n  - name: example\n    records:\n      web: 198.18.0.1\n      web: 198.18.0.2\n",
+    );
+    let out = run_agent(
+        &ns,
+        &[
+            "--records",
+            file.to_str().expect("UTF-8"),
+            "--interface",
+            "lo",
+        ],
+    );
+    let line = assert_one_error_line(&out, &format!("{}:5:7:", file.display()));
+    assert!(line.contains("duplicate mapping key `web`"), "{line}");
+    nothing_attached(&ns);
+}
+
+#[test]
 fn a_missing_record_file_is_reported() {
     require_root();
     let ns = NetNs::new("nofile");

@@ -229,8 +229,12 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     if let Some(config) = &sources.config {
         first.push(Update::whole(CONFIG_SOURCE, config.zones.clone()));
     }
-    if let Some((snapshot, _)) = &sources.records {
-        first.push(Update::whole(FILE_SOURCE, snapshot.clone()));
+    let expected = sources.expected();
+    // The file's records move to the publisher, which holds them from now on: kept here too,
+    // they were a second list of every name for the life of the process.
+    let (records, record_watch) = sources.records.take().unzip();
+    if let Some(snapshot) = records {
+        first.push(Update::whole(FILE_SOURCE, snapshot));
     }
     publisher.publish(first);
     // The XDP path comes up beside the server (it may wait for a previous agent to stop).
@@ -261,7 +265,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     let hangup = signal(SignalKind::hangup())
         .map_err(|err| warn!(%err, "no SIGHUP handler"))
         .ok();
-    match sources.records.as_mut().and_then(|(_, w)| w.take()) {
+    match record_watch.flatten() {
         Some(watch) => {
             tokio::spawn(follow_record_file(watch, hangup, updates_tx.clone()));
         }
@@ -361,7 +365,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     }
     info!(
         port = args.port,
-        sources = ?sources.expected(),
+        sources = ?expected,
         metrics = %args.metrics_listen,
         xdp = ?dataplane
             .lock()

@@ -1,6 +1,6 @@
-//! Returning freed heap memory to the kernel after large transient work. Parsing a record file
-//! of 100,000 names (the YAML parser holds every event of the document at once), a relist, or a
-//! whole table compile allocate several times what the result keeps; glibc's allocator keeps
+//! Returning freed heap memory to the kernel after large transient work. A relist or a whole
+//! table compile allocate more than the result keeps (the record file is parsed as it is read,
+//! so its text and events are not held whole: see `sources::file`); glibc's allocator keeps
 //! what they freed mapped, so the process's resident memory (what the memory cgroup and the
 //! chart's limit see) would stay at the transient peak. After work that large, the free pages
 //! are given back (`malloc_trim`); small changes never pay for it.

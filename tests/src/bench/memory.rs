@@ -20,6 +20,8 @@ use crate::{
 /// What one responder's cgroup held.
 struct Held {
     cgroup: u64,
+    /// The most the cgroup held, from start to settled: the first load's peak.
+    peak: u64,
     kernel: u64,
     rss: f64,
     /// Names one generation of the agent's kernel table holds (0 for knotd).
@@ -46,6 +48,7 @@ fn agent(names: usize) -> Held {
     std::thread::sleep(Duration::from_secs(2));
     let held = Held {
         cgroup: cgroup.usage(),
+        peak: cgroup.peak(),
         kernel: cgroup.kernel(),
         rss: system::rss_mib(agent.pid()),
         capacity: agent.metric("hostport_dns_xdp_table_capacity", &[]) as u32,
@@ -70,6 +73,7 @@ fn knotd(names: usize) -> Held {
     std::thread::sleep(Duration::from_secs(1));
     let held = Held {
         cgroup: cgroup.usage(),
+        peak: cgroup.peak(),
         kernel: cgroup.kernel(),
         rss: system::rss_mib(server.pid()),
         capacity: 0,
@@ -97,12 +101,14 @@ pub fn run() {
         rows.push(vec![
             names.to_string(),
             format!("{:.1}", mib(ours.cgroup)),
+            format!("{:.1}", mib(ours.peak)),
             format!("{:.1}", mib(ours.kernel)),
             ours.capacity.to_string(),
             format!("{:.1}", mib(maps)),
             format!("{:.1}", maps.saturating_sub(1 << 20) as f64 / served as f64),
             format!("{:.1}", ours.rss),
             format!("{:.1}", mib(peer.cgroup)),
+            format!("{:.1}", mib(peer.peak)),
             format!("{:.1}", peer.rss),
             format!("{:.2}", ours.cgroup as f64 / peer.cgroup as f64),
         ]);
@@ -115,12 +121,14 @@ pub fn run() {
         &[
             "names",
             "agent cgroup MiB",
+            "agent peak MiB",
             "of which kernel MiB",
             "table names",
             "table maps MiB",
             "maps less 1 MiB / served",
             "agent RSS MiB",
             "knotd cgroup MiB",
+            "knotd peak MiB",
             "knotd RSS MiB",
             "agent / knotd",
         ],
@@ -128,7 +136,8 @@ pub fn run() {
     );
     println!(
         "(cgroup: everything charged to the responder's memory cgroup: its pages and the kernel \
-         memory it caused, BPF maps included. Agent RSS counts the mapped maps too.)"
+         memory it caused, BPF maps included, once settled; peak: the most it held from its start, \
+         the first load and the table's resizes included. Agent RSS counts the mapped maps too.)"
     );
     match chart_default_request() {
         Some(request) => println!(

@@ -7,8 +7,7 @@
 //! came and went in (tested below).
 //!
 //! Memory: a name is held as one [`WireName`] shared with the table, its reverse index and the
-//! kernel table's writer; its records as one sorted vector of (record, TTL, holders), 40 bytes
-//! a record.
+//! kernel table's writer; its records once, in the node the table serves (see `name_state`).
 
 use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
 
@@ -16,16 +15,14 @@ use hickory_proto::rr::Name;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{CompileWarning, Network, Node, RecordTable, ReverseSerial, Zone, serial};
+use super::{
+    CompileWarning, Network, Node, RecordTable, ReverseSerial, Zone, name_state::NameState, serial,
+};
 use crate::{
     dns::WireName,
     records::{RecordData, SourceRecord},
     zone::ZoneSpec,
 };
-
-/// A record as a name holds it: its data, its own TTL, and how many groups hold it. Sorted by
-/// (data, TTL): the same data with several TTLs comes in a row.
-type HeldRecord = (RecordData, Option<u32>, u32);
 
 pub struct TableBuilder {
     /// Sorted by apex; the index is the zone id.
@@ -47,106 +44,6 @@ pub struct TableBuilder {
     /// last took them, with it.
     reverse_changed: Vec<(Network, u64)>,
     table: RecordTable,
-}
-
-/// Records at one name up to which its vector grows by exactly one.
-const EXACT_ROOM_UP_TO: usize = 8;
-
-/// What the builder knows about one existing name.
-struct NameState {
-    zone: u32,
-    apex: bool,
-    /// Names below it (up to its zone's apex) that hold records: while there are any, the name
-    /// exists, as an empty non-terminal at least.
-    holders_below: u32,
-    /// Every record at the name.
-    records: Vec<HeldRecord>,
-}
-
-impl NameState {
-    fn new(zone: u32, apex: bool) -> Self {
-        Self {
-            zone,
-            apex,
-            holders_below: 0,
-            records: Vec::new(),
-        }
-    }
-
-    /// The node: record sets sorted and without duplicates (the vector's order), the lowest TTL
-    /// its records have (a record without its own TTL has the zone's, `zone_ttl`): one name's
-    /// records are served with one TTL.
-    fn node(&self, zone_ttl: u32) -> Node {
-        let mut node = Node {
-            zone: self.zone,
-            apex: self.apex,
-            ..Node::default()
-        };
-        let mut own_ttls = false;
-        let mut zone_ttls = false;
-        for (data, ttl, _) in &self.records {
-            match ttl {
-                Some(ttl) => {
-                    own_ttls = true;
-                    node.ttl = Some(node.ttl.map_or(*ttl, |t| t.min(*ttl)));
-                }
-                None => zone_ttls = true,
-            }
-            match data {
-                RecordData::A(a) if node.a.last() != Some(a) => node.a.push(*a),
-                RecordData::Aaaa(a) if node.aaaa.last() != Some(a) => node.aaaa.push(*a),
-                RecordData::Srv(s) if node.srv.last() != Some(s) => node.srv.push(s.clone()),
-                _ => {}
-            }
-        }
-        if own_ttls && zone_ttls {
-            node.ttl = node.ttl.map(|t| t.min(zone_ttl));
-        }
-        node.a.shrink_to_fit();
-        node.aaaa.shrink_to_fit();
-        node.srv.shrink_to_fit();
-        node
-    }
-
-    fn can_go(&self) -> bool {
-        self.records.is_empty() && self.holders_below == 0 && !self.apex
-    }
-
-    /// One more holder of `record`; whether the name had no record before.
-    fn hold(&mut self, data: &RecordData, ttl: Option<u32>) -> bool {
-        let first = self.records.is_empty();
-        match self.find(data, ttl) {
-            Ok(at) => self.records[at].2 += 1,
-            Err(at) => {
-                // Most names hold a few records: exact room for those (a doubled vector of
-                // 48-byte entries wasted 5 MB at 100k names), doubling past that.
-                if self.records.len() < EXACT_ROOM_UP_TO {
-                    self.records.reserve_exact(1);
-                }
-                self.records.insert(at, (data.clone(), ttl, 1))
-            }
-        }
-        first
-    }
-
-    /// One holder less of `record`; whether the name has no record left. A record not held
-    /// (removed twice) changes nothing.
-    fn release(&mut self, data: &RecordData, ttl: Option<u32>) -> Option<bool> {
-        let at = self.find(data, ttl).ok()?;
-        self.records[at].2 -= 1;
-        if self.records[at].2 == 0 {
-            self.records.remove(at);
-            if self.records.capacity() > 2 * self.records.len() + 4 {
-                self.records.shrink_to_fit();
-            }
-        }
-        Some(self.records.is_empty())
-    }
-
-    fn find(&self, data: &RecordData, ttl: Option<u32>) -> Result<usize, usize> {
-        self.records
-            .binary_search_by(|(d, t, _)| (d, t).cmp(&(data, &ttl)))
-    }
 }
 
 impl TableBuilder {
@@ -330,18 +227,16 @@ impl TableBuilder {
         let mut changed = Vec::new();
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
-            if let Some(state) = self.names.get_mut(&key)
-                && state.records.capacity() > state.records.len()
-            {
-                // A doubled vector's spare room, given back once the batch is in.
-                state.records.shrink_to_fit();
-            }
-            let new = self.names.get(&key).map(|s| {
-                let zone_ttl = self.specs.get(s.zone as usize).map_or(0, |z| z.ttl);
-                Arc::new(s.node(zone_ttl))
+            let new = self.names.get_mut(&key).map(|state| {
+                let zone_ttl = self.specs.get(state.zone as usize).map_or(0, |z| z.ttl);
+                state.settle(zone_ttl).clone()
             });
             let old = self.table.nodes.get(&key).cloned();
             if old == new {
+                // Changed and changed back: the table's node is shared, not an equal copy.
+                if let (Some(old), Some(state)) = (&old, self.names.get_mut(&key)) {
+                    state.share(old);
+                }
                 continue;
             }
             if let Some(old) = &old {
@@ -799,6 +694,36 @@ mod tests {
         builder.finish();
         builder.assign_reverse_serials(|_, _| panic!("nothing to number"));
         assert_eq!(builder.table().reverse_serial(&one), 0);
+    }
+
+    #[test]
+    fn every_node_is_held_once_shared_by_the_builder_and_the_table() {
+        let (mut builder, _) = TableBuilder::new(&zones());
+        builder.finish();
+        // Plain names, a record held by two groups, two TTLs at one name, and a name changed
+        // and changed back within one batch.
+        builder.add(&[
+            a("x.a.example.", "198.18.0.1", None),
+            a("x.a.example.", "198.18.0.2", None),
+        ]);
+        builder.add(&[a("y.a.example.", "198.18.0.3", Some(5))]);
+        builder.add(&[a("y.a.example.", "198.18.0.3", Some(5))]);
+        builder.add(&[a("deep.x.a.example.", "198.18.0.4", Some(5))]);
+        builder.add(&[a("deep.x.a.example.", "198.18.0.5", Some(30))]);
+        builder.finish();
+        builder.add(&[a("x.a.example.", "198.18.0.9", None)]);
+        builder.remove(&[a("x.a.example.", "198.18.0.9", None)]);
+        builder.remove(&[a("y.a.example.", "198.18.0.3", Some(5))]);
+        builder.finish();
+        let table = builder.table();
+        assert_eq!(table.node(&name("y.a.example.")).unwrap().a.len(), 1);
+        for (name, node) in &table.nodes {
+            assert_eq!(
+                Arc::strong_count(node),
+                2,
+                "{name}: the table's node and the builder's are one"
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! original, so publishing a new table to the server costs nothing whatever its size.
 
 mod builder;
+mod name_state;
 pub mod render;
 pub mod reverse;
 mod serial;
