@@ -238,7 +238,7 @@ fn check_config_accepts_a_valid_configuration_and_names_the_first_error() {
         .arg(&typo)
         .output()
         .expect("run");
-    assert_one_error_line(&out, "typo.yaml:5:5: pods[0]: unknown field `labelKee`");
+    assert_one_error_line(&out, "typo.yaml:5:5: unknown field `labelKee`");
 
     // The record file's zone overlaps the configuration's: refused together as `run` would.
     let overlapping = dir.write(

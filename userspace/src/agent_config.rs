@@ -38,7 +38,7 @@ use crate::{
     outputs::config::{ExternalDnsEntry, LeaderElectionEntry, OutputsConfig},
     sources::{
         Snapshot,
-        file::FileError,
+        file::{self, FileError},
         kube::{
             access::KubernetesAccess,
             config::{EndpointSliceEntry, KubeConfig, PodEntry},
@@ -160,21 +160,7 @@ pub fn load(path: &Path) -> Result<AgentConfig, FileError> {
 }
 
 pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
-    let file: ConfigFile = serde_yaml_ng::from_str(text).map_err(|e| {
-        let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-        let reason = e.to_string();
-        let reason = reason
-            .split(" at line ")
-            .next()
-            .unwrap_or(&reason)
-            .to_owned();
-        FileError::Syntax {
-            path: path.to_owned(),
-            line,
-            column,
-            reason,
-        }
-    })?;
+    let file: ConfigFile = file::from_yaml(text, path)?;
     let invalid = |reason: String| FileError::Invalid {
         path: path.to_owned(),
         reason,
@@ -288,6 +274,20 @@ mod tests {
 
     fn parse_str(text: &str) -> Result<AgentConfig, FileError> {
         parse(text, Path::new("agent.yaml"))
+    }
+
+    #[test]
+    fn a_static_name_given_twice_is_an_error_not_a_lost_record() {
+        let err = parse(
+            "zones:\n  - name: example\n    records:\n      web: 198.18.0.1\n      web: 198.18.0.2\n",
+            Path::new("agent.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "agent.yaml:5:7: duplicate mapping key `web` is not allowed here"
+        );
     }
 
     #[test]

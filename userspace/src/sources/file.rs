@@ -51,22 +51,8 @@ pub enum FileError {
 }
 
 /// Parses and validates record file text; `path` names it in errors.
-///
-/// The text is deserialized straight from the YAML parser's events, as they come: a 100k-name
-/// file (6.7 MB) took 100 MB more while a whole document's events were collected first.
 pub fn parse(text: &str, path: &Path) -> Result<Snapshot, FileError> {
-    let file: RecordFile =
-        serde_saphyr::from_str_with_options(text, options(text)).map_err(|e| {
-            let (line, column) = e
-                .location()
-                .map_or((0, 0), |l| (l.line() as usize, l.column() as usize));
-            FileError::Syntax {
-                path: path.to_owned(),
-                line,
-                column,
-                reason: reason(&e),
-            }
-        })?;
+    let file: RecordFile = from_yaml(text, path)?;
     let invalid = |reason: String| FileError::Invalid {
         path: path.to_owned(),
         reason,
@@ -80,6 +66,26 @@ pub fn parse(text: &str, path: &Path) -> Result<Snapshot, FileError> {
     }
     check_zones_do_not_overlap(&zones).map_err(invalid)?;
     Ok(Snapshot::new(zones, all_records))
+}
+
+/// A YAML file's text (the record file, the configuration) as `T`; `path` names it in errors,
+/// with the line and column. A key given twice in one mapping is an error: the last one winning
+/// would drop the first's records without a word.
+///
+/// The text is deserialized straight from the YAML parser's events, as they come: a 100k-name
+/// record file (6.7 MB) took 100 MB more while a whole document's events were collected first.
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, FileError> {
+    serde_saphyr::from_str_with_options(text, options(text)).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map_or((0, 0), |l| (l.line() as usize, l.column() as usize));
+        FileError::Syntax {
+            path: path.to_owned(),
+            line,
+            column,
+            reason: reason(&e),
+        }
+    })
 }
 
 /// The parser's defaults, but as many nodes and events as the text has bytes: the default
