@@ -40,15 +40,13 @@ fn nothing_attached(ns: &NetNs) {
     );
 }
 
-#[test]
-fn a_malformed_record_file_is_reported_with_its_line() {
+/// The agent run on a record file of `text` refuses to start with one error line, at `at`
+/// (line:column) of the file, saying `says`, and attaches nothing.
+fn refuses_record_file(tag: &str, text: &str, at: &str, says: &str) {
     require_root();
-    let ns = NetNs::new("badfile");
-    let dir = TempDir::new("badfile");
-    let file = dir.write(
-        "records.yaml",
-        "zones:\n  - name: example\n    records:\n      web: 198.18.0.300\n",
-    );
+    let ns = NetNs::new(tag);
+    let dir = TempDir::new(tag);
+    let file = dir.write("records.yaml", text);
     let out = run_agent(
         &ns,
         &[
@@ -58,36 +56,30 @@ fn a_malformed_record_file_is_reported_with_its_line() {
             "lo",
         ],
     );
-    let line = assert_one_error_line(&out, &format!("{}:4:", file.display()));
-    assert!(
-        line.contains("\"198.18.0.300\" is not a valid IP address"),
-        "{line}"
-    );
+    let line = assert_one_error_line(&out, &format!("{}:{at}", file.display()));
+    assert!(line.contains(says), "{line}");
     nothing_attached(&ns);
+}
+
+#[test]
+fn a_malformed_record_file_is_reported_with_its_line() {
+    refuses_record_file(
+        "badfile",
+        "zones:\n  - name: example\n    records:\n      web: 198.18.0.300\n",
+        "4:",
+        "\"198.18.0.300\" is not a valid IP address",
+    );
 }
 
 #[test]
 fn a_name_given_twice_in_the_record_file_is_refused_with_its_line() {
     // A name listed twice once kept only its last addresses, without a word.
-    require_root();
-    let ns = NetNs::new("dupfile");
-    let dir = TempDir::new("dupfile");
-    let file = dir.write(
-        "records.yaml",
+    refuses_record_file(
+        "dupfile",
         "zones:\n  - name: example\n    records:\n      web: 198.18.0.1\n      web: 198.18.0.2\n",
+        "5:7:",
+        "duplicate mapping key `web`",
     );
-    let out = run_agent(
-        &ns,
-        &[
-            "--records",
-            file.to_str().expect("UTF-8"),
-            "--interface",
-            "lo",
-        ],
-    );
-    let line = assert_one_error_line(&out, &format!("{}:5:7:", file.display()));
-    assert!(line.contains("duplicate mapping key `web`"), "{line}");
-    nothing_attached(&ns);
 }
 
 #[test]
