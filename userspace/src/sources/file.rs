@@ -88,24 +88,44 @@ pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Res
     })
 }
 
-/// The parser's defaults, but as many nodes and events as the text has bytes: the default
-/// budget (250,000 nodes) stops near 50,000 names, and a node or an event takes a byte of text
-/// at least, unless aliases repeat it (their own limits stay).
+/// The parser's options for an operator's file:
+/// - as many nodes, events and scalar bytes as the text is long (or the defaults, if more): the
+///   default budget (250,000 nodes) stops near 50,000 names. The alias limits stay, so a short
+///   text cannot expand into a large one;
+/// - comments are not parsed into events: as events, more than 32 comment lines in a row (a
+///   commented-out block of names) made a valid file an error;
+/// - `null` read where text is wanted is the text `null` (a valid DNS label), as before;
+/// - no source snippet in errors: the error names the file, line and column.
 fn options(text: &str) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_nodes = budget.max_nodes.max(text.len());
     budget.max_events = budget.max_events.max(text.len());
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(text.len());
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    options.emit_comments = false;
+    options.null_as_string = true;
+    options.with_snippet = false;
     options
 }
 
-/// The error's own words, for an operator (the error names the location separately).
+/// The error's own words, for an operator (the error names the location separately); control
+/// characters of the file's text (a quoted key may hold a newline) are escaped, so that the
+/// error stays one line.
 fn reason(error: &serde_saphyr::Error) -> String {
     use serde_saphyr::MessageFormatter;
-    serde_saphyr::UserMessageFormatter
-        .format_message(error.without_snippet())
-        .into_owned()
+    let words = serde_saphyr::UserMessageFormatter.format_message(error.without_snippet());
+    words
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -184,6 +204,32 @@ mod tests {
             err.to_string(),
             "records.yaml:5:7: duplicate mapping key `web` is not allowed here"
         );
+    }
+
+    #[test]
+    fn a_long_run_of_comment_lines_is_no_error() {
+        let comments = "      # old: 198.18.0.9\n".repeat(100);
+        let text =
+            format!("zones:\n  - name: example\n    records:\n{comments}      web: 198.18.0.1\n");
+        assert_eq!(parse_str(&text).unwrap().record_count(), 1);
+    }
+
+    #[test]
+    fn a_name_spelled_null_is_a_name() {
+        let s =
+            parse_str("zones:\n  - name: example\n    records:\n      null: 198.18.0.1\n").unwrap();
+        let names: Vec<String> = s.records().map(|r| r.name.to_string()).collect();
+        assert_eq!(names, ["null.example."]);
+    }
+
+    #[test]
+    fn an_error_stays_one_line_whatever_the_key_holds() {
+        let err = parse_str(
+            "zones:\n  - name: example\n    records:\n      \"a\\nb\": 198.18.0.1\n      \"a\\nb\": 198.18.0.2\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(err.lines().count(), 1, "{err}");
     }
 
     #[test]

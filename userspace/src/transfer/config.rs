@@ -279,7 +279,7 @@ mod tests {
     use super::*;
 
     fn compile(yaml: &str) -> Result<TransferConfig, String> {
-        serde_yaml_ng::from_str::<TransferEntry>(yaml)
+        crate::sources::file::from_yaml::<TransferEntry>(yaml, "transfer.yaml".as_ref())
             .map_err(|e| e.to_string())?
             .compile()
     }

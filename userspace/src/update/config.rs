@@ -209,14 +209,17 @@ mod tests {
     use crate::transfer::config::TransferEntry;
 
     fn transfer() -> TransferConfig {
-        serde_yaml_ng::from_str::<TransferEntry>("keys: [{name: xfr-key, secretFile: /k}]")
-            .unwrap()
-            .compile()
-            .unwrap()
+        crate::sources::file::from_yaml::<TransferEntry>(
+            "keys: [{name: xfr-key, secretFile: /k}]",
+            "transfer.yaml".as_ref(),
+        )
+        .unwrap()
+        .compile()
+        .unwrap()
     }
 
     fn compile(yaml: &str) -> Result<UpdateTarget, String> {
-        serde_yaml_ng::from_str::<UpdateEntry>(yaml)
+        crate::sources::file::from_yaml::<UpdateEntry>(yaml, "update.yaml".as_ref())
             .map_err(|e| e.to_string())?
             .compile(0, Some(&transfer()))
     }

@@ -173,7 +173,8 @@ mod tests {
     use super::*;
 
     fn compile(yaml: &str, access: &KubernetesAccess) -> Result<HealthProbe, String> {
-        let entry: HealthProbeEntry = serde_yaml_ng::from_str(yaml).map_err(|e| e.to_string())?;
+        let entry: HealthProbeEntry = crate::sources::file::from_yaml(yaml, "health.yaml".as_ref())
+            .map_err(|e| e.to_string())?;
         entry.compile(access)
     }
 
