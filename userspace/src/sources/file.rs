@@ -115,17 +115,15 @@ fn options(text: &str) -> serde_saphyr::Options {
 fn reason(error: &serde_saphyr::Error) -> String {
     use serde_saphyr::MessageFormatter;
     let words = serde_saphyr::UserMessageFormatter.format_message(error.without_snippet());
-    words
-        .chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
+    let mut line = String::with_capacity(words.len());
+    for c in words.chars() {
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+    }
+    line
 }
 
 #[derive(Deserialize)]
