@@ -17,12 +17,26 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where agents in test namespaces serve metrics (each namespace has its own loopback).
 pub const METRICS_ADDR: &str = "127.0.0.1:9354";
 
-/// The agent binary: `HOSTPORT_DNS_BIN`, or the release build in this workspace.
+/// The agent binary: `HOSTPORT_DNS_BIN`, or the agent built in the same build tree as this
+/// binary (`target/<triple>/release/` under `cargo xtask test`, `target/release/` under a plain
+/// `cargo test --release`), where test binaries sit in `deps/` and drivers beside the agent.
 pub fn binary() -> PathBuf {
     if let Some(path) = std::env::var_os("HOSTPORT_DNS_BIN") {
         return PathBuf::from(path);
     }
-    let path = crate::workspace_root().join("target/release/hostport-dns");
+    let tree = std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            let dir = exe.parent()?;
+            let tree = if dir.ends_with("deps") {
+                dir.parent()?
+            } else {
+                dir
+            };
+            Some(tree.to_path_buf())
+        })
+        .unwrap_or_else(|| crate::workspace_root().join("target/release"));
+    let path = tree.join("hostport-dns");
     assert!(
         path.exists(),
         "{} is missing: run the tests with `cargo xtask test`",

@@ -28,15 +28,13 @@ fn drive(what: &str, env: &[(&str, String)]) -> anyhow::Result<()> {
     }
     setup::run()?;
     let agent = cmd::build_agent()?;
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
+    cmd::run(cmd::cargo_in_agent_tree("build").args([
         "--package",
         "hostport-dns-tests",
         "--bin",
         "hostport-dns-bench",
     ]))?;
-    let driver = cmd::workspace_root().join("target/release/hostport-dns-bench");
+    let driver = cmd::agent_tree_binary("hostport-dns-bench");
     cmd::run(
         std::process::Command::new(driver)
             .arg(what)

@@ -106,21 +106,43 @@ fn is_run_variable(name: &str) -> bool {
         )
 }
 
-/// The release agent binary, built by [`build_agent`].
-pub fn agent_binary() -> PathBuf {
-    workspace_root().join("target/release/hostport-dns")
+/// This machine's target triple (xtask is built for the machine it runs on). Every build of the
+/// agent's tree names it (`--target`), which keeps the static-linking flag to the code built
+/// for it, off build scripts and proc macros.
+pub const HOST_TRIPLE: &str = env!("XTASK_HOST_TRIPLE");
+
+/// `cargo <subcommand> --release` building the agent's tree: for [`HOST_TRIPLE`], linked
+/// statically (glibc, `crt-static`). One compiled tree serves the agent (`cargo xtask run`, the
+/// benchmarks), its container image (which ships no libc) and the tests, which `cargo xtask
+/// test` builds with these same arguments, so the dependencies are compiled once, not three
+/// times.
+pub fn cargo_in_agent_tree(subcommand: &str) -> Command {
+    let mut cmd = cargo();
+    cmd.args([subcommand, "--release", "--target", HOST_TRIPLE])
+        .arg("--config")
+        .arg(format!(
+            "target.{HOST_TRIPLE}.rustflags=[\"-C\", \"target-feature=+crt-static\"]"
+        ));
+    cmd
 }
 
-/// Builds the agent (and with it the XDP program) in release mode.
+/// Where a binary of the agent's tree lands.
+pub fn agent_tree_binary(name: &str) -> PathBuf {
+    workspace_root()
+        .join("target")
+        .join(HOST_TRIPLE)
+        .join("release")
+        .join(name)
+}
+
+/// The release agent binary, built by [`build_agent`].
+pub fn agent_binary() -> PathBuf {
+    agent_tree_binary("hostport-dns")
+}
+
+/// Builds the agent (and with it the XDP program) in release mode, statically linked.
 pub fn build_agent() -> anyhow::Result<PathBuf> {
-    run(cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "hostport-dns",
-        "--bin",
-        "hostport-dns",
-    ]))?;
+    run(cargo_in_agent_tree("build").args(["--package", "hostport-dns", "--bin", "hostport-dns"]))?;
     Ok(agent_binary())
 }
 

@@ -36,23 +36,26 @@ pub fn run(args: FuzzArgs) -> anyhow::Result<()> {
     userspace(args.seconds)
 }
 
-/// The bounded slice `cargo xtask test` runs.
+/// The bounded slice `cargo xtask test` runs, after its build of the agent's tree (which built
+/// the XDP campaign's driver).
 pub fn slice() -> anyhow::Result<()> {
-    xdp_campaign(SLICE_PACKETS, Duration::from_secs(SLICE_XDP_SECONDS), None)?;
+    run_xdp_campaign(SLICE_PACKETS, Duration::from_secs(SLICE_XDP_SECONDS), None)?;
     userspace(SLICE_USERSPACE_SECONDS)
 }
 
 fn xdp_campaign(packets: u64, budget: Duration, seed: Option<u64>) -> anyhow::Result<()> {
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
+    cmd::run(cmd::cargo_in_agent_tree("build").args([
         "--package",
         "hostport-dns-tests",
         "--bin",
         "hostport-dns-fuzz",
     ]))?;
-    let driver = cmd::workspace_root().join("target/release/hostport-dns-fuzz");
-    let mut run = Command::new(driver);
+    run_xdp_campaign(packets, budget, seed)
+}
+
+/// Runs the XDP campaign's driver, as built in the agent's tree.
+fn run_xdp_campaign(packets: u64, budget: Duration, seed: Option<u64>) -> anyhow::Result<()> {
+    let mut run = Command::new(cmd::agent_tree_binary("hostport-dns-fuzz"));
     run.args(["--packets", &packets.to_string()])
         .args(["--seconds", &budget.as_secs().to_string()]);
     if let Some(seed) = seed {
@@ -72,17 +75,9 @@ const SANCOV_FLAGS: [&str; 7] = [
     "fuzzing",
 ];
 
-fn host_triple() -> anyhow::Result<String> {
-    let out = cmd::output(Command::new("rustc").arg("-vV"))?;
-    out.lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .map(str::to_owned)
-        .context("rustc -vV names no host")
-}
-
 fn userspace(seconds: u64) -> anyhow::Result<()> {
     let root = cmd::workspace_root();
-    let triple = host_triple()?;
+    let triple = cmd::HOST_TRIPLE;
     let flags = SANCOV_FLAGS
         .iter()
         .map(|f| format!("{f:?}"))
@@ -94,12 +89,12 @@ fn userspace(seconds: u64) -> anyhow::Result<()> {
     cmd::run(
         cmd::cargo()
             .args(["build", "--release", "--package", "hostport-dns-fuzz"])
-            .args(["--bin", "fuzz-answer", "--target", &triple])
+            .args(["--bin", "fuzz-answer", "--target", triple])
             .arg("--config")
             .arg(format!("target.{triple}.rustflags=[{flags}]"))
             .env("CARGO_TARGET_DIR", &target_dir),
     )?;
-    let binary = target_dir.join(&triple).join("release/fuzz-answer");
+    let binary = target_dir.join(triple).join("release/fuzz-answer");
     let corpus: PathBuf = target_dir.join("corpus");
     std::fs::create_dir_all(&corpus).context("the fuzz corpus directory")?;
     println!("userspace query path: coverage-guided fuzzing for {seconds} s");

@@ -71,7 +71,17 @@ pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
     if arch == Arch::Arm64 {
         setup::cross_toolchain()?;
     }
-    let agent = build_static_agent(arch)?;
+    let agent = if arch.target() == cmd::HOST_TRIPLE {
+        // The agent's own tree is already static.
+        cmd::build_agent()?
+    } else {
+        cross_build_static_agent(arch)?
+    };
+    package(arch, &agent)
+}
+
+/// Writes the archive of `agent`, a static agent built for `arch`; returns its path.
+pub fn package(arch: Arch, agent: &Path) -> anyhow::Result<PathBuf> {
     let root = cmd::workspace_root();
     let version = workspace_version(&root)?;
     let revision = cmd::output(
@@ -89,7 +99,7 @@ pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
     write_archive(
         &archive,
         &Contents {
-            agent: std::fs::read(&agent).with_context(|| format!("read {}", agent.display()))?,
+            agent: std::fs::read(agent).with_context(|| format!("read {}", agent.display()))?,
             license: std::fs::read(root.join("LICENSE")).context("read LICENSE")?,
             version,
             revision,
@@ -101,8 +111,9 @@ pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
     Ok(archive)
 }
 
-/// The agent linked statically, so that the image needs no base image (no libc to ship).
-fn build_static_agent(arch: Arch) -> anyhow::Result<PathBuf> {
+/// The agent for another architecture than this machine's, linked statically as the agent's
+/// own tree is (see `cmd::cargo_in_agent_tree`), in a build tree of its own.
+fn cross_build_static_agent(arch: Arch) -> anyhow::Result<PathBuf> {
     let target_dir = cmd::workspace_root().join("target/image-build");
     let target = arch.target();
     let mut build = match arch {
