@@ -6,38 +6,63 @@
 
 use std::{net::IpAddr, sync::OnceLock};
 
-use hickory_proto::op::{Message, MessageType};
-use hostport_dns::{
-    clients::cookies::Cookies,
+use hickory_proto::{
+    op::{Message, MessageType},
+    rr::Name,
+};
+use hostport_dns_core::{
+    answer::{Asker, Shape, respond_for},
+    cookies::Cookies,
     dns::message::{Transport, UdpCeiling},
-    server::{
-        answer::{Asker, Shape, respond_for},
-        identity::Identity,
-    },
-    sources::file,
+    identity::Identity,
+    records::{RecordData, SourceRecord, Srv},
     table::RecordTable,
+    zone::ZoneSpec,
 };
 use libfuzzer_sys::fuzz_target;
 
-const ZONES: &str = "zones:
-  - name: prod.coreha.example
-    records:
-      default-nginx.ingress: [198.18.200.1, 198.18.200.2, \"2001:db8::5\"]
-      many: [198.18.9.1, 198.18.9.2, 198.18.9.3, 198.18.9.4, 198.18.9.5, 198.18.9.6, 198.18.9.7, 198.18.9.8, 198.18.9.9, 198.18.9.10, 198.18.9.11, 198.18.9.12, 198.18.9.13, 198.18.9.14, 198.18.9.15, 198.18.9.16, 198.18.9.17]
-      x.deep.ent: 198.18.0.40
-    srv:
-      _https._tcp.default-nginx.ingress: [{ priority: 10, weight: 5, port: 443, target: default-nginx.ingress }]
-  - name: odd.test
-    soa: { mname: ns1.elsewhere.test., rname: hostmaster }
-    records:
-      www: 198.18.1.2
-";
+fn name(text: &str) -> Name {
+    Name::from_ascii(text).expect("a valid name")
+}
 
+fn record(owner: &str, data: RecordData) -> SourceRecord {
+    SourceRecord::new(&name(owner), None, data)
+}
+
+fn address(owner: &str, address: &str) -> SourceRecord {
+    record(owner, address.parse::<IpAddr>().expect("an address").into())
+}
+
+/// Two zones: one with the shapes the answers take (a dual-stack name, a name past the kernel
+/// entry's 16 addresses, an empty non-terminal, SRV with its target's addresses), one whose
+/// SOA names a server outside it.
 fn table() -> &'static RecordTable {
     static TABLE: OnceLock<RecordTable> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let snapshot = file::parse(ZONES, "fuzz zones".as_ref()).expect("valid zones");
-        RecordTable::compile(&snapshot.zones, snapshot.records()).0
+        let prod = ZoneSpec::with_defaults(name("prod.coreha.example."));
+        let mut odd = ZoneSpec::with_defaults(name("odd.test."));
+        odd.soa.mname = name("ns1.elsewhere.test.");
+        let ingress = "default-nginx.ingress.prod.coreha.example.";
+        let mut records = vec![
+            address(ingress, "198.18.200.1"),
+            address(ingress, "198.18.200.2"),
+            address(ingress, "2001:db8::5"),
+            address("x.deep.ent.prod.coreha.example.", "198.18.0.40"),
+            record(
+                "_https._tcp.default-nginx.ingress.prod.coreha.example.",
+                RecordData::Srv(Srv {
+                    priority: 10,
+                    weight: 5,
+                    port: 443,
+                    target: hostport_dns_core::dns::WireName::from_name(&name(ingress)),
+                }),
+            ),
+            address("www.odd.test.", "198.18.1.2"),
+        ];
+        records.extend(
+            (1..=17).map(|i| address("many.prod.coreha.example.", &format!("198.18.9.{i}"))),
+        );
+        RecordTable::compile(&[prod, odd], &records).0
     })
 }
 

@@ -22,12 +22,12 @@ use std::{
 };
 
 use hickory_proto::op::Message;
-use hostport_dns::{
-    clients::{ClientsConfig, Outside, RateLimit},
-    dns::message::Transport,
-    server::answer::{Asker, Shape, respond, respond_for},
-};
+use hostport_dns::clients::{ClientsConfig, Outside, RateLimit};
 use hostport_dns_common::counters::{Counter, Verdict};
+use hostport_dns_core::{
+    answer::{Asker, Shape, respond, respond_for},
+    dns::message::Transport,
+};
 
 use crate::{
     Rng,

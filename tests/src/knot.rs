@@ -13,7 +13,7 @@ use hickory_proto::{
     op::Message,
     rr::{RData, Record, RecordType},
 };
-use hostport_dns::table::{RecordTable, Zone};
+use hostport_dns_core::table::{RecordTable, Zone};
 
 /// Knot's ceiling on UDP answers here: its highest (Knot 3.2 takes 512 to 4096). Compare its
 /// answers with an agent run with the same `--udp-max-payload`.

@@ -19,12 +19,12 @@ use aya::{
         links::{FdLink, PinnedLink},
     },
 };
-use hostport_dns::table::RecordTable;
 use hostport_dns_common::{
     csum::sum16,
     dns::{CLASS_IN, POINTER_TO_QUESTION, TYPE_A, TYPE_AAAA},
     hash::name_hash,
 };
+use hostport_dns_core::table::RecordTable;
 
 /// The release's program, built from commit 3708e46 (see tests/data/README.md).
 pub static OBJECT: &[u8] =
@@ -196,8 +196,8 @@ impl Legacy {
 
 fn name_entry(
     wire: &[u8],
-    node: &hostport_dns::table::Node,
-    zone: &hostport_dns::table::Zone,
+    node: &hostport_dns_core::table::Node,
+    zone: &hostport_dns_core::table::Zone,
 ) -> NameEntry {
     let ttl = node.ttl_in(zone);
     let rr = |rtype: u16, address: &[u8]| {

@@ -10,9 +10,7 @@ use aya::{
 };
 use hostport_dns::{
     clients::{ClientPolicyTable, ClientsConfig},
-    dns::message::UdpCeiling,
     sources::file,
-    table::RecordTable,
     xdp::{
         EbpfLogLevel,
         counters::Counters,
@@ -23,6 +21,7 @@ use hostport_dns::{
     },
 };
 use hostport_dns_common::{generation::Capacity, maps};
+use hostport_dns_core::{dns::message::UdpCeiling, table::RecordTable};
 
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;

@@ -4,9 +4,8 @@
 //! until the table says so. `cargo test --test answer_sizes -- --nocapture` prints the table.
 
 use hickory_proto::op::Message;
-use hostport_dns::{
-    dns::message::Transport, server::answer::respond, sources::file, table::RecordTable,
-};
+use hostport_dns::sources::file;
+use hostport_dns_core::{answer::respond, dns::message::Transport, table::RecordTable};
 use hostport_dns_tests::packet::QueryBuilder;
 
 /// What the client offers (EDNS), as the README's columns.

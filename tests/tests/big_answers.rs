@@ -7,7 +7,9 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use hostport_dns::{sources::file, table::RecordTable};
+use hostport_dns::sources::file;
+
+use hostport_dns_core::table::RecordTable;
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,

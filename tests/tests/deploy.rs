@@ -255,11 +255,7 @@ fn the_charts_cookie_secret_is_one_the_agent_reads_and_its_config_points_to_it()
     let secret: Secret = typed(of_kind(&docs, "Secret")[0]);
     let dir = TempDir::new("cookiesecret");
     let file = dir.write("secret", &secret_text(secret.clone()));
-    let config = hostport_dns::clients::cookies::CookieConfig {
-        enabled: true,
-        secret_file: Some(file),
-    };
-    hostport_dns::clients::cookies::Cookies::new(&config).expect("the agent reads the secret");
+    hostport_dns_core::cookies::Cookies::new(Some(file)).expect("the agent reads the secret");
     let cm: ConfigMap = typed(of_kind(&docs, "ConfigMap")[0]);
     let text = cm
         .data

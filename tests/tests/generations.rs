@@ -22,15 +22,7 @@ use std::{
 
 use aya::maps::{Map, MapData};
 use hickory_proto::rr::Name;
-use hostport_dns::{
-    dns::WireName,
-    dns::message::Transport,
-    records::{RecordData, SourceRecord},
-    server::answer::respond,
-    table::RecordTable,
-    xdp::{hostset::HostAddresses, shared::SharedArray, writer::TestHooks},
-    zone::ZoneSpec,
-};
+use hostport_dns::xdp::{hostset::HostAddresses, shared::SharedArray, writer::TestHooks};
 use hostport_dns_common::{
     counters::{Counter, Event},
     generation::{Capacity, slot},
@@ -38,6 +30,13 @@ use hostport_dns_common::{
     index::{Bucket, candidates},
     limits::INDEX_WAYS,
     maps,
+};
+use hostport_dns_core::{
+    answer::respond,
+    dns::{WireName, message::Transport},
+    records::{RecordData, SourceRecord},
+    table::RecordTable,
+    zone::ZoneSpec,
 };
 use hostport_dns_tests::{
     Rng,

@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hostport_dns::{records::RecordData, sources::kube::saved, table::RecordTable};
+use hostport_dns::sources::kube::saved;
+
+use hostport_dns_core::{records::RecordData, table::RecordTable};
 use hostport_dns_tests::{
     TempDir,
     agent::{Agent, records_on_lo},

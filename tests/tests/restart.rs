@@ -539,7 +539,8 @@ fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
     let dir = TempDir::new("layout5");
     let records = dir.write("records.yaml", RECORDS);
     let snapshot = hostport_dns::sources::file::parse(RECORDS, "records".as_ref()).expect("valid");
-    let (table, _) = hostport_dns::table::RecordTable::compile(&snapshot.zones, snapshot.records());
+    let (table, _) =
+        hostport_dns_core::table::RecordTable::compile(&snapshot.zones, snapshot.records());
     // The previous release on the node: its program attached through a pinned link, answering
     // from its own maps (layout 5), no agent running.
     let (ifname, server, legacy_pins) = (
@@ -555,10 +556,10 @@ fn an_upgrade_from_map_layout_5_loses_no_query_and_answers_none_wrong() {
     });
     let old_program = xdp_program_id(&link).expect("the layout-5 program attached");
     let name = "web.prod.coreha.example";
-    let expected = hostport_dns::server::answer::respond(
+    let expected = hostport_dns_core::answer::respond(
         &hostport_dns_tests::packet::QueryBuilder::new(name, 1).bytes(),
         Some(&table),
-        hostport_dns::dns::message::Transport::Udp,
+        hostport_dns_core::dns::message::Transport::Udp,
     )
     .expect("an answer")
     .bytes;

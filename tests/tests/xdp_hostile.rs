@@ -7,12 +7,12 @@ use std::net::IpAddr;
 
 use aya::programs::TestRun;
 use hickory_proto::op::Message;
-use hostport_dns::{
-    clients::{ClientsConfig, Outside, RateLimit},
-    dns::message::Transport,
-    server::answer::{Asker, Shape, respond, respond_for},
-};
+use hostport_dns::clients::{ClientsConfig, Outside, RateLimit};
 use hostport_dns_common::counters::Counter;
+use hostport_dns_core::{
+    answer::{Asker, Shape, respond, respond_for},
+    dns::message::Transport,
+};
 use hostport_dns_tests::{
     netns::NetNs,
     packet::{CLIENT_MAC, Frame, QueryBuilder, parse_checked},

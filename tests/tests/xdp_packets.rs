@@ -7,11 +7,11 @@
 
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use hostport_dns::{
-    dns::message::Transport,
-    server::answer::{Asker, respond_for},
-};
 use hostport_dns_common::{counters::Counter, limits::DEFAULT_UDP_MAX_PAYLOAD};
+use hostport_dns_core::{
+    answer::{Asker, respond_for},
+    dns::message::Transport,
+};
 use hostport_dns_tests::{
     packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},
     require_root,

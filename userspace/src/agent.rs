@@ -24,11 +24,12 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
+use hostport_dns_core::{cookies::Cookies, dns::message::UdpCeiling, identity::Identity};
+
 use crate::{
     agent_config::{self, AgentConfig},
-    clients::{ClientPolicyTable, cookies::Cookies},
+    clients::ClientPolicyTable,
     config::RunArgs,
-    dns::message::UdpCeiling,
     health::Health,
     http, kernel_path,
     metrics::Metrics,
@@ -36,7 +37,7 @@ use crate::{
     persist::{self, Persister},
     publisher::{CONFIG_SOURCE, FILE_SOURCE, KernelSink, Publisher},
     serials::Serials,
-    server::{Shared, gate::Gate, identity::Identity, tcp, udp},
+    server::{Shared, gate::Gate, tcp, udp},
     sources::{
         Snapshot, Update,
         file::{self, FileError},
@@ -89,7 +90,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
         .map(|c| c.clients.clone())
         .unwrap_or_default();
     let cookies = if clients.cookies.enabled {
-        Some(Cookies::new(&clients.cookies).context("DNS cookies")?)
+        Some(Cookies::new(clients.cookies.secret_file.clone()).context("DNS cookies")?)
     } else {
         None
     };
@@ -513,7 +514,7 @@ impl Sources {
                 .chain(&snapshot.zones)
                 .cloned()
                 .collect();
-            crate::zone::check_zones_do_not_overlap(&all)
+            hostport_dns_core::zone::check_zones_do_not_overlap(&all)
                 .map_err(|e| anyhow::anyhow!("--config and --records: {e}"))?;
         }
         if let Some(config) = &config {

@@ -32,9 +32,15 @@ use hickory_proto::rr::Name;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use hostport_dns_core::{
+    dns::message::UdpCeiling,
+    table::{Network, ReverseConfig},
+    zone::{ZoneSpec, check_zones_do_not_overlap},
+};
+
 use crate::{
     clients::{ClientsConfig, config::ClientsEntry},
-    dns::{grammar::parse_name, message::UdpCeiling},
+    name_grammar::parse_name,
     outputs::config::{ExternalDnsEntry, LeaderElectionEntry, OutputsConfig},
     sources::{
         Snapshot,
@@ -45,10 +51,9 @@ use crate::{
             node_rules::NodesEntry,
         },
     },
-    table::{Network, ReverseConfig},
     transfer::config::{TransferConfig, TransferEntry},
     update::{UpdateEntry, UpdateTarget, config::check_distinct},
-    zone::{ZoneEntry, ZoneSpec, check_zones_do_not_overlap},
+    zone_entry::ZoneEntry,
 };
 
 /// The whole configuration, each section as the code it configures reads it.

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 
-use crate::dns::grammar::NAME_PATTERN;
+use crate::name_grammar::NAME_PATTERN;
 
 /// A Kubernetes DNS label (RFC 1123), unanchored.
 macro_rules! rfc1123 {

@@ -9,9 +9,10 @@ use hostport_dns_common::generation::Capacity;
 use tokio::sync::oneshot;
 use tracing::info;
 
+use hostport_dns_core::dns::message::UdpCeiling;
+
 use crate::{
     clients::ClientPolicyTable,
-    dns::message::UdpCeiling,
     health::Health,
     kernel_table_size::Resizer,
     metrics::Metrics,

@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use hostport_dns_common::generation::Capacity;
 
+use hostport_dns_core::table::RecordTable;
+
 use crate::{
     metrics::Metrics,
-    table::RecordTable,
     xdp::{
         Dataplane, XdpError,
         counters::Counters,

@@ -8,7 +8,6 @@ pub mod atomic_file;
 pub mod clients;
 pub mod config;
 pub mod config_schema;
-pub mod dns;
 pub mod exposition;
 pub mod health;
 pub mod heap;
@@ -17,20 +16,19 @@ pub mod kernel_path;
 pub mod kernel_table_size;
 pub mod liveness;
 pub mod metrics;
+pub mod name_grammar;
 pub mod ops;
 pub mod outputs;
 pub mod persist;
 pub mod publisher;
-pub mod records;
 pub mod serials;
 pub mod server;
 pub mod sources;
 pub mod stop;
-pub mod table;
 pub mod transfer;
 pub mod update;
 pub mod xdp;
-pub mod zone;
+pub mod zone_entry;
 
 /// The XDP program's object file, built by the build script.
 pub static EBPF_OBJECT: &[u8] =

@@ -20,10 +20,11 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use hostport_dns_core::table::RecordTable;
+
 use crate::{
     health::Health,
     server::{Shared, stats::ZoneSlot},
-    table::RecordTable,
     transfer::{
         Transfers,
         secondaries::{MAX_SECONDARIES, Secondaries},

@@ -14,13 +14,13 @@ use aya::{
     programs::{Xdp, XdpMode},
 };
 use hickory_proto::rr::Name;
-use hostport_dns::{
+use hostport_dns::xdp::{hostset::HostAddresses, loader, writer::MapWriter};
+use hostport_dns_common::{generation::Capacity, maps};
+use hostport_dns_core::{
     records::{RecordData, SourceRecord},
     table::TableBuilder,
-    xdp::{hostset::HostAddresses, loader, writer::MapWriter},
     zone::ZoneSpec,
 };
-use hostport_dns_common::{generation::Capacity, maps};
 
 use crate::{
     TempDir,
@@ -65,7 +65,9 @@ fn p50_p99(mut samples: Vec<u64>) -> (f64, f64) {
 
 fn record(owner: &str, address: [u8; 4]) -> SourceRecord {
     SourceRecord {
-        name: hostport_dns::dns::WireName::from_name(&Name::from_ascii(owner).expect("a name")),
+        name: hostport_dns_core::dns::WireName::from_name(
+            &Name::from_ascii(owner).expect("a name"),
+        ),
         ttl: None,
         data: RecordData::A(address.into()),
     }

@@ -18,9 +18,8 @@ use hickory_proto::{
     op::Message,
     rr::rdata::opt::{EdnsCode, EdnsOption},
 };
-use hostport_dns::{
-    dns::message::Transport, server::answer::respond, sources::file, table::RecordTable,
-};
+use hostport_dns::sources::file;
+use hostport_dns_core::{answer::respond, dns::message::Transport, table::RecordTable};
 
 use crate::{
     TempDir,

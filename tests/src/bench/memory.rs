@@ -62,7 +62,8 @@ fn knotd(names: usize) -> Held {
     let ns = NetNs::new("memknot");
     let (records, list) = zone(names);
     let snapshot = hostport_dns::sources::file::parse(&records, "bench".as_ref()).expect("valid");
-    let (table, _) = hostport_dns::table::RecordTable::compile(&snapshot.zones, snapshot.records());
+    let (table, _) =
+        hostport_dns_core::table::RecordTable::compile(&snapshot.zones, snapshot.records());
     let cgroup = Cgroup::new("mem-knotd", None);
     let addr = "127.0.0.1:1053".parse().expect("an address");
     let server = Knot::start_in_cgroup(&ns, addr, &table, &cgroup);

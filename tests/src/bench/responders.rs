@@ -10,8 +10,8 @@ use aya::{
     Ebpf,
     programs::{Xdp, XdpMode},
 };
-use hostport_dns::table::RecordTable;
 use hostport_dns_common::maps;
+use hostport_dns_core::table::RecordTable;
 
 use crate::{
     TempDir,

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use hostport_dns::{sources::file, table::RecordTable};
+use hostport_dns::sources::file;
+
+use hostport_dns_core::table::RecordTable;
 use hostport_dns_tests::{
     TempDir,
     bench::{

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::{
-    clients::{ClientsConfig, Outside, RateLimit, cookies::CookieConfig},
+    clients::{ClientsConfig, CookieConfig, Outside, RateLimit},
     config_schema as schema,
 };
 

@@ -1,15 +1,15 @@
 //! Who the server answers and how much: the client allow-list, the sources that can never have
-//! sent a query (martians), response rate limiting with its exempt prefixes, and DNS cookies.
+//! sent a query (martians), response rate limiting with its exempt prefixes, and DNS cookies'
+//! configuration (the cookies themselves are the DNS core's `cookies`).
 //! The XDP program enforces the same policy in the kernel (`hostport_dns_common::policy`); this
 //! module compiles it for both paths.
 
 pub mod config;
-pub mod cookies;
 pub mod martian;
 pub mod prefixes;
 pub mod rate;
 
-use std::net::IpAddr;
+use std::{net::IpAddr, path::PathBuf};
 
 use hostport_dns_common::policy::{
     ClientPolicy, POLICY_ACL, POLICY_ACL_REFUSE, POLICY_PREFIXES, POLICY_RATE_LIMIT,
@@ -19,6 +19,31 @@ use ipnet::IpNet;
 use serde::Deserialize;
 
 pub use prefixes::Prefixes;
+
+/// `clients.cookies` in the configuration.
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CookieConfig {
+    /// Answer with server cookies and check returned ones.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The shared secrets (the chart mounts a Secret here). Without it, a random secret per
+    /// process: cookies then stay valid only while the same agent answers.
+    pub secret_file: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for CookieConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            secret_file: None,
+        }
+    }
+}
 
 /// What happens to a client outside the allow-list.
 #[derive(Clone, Copy, Debug, Default, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
@@ -60,7 +85,7 @@ pub struct ClientsConfig {
     pub allow: Vec<IpNet>,
     pub outside: Outside,
     pub rate_limit: RateLimit,
-    pub cookies: cookies::CookieConfig,
+    pub cookies: CookieConfig,
 }
 
 /// The policy compiled for lookups: what each configured prefix grants.

@@ -37,7 +37,7 @@ impl RateLimiter {
     pub fn new(limits: RateLimit) -> Self {
         Self {
             limits,
-            seed: crate::clients::cookies::random_u64(),
+            seed: hostport_dns_core::cookies::random_u64(),
             started: Instant::now(),
             buckets: (0..RATE_BUCKETS).map(|_| Bucket::default()).collect(),
         }

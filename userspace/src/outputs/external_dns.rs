@@ -32,20 +32,23 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
+    records::{RecordData, SourceRecord},
+    zone::ZoneSpec,
+};
+
+use crate::{
     metrics::{ExternalDnsWriteLabel, Metrics},
     outputs::config::{ExternalDnsKind, ExternalDnsSource, OutputsConfig},
-    records::{RecordData, SourceRecord},
-    sources::kube::config::KubeConfig,
     sources::{
         GroupKey, Groups,
         kube::{
             compile::NODES_LABEL,
+            config::KubeConfig,
             groups::{output_key, pods_prefix},
         },
     },
-    zone::ZoneSpec,
 };
 
 /// The label every object written carries (with [`LEASE_LABEL`]).

@@ -13,11 +13,12 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::info;
 
+use hostport_dns_core::zone::ZoneSpec;
+
 use crate::{
     metrics::Metrics,
     outputs::config::OutputsConfig,
     sources::{Groups, kube::config::KubeConfig},
-    zone::ZoneSpec,
 };
 
 /// The running election and writer.

@@ -14,12 +14,12 @@ use std::{
 
 use tracing::{debug, error, warn};
 
+use hostport_dns_core::{dns::WireName, table::RecordTable};
+
 use crate::{
-    dns::WireName,
     health::Health,
     metrics::Metrics,
     server::Shared,
-    table::RecordTable,
     xdp::writer_thread::{Outcome, Report, TableChange, WriterThread},
 };
 

@@ -8,11 +8,9 @@ use std::collections::BTreeMap;
 use hickory_proto::rr::Name;
 use rustc_hash::FxHashMap;
 
-use crate::{
-    records::RecordGroup,
-    sources::{Delta, GroupKey, Groups, Snapshot},
-    zone::ZoneSpec,
-};
+use hostport_dns_core::{records::RecordGroup, zone::ZoneSpec};
+
+use crate::sources::{Delta, GroupKey, Groups, Snapshot};
 
 /// One source's current state.
 #[derive(Clone, Default)]
@@ -155,11 +153,13 @@ fn replace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::{RecordData, SourceRecord};
+    use hostport_dns_core::records::{RecordData, SourceRecord};
 
     fn group(ip: &str) -> RecordGroup {
         vec![SourceRecord {
-            name: crate::dns::WireName::from_name(&Name::from_ascii("x.example.").unwrap()),
+            name: hostport_dns_core::dns::WireName::from_name(
+                &Name::from_ascii("x.example.").unwrap(),
+            ),
             ttl: None,
             data: RecordData::A(ip.parse().unwrap()),
         }]

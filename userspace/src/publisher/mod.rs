@@ -23,15 +23,18 @@ use tracing::{debug, info, warn};
 
 pub use both_paths::{AfterFirstWrite, KernelSink, kernel_report};
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
+    table::{CompileWarning, ReverseConfig, TableBuilder},
+};
+
+use crate::{
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
     persist::Persister,
     serials::Serials,
     server::Shared,
     sources::{GroupKey, Groups, Update},
-    table::{CompileWarning, ReverseConfig, TableBuilder},
     xdp::writer_thread::TableChange,
 };
 use held::{Changes, Held};
@@ -375,9 +378,9 @@ mod tests {
     use hickory_proto::rr::Name;
 
     use super::*;
-    use crate::{
+    use crate::sources::{Delta, Snapshot};
+    use hostport_dns_core::{
         records::{RecordData, RecordGroup, SourceRecord},
-        sources::{Delta, Snapshot},
         table::RecordTable,
         zone::ZoneSpec,
     };

@@ -15,7 +15,7 @@ use std::{
 
 use rustc_hash::FxHashMap;
 
-use crate::{dns::message::Transport, server::answer::Answer};
+use hostport_dns_core::{answer::Answer, dns::message::Transport};
 
 /// Entries per thread; the cache is emptied when it fills up (a sign of random questions, for
 /// which caching does not help anyway).

@@ -6,20 +6,16 @@ use std::net::IpAddr;
 
 use hostport_dns_common::policy::Admission;
 
-use crate::{
-    clients::{
-        ClientPolicyTable, Outside,
-        cookies::{CookieState, Cookies},
-        martian::is_martian,
-        rate::RateLimiter,
-    },
+use hostport_dns_core::{
+    answer::{Answer, Asker, Shape},
+    cookies::{CookieState, Cookies},
     dns::message::{Transport, UdpCeiling},
-    server::{
-        Shared,
-        answer::{Answer, Asker, Shape},
-        identity::Identity,
-        stats::Decision,
-    },
+    identity::Identity,
+};
+
+use crate::{
+    clients::{ClientPolicyTable, Outside, martian::is_martian, rate::RateLimiter},
+    server::{Shared, stats::Decision},
 };
 
 /// Who sent a query, as the socket saw it.
@@ -161,8 +157,8 @@ mod tests {
     use crate::{
         clients::{ClientsConfig, RateLimit},
         sources::file,
-        table::RecordTable,
     };
+    use hostport_dns_core::table::RecordTable;
 
     const ZONE: &str =
         "zones:\n  - name: prod.coreha.example\n    records:\n      www: 198.18.0.30\n";

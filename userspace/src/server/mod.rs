@@ -1,13 +1,10 @@
 //! The userspace DNS server: everything the XDP program passes up, and everything when XDP is
 //! off. UDP on one socket per core (SO_REUSEPORT), TCP with tokio (RFC 7766).
 
-pub mod answer;
 pub mod closing;
 pub mod gate;
 pub mod histogram;
-pub mod identity;
 pub mod limits;
-pub mod rotation;
 pub mod stats;
 pub mod tcp;
 pub mod udp;
@@ -24,16 +21,17 @@ use arc_swap::ArcSwapOption;
 
 use self::zone_transfers::{SignedAnswer, ZoneTransfers};
 
-use crate::{
-    clients::martian::is_martian,
+use hostport_dns_core::{
+    answer,
     dns::{
         WireName,
         framing::carries_tsig,
         message::{Transport, asks_transfer, question_type, udp_limit},
     },
-    liveness::Liveness,
     table::RecordTable,
 };
+
+use crate::{clients::martian::is_martian, liveness::Liveness};
 
 /// What every server task reads: the current table (swapped whole by the agent, never locked
 /// on the query path), the client policy and the counters.

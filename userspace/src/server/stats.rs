@@ -5,13 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use hickory_proto::{op::ResponseCode, rr::RecordType};
 
-use crate::{
+use hostport_dns_core::{
+    answer::{Answer, ZoneOf},
     dns::message::Transport,
-    server::{
-        answer::{Answer, ZoneOf},
-        histogram::{AtomicHistogram, HistogramSnapshot},
-    },
 };
+
+use crate::server::histogram::{AtomicHistogram, HistogramSnapshot};
 
 /// Forward zones counted apart in the requests by zone (by table id); the others count as
 /// "other_zones".

@@ -21,16 +21,16 @@ use tokio::{
 };
 use tracing::debug;
 
-use crate::{
+use hostport_dns_core::{
+    answer::TCP_IDLE_TIMEOUT,
     dns::message::{Transport, asks_transfer},
-    server::{
-        Shared,
-        gate::Client,
-        limits::{
-            DEFAULT_CLIENT_PREFIX_V6, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_CLIENT, IDLE_TIMEOUT,
-        },
-        stats::TcpClose,
-    },
+};
+
+use crate::server::{
+    Shared,
+    gate::Client,
+    limits::{DEFAULT_CLIENT_PREFIX_V6, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_CLIENT},
+    stats::TcpClose,
 };
 
 /// An answer the client does not take within this long closes the connection.
@@ -198,7 +198,7 @@ async fn serve_connection(
     let mut buf = Vec::with_capacity(512);
     for _ in 0..MAX_QUERIES {
         // The idle timer runs from the last answer, but never past the connection's lifetime.
-        let deadline = (Instant::now() + IDLE_TIMEOUT).min(closes_at);
+        let deadline = (Instant::now() + TCP_IDLE_TIMEOUT).min(closes_at);
         // Between queries, the agent's stop closes the connection (RFC 7766 §6.2.3 lets a
         // server close idle connections; the client reconnects, to the agent beside this one).
         // A query already there is read (and answered) first.

@@ -15,10 +15,9 @@ use std::{
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{debug, warn};
 
-use crate::{
-    dns::message::Transport,
-    server::{Shared, gate::Client},
-};
+use hostport_dns_core::dns::message::Transport;
+
+use crate::server::{Shared, gate::Client};
 
 /// Largest datagram read: a query longer than this is not a DNS query we answer.
 const MAX_QUERY: usize = 4096;

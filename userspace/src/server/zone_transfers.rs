@@ -3,7 +3,7 @@
 
 use std::{net::IpAddr, sync::Arc};
 
-use crate::{
+use hostport_dns_core::{
     dns::{WireName, message::Transport},
     table::RecordTable,
 };

@@ -23,10 +23,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::{
-    sources::Snapshot,
-    zone::{ZoneEntry, check_zones_do_not_overlap},
-};
+use hostport_dns_core::zone::check_zones_do_not_overlap;
+
+use crate::{sources::Snapshot, zone_entry::ZoneEntry};
 
 /// The example served when no source is configured: `cargo xtask run` answers from it.
 pub const EMBEDDED_DEFAULT: &str = include_str!("default-records.yaml");

@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Instant};
 
 use hickory_proto::rr::Name;
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
     records::{RecordGroup, SourceRecord},
     zone::ZoneSpec,

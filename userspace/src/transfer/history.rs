@@ -13,7 +13,7 @@ use hickory_proto::rr::Name;
 use rustc_hash::FxHashSet;
 
 use super::zone_data::ServedZone;
-use crate::{dns::WireName, table::RecordTable};
+use hostport_dns_core::{dns::WireName, table::RecordTable};
 
 /// What the old versions may hold apart from the newest.
 pub const HISTORY_BYTES: usize = 16 << 20;
@@ -162,7 +162,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
+    use hostport_dns_core::{
         records::{RecordData, SourceRecord},
         table::TableBuilder,
         zone::ZoneSpec,

@@ -30,14 +30,17 @@ use tracing::{debug, info, warn};
 
 pub use config::TransferConfig;
 
-use crate::{
+use hostport_dns_core::{
     dns::{
         WireName,
         message::{Transport, UdpCeiling, response_to},
     },
+    table::RecordTable,
+};
+
+use crate::{
     serials::serial_gt,
     server::zone_transfers::{SignedAnswer, ZoneTransfers},
-    table::RecordTable,
     transfer::{
         history::{Found, History},
         stats::{Outcome, TransferStats},

@@ -28,7 +28,7 @@ use super::{
     tsig::{self, unix_now},
     zone_data::ServedZone,
 };
-use crate::table::RecordTable;
+use hostport_dns_core::table::RecordTable;
 
 /// How long the first attempt waits for its answer; each retry waits twice as long.
 const FIRST_WAIT: Duration = Duration::from_secs(1);
@@ -172,5 +172,5 @@ async fn exchange(
 
 /// A message ID no off-path sender can guess.
 fn rand_id() -> u16 {
-    crate::clients::cookies::random_u64() as u16
+    hostport_dns_core::cookies::random_u64() as u16
 }

@@ -14,10 +14,10 @@ use super::{
     config::{AllowEntry, KeyConfig, TransferConfig},
     tsig,
 };
-use crate::{
+use crate::server::zone_transfers::{SignedAnswer, ZoneTransfers};
+use hostport_dns_core::{
     dns::message::{Transport, asks_transfer},
     records::{RecordData, SourceRecord},
-    server::zone_transfers::{SignedAnswer, ZoneTransfers},
     table::{RecordTable, TableBuilder},
     zone::ZoneSpec,
 };
@@ -101,7 +101,7 @@ fn table(builder: &mut TableBuilder, serial: u32) -> Arc<RecordTable> {
 fn table_and_changes(
     builder: &mut TableBuilder,
     serial: u32,
-) -> (Arc<RecordTable>, Vec<crate::dns::WireName>) {
+) -> (Arc<RecordTable>, Vec<hostport_dns_core::dns::WireName>) {
     let changed = builder.finish();
     builder.assign_serials(|_| serial);
     (Arc::new(builder.table().clone()), changed)
@@ -329,7 +329,7 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
     let v1 = table(&mut builder, 10);
     let mut respond =
-        || crate::server::answer::respond(&signed, Some(&v1), Transport::Udp).map(|a| a.bytes);
+        || hostport_dns_core::answer::respond(&signed, Some(&v1), Transport::Udp).map(|a| a.bytes);
     let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed, &mut respond) else {
         panic!("a signed answer");
     };
@@ -355,8 +355,9 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
     // Any other signed query is answered signed too (RFC 8945 §5.3).
     let (signed_a, mac) =
         tsig::sign_request(&good, request(RecordType::A, None), tsig::unix_now()).unwrap();
-    let mut respond =
-        || crate::server::answer::respond(&signed_a, Some(&v1), Transport::Udp).map(|a| a.bytes);
+    let mut respond = || {
+        hostport_dns_core::answer::respond(&signed_a, Some(&v1), Transport::Udp).map(|a| a.bytes)
+    };
     let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed_a, &mut respond) else {
         panic!("a signed answer to a signed A query");
     };

@@ -9,13 +9,15 @@ use std::net::IpAddr;
 
 use hickory_proto::rr::{Name, RData, Record, rdata::PTR};
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
-    table::render::{
-        addresses_a, addresses_aaaa, name_server_records, ptr_ttl, reverse_zone, soa_record,
-        srv_records,
+    table::{
+        Network, Node, RecordTable, Zone,
+        render::{
+            addresses_a, addresses_aaaa, name_server_records, ptr_ttl, reverse_zone, soa_record,
+            srv_records,
+        },
     },
-    table::{Network, Node, RecordTable, Zone},
 };
 
 /// A zone a transfer can be asked for.

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::{
     config_schema::{DomainName, KeyName, SocketAddress},
-    dns::grammar::{RelativeName, parse_name},
+    name_grammar::{RelativeName, parse_name},
     transfer::config::TransferConfig,
 };
 

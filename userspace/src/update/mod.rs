@@ -37,10 +37,10 @@ use self::{
     plan::{Rrsets, batches, name_update},
     sender::Outcome,
 };
-use crate::{
+use crate::transfer::{Transfers, zone_data::ServedZone};
+use hostport_dns_core::{
     dns::WireName,
     table::{RecordTable, Zone},
-    transfer::{Transfers, zone_data::ServedZone},
 };
 
 /// The first wait after a failed exchange; each next one twice as long, up to [`MAX_BACKOFF`].
@@ -559,21 +559,21 @@ fn current(table: &RecordTable, zone: &Zone, name: &Name, ttl: Option<u32>) -> R
 
 /// A message ID no off-path sender can guess.
 fn rand_id() -> u16 {
-    crate::clients::cookies::random_u64() as u16
+    hostport_dns_core::cookies::random_u64() as u16
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        records::{RecordData, SourceRecord},
-        table::TableBuilder,
-        zone::ZoneSpec,
-    };
     use hickory_proto::{
         op::{Message, MessageType, OpCode, ResponseCode},
         rr::{DNSClass, RecordType},
         serialize::binary::BinDecodable,
+    };
+    use hostport_dns_core::{
+        records::{RecordData, SourceRecord},
+        table::TableBuilder,
+        zone::ZoneSpec,
     };
     use tokio::{
         io::{AsyncReadExt, AsyncWriteExt},

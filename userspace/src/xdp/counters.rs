@@ -242,7 +242,7 @@ impl ZoneCounters {
             }
             let hash = hostport_dns_common::hash::name_hash(
                 self.seed,
-                crate::dns::WireName::from_lower(&apex).as_bytes(),
+                hostport_dns_core::dns::WireName::from_lower(&apex).as_bytes(),
             );
             let taken: std::collections::BTreeSet<u16> = self.slots.values().copied().collect();
             let slot = match self.adopted.remove(&hash) {

@@ -26,10 +26,9 @@ use hostport_dns_common::{
     },
 };
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
-    table::render::negative_soa_record,
-    table::{Node, Zone},
+    table::{Node, Zone, render::negative_soa_record},
 };
 
 /// A name in kernel form: the entry of the size it needs, or none (userspace answers it).
@@ -277,13 +276,13 @@ fn shares_suffix_outside(zone: &Zone) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
+    use hickory_proto::rr::Name;
+    use hostport_dns_common::limits::NAME_PAYLOAD_LEN;
+    use hostport_dns_core::{
         records::{RecordData, SourceRecord},
         table::RecordTable,
         zone::ZoneSpec,
     };
-    use hickory_proto::rr::Name;
-    use hostport_dns_common::limits::NAME_PAYLOAD_LEN;
 
     fn name(s: &str) -> Name {
         Name::from_ascii(s).unwrap()

@@ -26,18 +26,16 @@ use tracing::warn;
 
 pub use crate::xdp::{map_error::WriteError, readers::Waited};
 
-use crate::{
-    dns::WireName,
-    table::RecordTable,
-    xdp::{
-        counters::ZoneCounters,
-        entries,
-        hostset::HostAddresses,
-        layout::{Dirty, Layout, View},
-        map_error::{map_err, take},
-        readers::Readers,
-        shared::{SharedArray, bytes_of},
-    },
+use hostport_dns_core::{dns::WireName, table::RecordTable};
+
+use crate::xdp::{
+    counters::ZoneCounters,
+    entries,
+    hostset::HostAddresses,
+    layout::{Dirty, Layout, View},
+    map_error::{map_err, take},
+    readers::Readers,
+    shared::{SharedArray, bytes_of},
 };
 
 /// What one publication changed, counted in the generation it switched to.
@@ -107,7 +105,7 @@ pub struct MapWriter {
 
 /// A zone entry and what it was made from.
 struct CachedZone {
-    spec: crate::zone::ZoneSpec,
+    spec: hostport_dns_core::zone::ZoneSpec,
     serial: u32,
     counter: u32,
     entry: ZoneEntry,
@@ -441,7 +439,12 @@ impl MapWriter {
     }
 
     /// Zone `id`'s entry: the cached one, patched for a new serial, or a new encoding.
-    fn zone_entry(&mut self, id: u32, zone: &crate::table::Zone, counter: u32) -> ZoneEntry {
+    fn zone_entry(
+        &mut self,
+        id: u32,
+        zone: &hostport_dns_core::table::Zone,
+        counter: u32,
+    ) -> ZoneEntry {
         let slot = &mut self.zone_cache[id as usize];
         if let Some(cached) = slot.as_mut()
             && cached.spec == zone.spec
@@ -657,7 +660,7 @@ fn admitted_zone<'t>(
     table: &'t RecordTable,
     admitted: &[bool],
     id: u32,
-) -> Option<&'t crate::table::Zone> {
+) -> Option<&'t hostport_dns_core::table::Zone> {
     admitted
         .get(id as usize)
         .copied()

@@ -15,10 +15,10 @@ use hostport_dns_common::generation::Capacity;
 use rustc_hash::FxHashSet;
 use tracing::{info, warn};
 
+use hostport_dns_core::{dns::WireName, table::RecordTable};
+
 use crate::{
-    dns::WireName,
     liveness::Alive,
-    table::RecordTable,
     xdp::{
         hostset::HostAddresses,
         writer::{Change, MapWriter, WriteError, WriteStats},

@@ -8,14 +8,18 @@ use std::{
 
 use hickory_proto::rr::Name;
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
-    dns::grammar::host_label,
     records::{RecordData, SourceRecord, Srv},
-    sources::kube::config::{
-        AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress, PodSource,
-    },
+};
+
+use crate::{
+    name_grammar::host_label,
     sources::kube::{
+        config::{
+            AddressSource, AddressType, DottedLabelValues, EndpointSliceSource, PodAddress,
+            PodSource,
+        },
         model::{EndpointInfo, NodeInfo, PodInfo, SliceInfo},
         public,
     },

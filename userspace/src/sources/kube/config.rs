@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use crate::{
     config_schema as schema,
-    dns::grammar::{DnsName, RelativeName},
+    name_grammar::{DnsName, RelativeName},
     sources::kube::{
         access::KubernetesAccess,
         api_health::config::{HealthProbe, HealthProbeEntry},

@@ -14,11 +14,10 @@ use std::{
 
 use tracing::{info, warn};
 
+use hostport_dns_core::{dns::WireName, records::RecordGroup};
+
 use crate::{
-    dns::WireName,
     metrics::{Metrics, OutputLabel, ReasonLabel},
-    records::RecordGroup,
-    sources::kube::config::{AddressSource, EndpointSliceSource, KubeConfig, PodSource},
     sources::{
         GroupKey, Snapshot,
         kube::{
@@ -27,6 +26,7 @@ use crate::{
                 Skipped, endpoint_addresses, endpoint_addresses_without, endpoint_records,
                 pod_name, pod_records, probe_targets, topology_records,
             },
+            config::{AddressSource, EndpointSliceSource, KubeConfig, PodSource},
             model::{NodeInfo, Placement, PodInfo, SliceInfo},
             node_state::NodeStates,
             store::Store,

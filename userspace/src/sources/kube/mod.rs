@@ -48,15 +48,16 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use hostport_dns_core::records::RecordGroup;
+
 use crate::{
     health::Health,
     metrics::{Metrics, ServerLabel, SourceErrorLabel, SourceLabel},
-    records::RecordGroup,
-    sources::kube::config::KubeConfig,
     sources::{
         Delta, GroupKey, Snapshot, Update,
         kube::{
             api_health::Probers,
+            config::KubeConfig,
             failover::{Failover, Move, another_server_may_help},
             groups::State,
             watch_state::{Transition, WatchState, failure_reason},

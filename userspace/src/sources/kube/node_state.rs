@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use tracing::{info, warn};
 
 use crate::{
-    dns::grammar::host_label,
     metrics::{Metrics, ReasonLabel},
+    name_grammar::host_label,
     sources::kube::{
         model::{NodeInfo, Placement},
         node_rules::Exclusion,

@@ -18,11 +18,12 @@ use anyhow::Context;
 use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize, Serializer, ser::SerializeStruct};
 
-use crate::{
+use hostport_dns_core::{
     dns::WireName,
     records::{RecordData, RecordGroup, SourceRecord, Srv},
-    sources::GroupKey,
 };
+
+use crate::sources::GroupKey;
 
 /// The format's version: a file of another version is not read.
 const FORMAT: u32 = 2;

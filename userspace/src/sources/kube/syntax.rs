@@ -2,7 +2,7 @@
 //! configuration names (`apimachinery/pkg/util/validation`): checked at start, so that a typo
 //! is an error naming the field, not a watch the API server rejects over and over.
 
-use crate::dns::grammar::{Underscore, check_label};
+use crate::name_grammar::{Underscore, check_label};
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name.
 pub fn check_label_key(key: &str) -> Result<(), String> {

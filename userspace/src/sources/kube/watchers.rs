@@ -21,9 +21,8 @@ use kube::{
     runtime::{WatchStreamExt, utils::Backoff, watcher},
 };
 
-use crate::{
-    sources::kube::config::KubeConfig,
-    sources::kube::{contact::watch_key, model::SERVICE_NAME_LABEL, watch_state::WatcherId},
+use crate::sources::kube::{
+    config::KubeConfig, contact::watch_key, model::SERVICE_NAME_LABEL, watch_state::WatcherId,
 };
 
 /// Watch restarts back off from this...

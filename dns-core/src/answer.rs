@@ -19,18 +19,19 @@ use hickory_proto::{
 };
 use hostport_dns_common::dns::{FLAG_QR, FLAG_RD, FLAG_TC, HEADER_LEN, OPCODE_MASK, RCODE_MASK};
 
-use std::net::IpAddr;
+use std::{net::IpAddr, time::Duration};
 
 use hostport_dns_common::policy::RateClass;
 
 use crate::{
-    clients::cookies::{CookieState, Cookies},
+    cookies::{CookieState, Cookies},
     dns::{
         encode,
         framing::{self, RecordAt},
         message::{Transport, UdpCeiling, response_to},
     },
-    server::{identity::Identity, rotation::Rotation},
+    identity::Identity,
+    rotation::Rotation,
     table::{
         Node, RecordTable, Zone,
         render::{
@@ -462,6 +463,10 @@ fn add_extended_error(response: &mut Message, error: ExtendedError) {
     }
 }
 
+/// A TCP connection with no query for this long is closed (RFC 7766 §6.2.3 suggests seconds):
+/// the TCP server enforces it, and answers announce it (EDNS TCP keepalive).
+pub const TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// EDNS TCP keepalive (RFC 7828): a TCP query that carries the option learns how long the
 /// server keeps an idle connection (in units of 100 ms). Never over UDP (§3.2.1).
 fn announce_keepalive(request: &Message, response: &mut Message, transport: Transport) {
@@ -472,8 +477,7 @@ fn announce_keepalive(request: &Message, response: &mut Message, transport: Tran
     if transport != Transport::Tcp || !asked {
         return;
     }
-    let units =
-        (crate::server::limits::IDLE_TIMEOUT.as_millis() / 100).min(u128::from(u16::MAX)) as u16;
+    let units = (TCP_IDLE_TIMEOUT.as_millis() / 100).min(u128::from(u16::MAX)) as u16;
     if let Some(edns) = response.edns.as_mut() {
         edns.options_mut().insert(EdnsOption::Unknown(
             u16::from(EdnsCode::Keepalive),
@@ -785,13 +789,27 @@ mod tests {
     /// What libFuzzer found (issue 25): nine questions, FORMERR, which once took 585 bytes over
     /// UDP without EDNS. Kept as a fuzz seed too.
     const NINE_QUESTIONS: &[u8] =
-        include_bytes!("../../../fuzz/seeds/regression-nine-questions-over-udp.bin");
+        include_bytes!("../../fuzz/seeds/regression-nine-questions-over-udp.bin");
+
+    /// The zone `prod.coreha.example` with `www` at `addresses`.
+    fn table_with_www(addresses: &[&str]) -> RecordTable {
+        let zone = crate::zone::ZoneSpec::with_defaults(
+            Name::from_ascii("prod.coreha.example.").expect("a name"),
+        );
+        let owner = Name::from_ascii("www.prod.coreha.example.").expect("a name");
+        let records: Vec<crate::records::SourceRecord> = addresses
+            .iter()
+            .map(|a| {
+                let address: IpAddr = a.parse().expect("an address");
+                crate::records::SourceRecord::new(&owner, None, address.into())
+            })
+            .collect();
+        RecordTable::compile(&[zone], &records).0
+    }
 
     #[test]
     fn no_udp_answer_exceeds_what_a_query_without_edns_allows() {
-        let zones = "zones:\n  - name: prod.coreha.example\n    records:\n      www: [198.18.200.1, \"2001:db8::5\"]\n";
-        let snapshot = crate::sources::file::parse(zones, "zones".as_ref()).expect("zones");
-        let table = RecordTable::compile(&snapshot.zones, snapshot.records()).0;
+        let table = table_with_www(&["198.18.200.1", "2001:db8::5"]);
         let cookies = Cookies::with_secrets(vec![[7; 16]]);
         let identity = Identity::new("cp-1.test".into(), true, true).expect("an identity");
         for shape in [Shape::Full, Shape::Slip, Shape::BadCookie, Shape::Refused] {
@@ -840,10 +858,7 @@ mod tests {
     }
 
     fn answered(query: &[u8], transport: Transport) -> Message {
-        let zones =
-            "zones:\n  - name: prod.coreha.example\n    records:\n      www: 198.18.200.1\n";
-        let snapshot = crate::sources::file::parse(zones, "zones".as_ref()).expect("zones");
-        let table = RecordTable::compile(&snapshot.zones, snapshot.records()).0;
+        let table = table_with_www(&["198.18.200.1"]);
         let cookies = Cookies::with_secrets(vec![[7; 16]]);
         let asker = Asker {
             client: Some("198.18.0.2".parse().expect("an address")),

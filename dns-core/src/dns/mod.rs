@@ -1,12 +1,11 @@
-//! DNS itself, apart from what this server does with it: the grammar of names ([`grammar`]),
-//! the compact form every name of the table is held in ([`wire_name`]), and the response
+//! DNS itself, apart from what this server does with it: the compact form every name of the
+//! table is held in ([`wire_name`]), the response
 //! skeleton and transports ([`message`]), the framing of messages hickory-proto refuses
 //! ([`framing`]), and the encoding of responses too large for hickory-proto's compression
 //! ([`encode`]).
 
 pub mod encode;
 pub mod framing;
-pub mod grammar;
 pub mod message;
 pub mod wire_name;
 

@@ -16,7 +16,6 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use serde::Deserialize;
 use siphasher::sip::SipHasher24;
 
 /// A client cookie's length (RFC 7873 §4).
@@ -32,31 +31,6 @@ const VERSION: u8 = 1;
 /// valid.
 const MAX_AGE_SECONDS: i64 = 3600;
 const MAX_AHEAD_SECONDS: i64 = 300;
-
-/// `clients.cookies` in the configuration.
-#[derive(Clone, Debug, Deserialize, schemars::JsonSchema, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct CookieConfig {
-    /// Answer with server cookies and check returned ones.
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    /// The shared secrets (the chart mounts a Secret here). Without it, a random secret per
-    /// process: cookies then stay valid only while the same agent answers.
-    pub secret_file: Option<PathBuf>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl Default for CookieConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            secret_file: None,
-        }
-    }
-}
 
 /// What a query's COOKIE option says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,15 +77,15 @@ pub struct Cookies {
 }
 
 impl Cookies {
-    /// Cookies with the secrets of `config` (a random one without a file).
-    pub fn new(config: &CookieConfig) -> Result<Self, SecretError> {
-        let secrets = match &config.secret_file {
+    /// Cookies with the secrets of `secret_file` (a random one without a file).
+    pub fn new(secret_file: Option<PathBuf>) -> Result<Self, SecretError> {
+        let secrets = match &secret_file {
             Some(path) => read_secrets(path)?,
             None => Secrets(vec![random_secret()]),
         };
         Ok(Self {
             secrets: ArcSwap::from_pointee(secrets),
-            file: config.secret_file.clone(),
+            file: secret_file,
         })
     }
 
@@ -204,7 +178,7 @@ fn hash(secret: &[u8; 16], client_cookie: &[u8; 8], head: &[u8], client: IpAddr)
     let mut hasher = SipHasher24::new_with_key(secret);
     hasher.write(client_cookie);
     hasher.write(head);
-    match crate::clients::prefixes::canonical(client) {
+    match client.to_canonical() {
         IpAddr::V4(a) => hasher.write(&a.octets()),
         IpAddr::V6(a) => hasher.write(&a.octets()),
     }
