@@ -367,24 +367,30 @@ mod tests {
 
     /// The XDP program builds for another architecture than the agent's (the cfg aya-ebpf
     /// reads), exactly as the agent's build script builds it: a BPF object with the program.
+    /// This machine's architecture is built by the agent's build script, whose object every
+    /// XDP test runs.
     #[test]
-    fn the_xdp_object_builds_for_x86_64_and_aarch64() {
+    fn the_xdp_object_builds_for_the_other_architecture() {
         let root = cmd::workspace_root();
-        let mut programs = Vec::new();
-        for arch in ["x86_64", "aarch64"] {
-            let target_dir = root.join(format!("target/ebpf-{arch}"));
-            let object = ebpf_object::build_ebpf_object(&root, &target_dir, None, arch, "little")
-                .unwrap_or_else(|e| panic!("{arch}: {e}"));
-            let bytes = std::fs::read(&object).expect("the object");
-            // ELF, 64-bit, little-endian, machine EM_BPF (247).
-            assert_eq!(&bytes[..4], b"\x7fELF", "{arch}");
-            assert_eq!(
-                u16::from_le_bytes([bytes[18], bytes[19]]),
-                247,
-                "{arch}: EM_BPF"
-            );
-            programs.push(bytes.windows(16).any(|w| w == b"hostport_dns_xdp"));
-        }
-        assert_eq!(programs, [true, true], "both objects carry the program");
+        let arch = if cfg!(target_arch = "aarch64") {
+            "x86_64"
+        } else {
+            "aarch64"
+        };
+        let target_dir = root.join(format!("target/ebpf-{arch}"));
+        let object = ebpf_object::build_ebpf_object(&root, &target_dir, None, arch, "little")
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+        let bytes = std::fs::read(&object).expect("the object");
+        // ELF, 64-bit, little-endian, machine EM_BPF (247).
+        assert_eq!(&bytes[..4], b"\x7fELF", "{arch}");
+        assert_eq!(
+            u16::from_le_bytes([bytes[18], bytes[19]]),
+            247,
+            "{arch}: EM_BPF"
+        );
+        assert!(
+            bytes.windows(16).any(|w| w == b"hostport_dns_xdp"),
+            "{arch}: the object carries the program"
+        );
     }
 }
