@@ -7,7 +7,7 @@
 //! size and the client's DO bit and nothing else.
 
 use hickory_proto::{
-    op::{Message, OpCode, Query, ResponseCode},
+    op::{self, Message, OpCode, ResponseCode},
     rr::{
         DNSClass, Name, RData, Record, RecordType,
         rdata::{
@@ -26,8 +26,7 @@ use hostport_dns_common::policy::RateClass;
 use crate::{
     cookies::{CookieState, Cookies},
     dns::{
-        encode,
-        framing::{self, RecordAt},
+        Query, encode,
         message::{Transport, UdpCeiling, response_to},
     },
     identity::Identity,
@@ -173,27 +172,28 @@ impl Asker<'_> {
     };
 }
 
-/// Answers one query. `None` means no answer at all: too short to carry an ID, or a response
-/// (answering those could start a loop between two servers).
-pub fn respond(query: &[u8], table: Option<&RecordTable>, transport: Transport) -> Option<Answer> {
-    respond_for(query, table, transport, &Asker::ANONYMOUS)
+/// Answers the query in `bytes` from nobody in particular (its view read here). `None` means no
+/// answer at all: too short to carry an ID, or a response (answering those could start a loop
+/// between two servers).
+pub fn respond(bytes: &[u8], table: Option<&RecordTable>, transport: Transport) -> Option<Answer> {
+    respond_for(&Query::read(bytes), table, transport, &Asker::ANONYMOUS)
 }
 
 /// Answers one query from `asker`.
 pub fn respond_for(
-    query: &[u8],
+    query: &Query,
     table: Option<&RecordTable>,
     transport: Transport,
     asker: &Asker,
 ) -> Option<Answer> {
-    if query.len() < HEADER_LEN {
-        return None;
-    }
-    let id = u16::from_be_bytes([query[0], query[1]]);
-    let flags = u16::from_be_bytes([query[2], query[3]]);
+    let flags = query.flags()?;
     if flags & FLAG_QR != 0 {
         return None;
     }
+    let id = query
+        .bytes()
+        .get(..2)
+        .map_or(0, |id| u16::from_be_bytes([id[0], id[1]]));
     let mut cookie = CookieState::Absent;
     let (request, mut response, rcode) = match parse(query) {
         Parsed::Whole(request) => {
@@ -288,7 +288,7 @@ fn rate_class(response: &Message) -> RateClass {
 /// with more than one is malformed (FORMERR, no cookie in the answer): a client has one client
 /// cookie per server, RFC 7873 §5.1 says how it sends that one, and answering one of several
 /// would pick a cookie the client may not be waiting for.
-fn cookie_state(request: &Message, query: &[u8], asker: &Asker) -> CookieState {
+fn cookie_state(request: &Message, query: &Query, asker: &Asker) -> CookieState {
     let (Some(cookies), Some(client)) = (asker.cookies, asker.client) else {
         return CookieState::Absent;
     };
@@ -297,24 +297,14 @@ fn cookie_state(request: &Message, query: &[u8], asker: &Asker) -> CookieState {
         .as_ref()
         .and_then(|edns| edns.options().get(EdnsCode::Cookie));
     match option {
-        Some(EdnsOption::Unknown(..)) if cookie_options(query) > 1 => CookieState::Malformed,
+        // hickory-proto keeps one option of each code: the view counts them.
+        Some(EdnsOption::Unknown(..)) if query.opt().is_some_and(|opt| opt.cookies > 1) => {
+            CookieState::Malformed
+        }
         Some(EdnsOption::Unknown(_, data)) => cookies.check(Some(data), client),
         Some(_) => CookieState::Malformed,
         None => CookieState::Absent,
     }
-}
-
-/// The COOKIE options in the query's OPT record (hickory-proto keeps one of each code).
-fn cookie_options(query: &[u8]) -> usize {
-    let layout = framing::read(query);
-    layout
-        .records
-        .as_deref()
-        .and_then(framing::opt_record)
-        .and_then(|opt| query.get(opt.data.clone()))
-        .map_or(0, |data| {
-            framing::option_count(data, u16::from(EdnsCode::Cookie))
-        })
 }
 
 /// A query with a client cookie gets it back with a fresh server cookie (RFC 7873 §5.2).
@@ -344,27 +334,22 @@ enum Parsed {
     Unreadable,
 }
 
-fn parse(bytes: &[u8]) -> Parsed {
-    let parsed = parse_as_is(bytes);
-    let layout = match parsed {
-        Parsed::Whole(message) if message.edns.is_some() => {
-            // hickory-proto reads an option running past its OPT record; Knot DNS does not.
-            let layout = framing::read(bytes);
-            if options_fit(bytes, &layout) {
-                return Parsed::Whole(message);
-            }
-            layout
+fn parse(query: &Query) -> Parsed {
+    match parse_as_is(query.bytes()) {
+        // hickory-proto reads an option running past its OPT record; Knot DNS does not.
+        Parsed::Whole(message)
+            if message.edns.is_none() || query.opt().is_some_and(|opt| opt.options_fit) =>
+        {
+            return Parsed::Whole(message);
         }
-        Parsed::Unreadable => framing::read(bytes),
+        Parsed::Whole(_) | Parsed::Unreadable => {}
         parsed => return parsed,
-    };
-    if let Some(records) = &layout.records
-        && let Some(repaired) = repaired_opt(bytes, records)
-    {
+    }
+    if let Some(repaired) = repaired_opt(query) {
         return repaired;
     }
-    match layout.question_end {
-        Some(end) => question_only(bytes, end),
+    match query.question() {
+        Some(question) => question_only(query.bytes(), question.end),
         None => Parsed::Unreadable,
     }
 }
@@ -383,11 +368,12 @@ fn parse_as_is(bytes: &[u8]) -> Parsed {
 /// whose content does not parse (a bad client subnet, say) are ignored, as the kernel ignores
 /// them (RFC 6891 §6.1.2 leaves unusable options to be skipped). Options that do not add up to
 /// the record's length are not repaired: that query is malformed (FORMERR, as Knot answers).
-fn repaired_opt(bytes: &[u8], records: &[RecordAt]) -> Option<Parsed> {
-    let opt = framing::opt_record(records)?;
-    if !framing::options_fit(bytes.get(opt.data.clone())?) {
+fn repaired_opt(query: &Query) -> Option<Parsed> {
+    let opt = query.opt()?;
+    if !opt.options_fit {
         return None;
     }
+    let bytes = query.bytes();
     if opt.owner.len() == 1 && opt.data.is_empty() {
         return None;
     }
@@ -413,19 +399,12 @@ fn repaired_opt(bytes: &[u8], records: &[RecordAt]) -> Option<Parsed> {
     }
 }
 
-/// Whether the options of the OPT record framed in `layout` add up to its length.
-fn options_fit(bytes: &[u8], layout: &framing::Framing) -> bool {
-    let opt = layout.records.as_deref().and_then(framing::opt_record);
-    opt.and_then(|opt| bytes.get(opt.data.clone()))
-        .is_some_and(framing::options_fit)
-}
-
 /// The header and the question alone, the question ending at `end`.
 fn question_only(bytes: &[u8], end: usize) -> Parsed {
     let mut decoder = BinDecoder::new(&bytes[..end]);
     let (Ok(header), Ok(query)) = (
         hickory_proto::op::Header::read(&mut decoder),
-        Query::read(&mut decoder),
+        op::Query::read(&mut decoder),
     ) else {
         return Parsed::Unreadable;
     };
@@ -557,7 +536,7 @@ fn fill(
 }
 
 fn answer_in_zone(
-    question: &Query,
+    question: &op::Query,
     zone: &Zone,
     table: &RecordTable,
     response: &mut Message,
@@ -647,7 +626,11 @@ impl AtName<'_> {
 
 /// PTR for the addresses the zones serve (as coreha does); any other name is not ours.
 /// A question outside the forward zones: a reverse zone's, or not ours (REFUSED).
-fn answer_reverse(question: &Query, table: &RecordTable, response: &mut Message) -> ResponseCode {
+fn answer_reverse(
+    question: &op::Query,
+    table: &RecordTable,
+    response: &mut Message,
+) -> ResponseCode {
     let found = table.reverse_zone_for(&question.name);
     let (Some((network, query, extra)), Some(zone)) = (found, reverse_zone(table, found)) else {
         response.metadata.authoritative = false;
@@ -820,8 +803,13 @@ mod tests {
                 identity: Some(&identity),
                 udp_ceiling: UdpCeiling::DEFAULT,
             };
-            let answer = respond_for(NINE_QUESTIONS, Some(&table), Transport::Udp, &asker)
-                .expect("an answer");
+            let answer = respond_for(
+                &Query::read(NINE_QUESTIONS),
+                Some(&table),
+                Transport::Udp,
+                &asker,
+            )
+            .expect("an answer");
             assert!(
                 answer.bytes.len() <= 512,
                 "{shape:?}: {}",
@@ -865,7 +853,8 @@ mod tests {
             cookies: Some(&cookies),
             ..Asker::ANONYMOUS
         };
-        let answer = respond_for(query, Some(&table), transport, &asker).expect("an answer");
+        let answer =
+            respond_for(&Query::read(query), Some(&table), transport, &asker).expect("an answer");
         Message::from_vec(&answer.bytes).expect("it parses")
     }
 

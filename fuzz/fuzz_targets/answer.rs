@@ -13,7 +13,10 @@ use hickory_proto::{
 use hostport_dns_core::{
     answer::{Asker, Shape, respond_for},
     cookies::Cookies,
-    dns::message::{Transport, UdpCeiling},
+    dns::{
+        Query,
+        message::{Transport, UdpCeiling},
+    },
     identity::Identity,
     records::{RecordData, SourceRecord, Srv},
     table::RecordTable,
@@ -79,6 +82,7 @@ fn identity() -> &'static Identity {
 fuzz_target!(|query: &[u8]| {
     let client: IpAddr = "198.18.0.2".parse().expect("an address");
     let parsed_query = Message::from_vec(query).ok();
+    let view = Query::read(query);
     for transport in [Transport::Udp, Transport::Tcp] {
         for shape in [Shape::Full, Shape::Slip, Shape::BadCookie, Shape::Refused] {
             let asker = Asker {
@@ -88,7 +92,7 @@ fuzz_target!(|query: &[u8]| {
                 identity: Some(identity()),
                 ..Asker::ANONYMOUS
             };
-            let Some(answer) = respond_for(query, Some(table()), transport, &asker) else {
+            let Some(answer) = respond_for(&view, Some(table()), transport, &asker) else {
                 // No answer only to what is not a query: too short for an ID, or a response.
                 assert!(
                     query.len() < 12 || query[2] & 0x80 != 0,

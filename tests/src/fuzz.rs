@@ -26,7 +26,7 @@ use hostport_dns::clients::{ClientsConfig, Outside, RateLimit};
 use hostport_dns_common::counters::{Counter, Verdict};
 use hostport_dns_core::{
     answer::{Asker, Shape, respond, respond_for},
-    dns::message::Transport,
+    dns::{Query, message::Transport},
 };
 
 use crate::{
@@ -755,7 +755,7 @@ fn check_answer(
     }
     if limited {
         let slip = respond_for(
-            &query.dns,
+            &Query::read(&query.dns),
             Some(&program.table),
             Transport::Udp,
             &Asker {

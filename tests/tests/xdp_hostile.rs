@@ -11,7 +11,7 @@ use hostport_dns::clients::{ClientsConfig, Outside, RateLimit};
 use hostport_dns_common::counters::Counter;
 use hostport_dns_core::{
     answer::{Asker, Shape, respond, respond_for},
-    dns::message::Transport,
+    dns::{Query, message::Transport},
 };
 use hostport_dns_tests::{
     netns::NetNs,
@@ -315,7 +315,7 @@ fn a_flooding_prefix_is_limited_with_slips_equal_to_userspaces_and_an_exempt_one
     };
     let program = Program::load_with_clients(ZONE, &local(), clients);
     let slip = respond_for(
-        &query(),
+        &Query::read(&query()),
         Some(&program.table),
         Transport::Udp,
         &Asker {

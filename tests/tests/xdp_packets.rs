@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use hostport_dns_common::{counters::Counter, limits::DEFAULT_UDP_MAX_PAYLOAD};
 use hostport_dns_core::{
     answer::{Asker, respond_for},
-    dns::message::Transport,
+    dns::{Query, message::Transport},
 };
 use hostport_dns_tests::{
     packet::{CLIENT_MAC, Frame, QueryBuilder, SERVER_MAC, parse_checked, wire},
@@ -125,7 +125,7 @@ impl Expect for Program {
             udp_ceiling: self.udp_ceiling,
             ..Asker::ANONYMOUS
         };
-        let userspace = respond_for(dns, Some(&self.table), Transport::Udp, &asker)
+        let userspace = respond_for(&Query::read(dns), Some(&self.table), Transport::Udp, &asker)
             .expect("userspace answers too");
         assert_eq!(
             hex(&parsed.dns),
@@ -348,7 +348,7 @@ fn real_client_queries_get_knots_answers() {
             // dig sends a client cookie: userspace answers it (with the server cookie).
             fx.passed(&frame.build(&capture.query), Counter::PassCookie);
             let userspace = respond_for(
-                &capture.query,
+                &Query::read(&capture.query),
                 Some(&fx.table),
                 Transport::Udp,
                 &userspace_asker,

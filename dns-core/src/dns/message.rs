@@ -1,13 +1,9 @@
-//! The skeleton every response starts from, the transport it travels by, and cheap looks at a
-//! query before it is parsed: shared by the query answers and the zone transfers.
+//! The skeleton every response starts from and the transport it travels by: shared by the
+//! query answers and the zone transfers.
 
-use hickory_proto::{
-    op::{Edns, Message, MessageType},
-    rr::RecordType,
-};
-use hostport_dns_common::{
-    dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK},
-    limits::{CLASSIC_UDP_PAYLOAD, DEFAULT_UDP_MAX_PAYLOAD, MAX_UDP_MAX_PAYLOAD},
+use hickory_proto::op::{Edns, Message, MessageType};
+use hostport_dns_common::limits::{
+    CLASSIC_UDP_PAYLOAD, DEFAULT_UDP_MAX_PAYLOAD, MAX_UDP_MAX_PAYLOAD,
 };
 
 /// How the answer travels: UDP answers are limited to what the client accepts.
@@ -77,42 +73,6 @@ pub fn response_to(request: &Message, ceiling: UdpCeiling) -> Message {
         response.set_edns(ours);
     }
     response
-}
-
-/// Whether `query` asks for a transfer: a query (QR clear, opcode QUERY) whose first question
-/// is of type AXFR or IXFR. A cheap look, before the message is parsed.
-pub fn asks_transfer(query: &[u8]) -> bool {
-    matches!(
-        question_type(query),
-        Some(RecordType::AXFR | RecordType::IXFR)
-    )
-}
-
-/// The most an answer to `query` may take over UDP under `ceiling` (an unreadable query: 512).
-pub fn udp_limit(query: &[u8], ceiling: UdpCeiling) -> usize {
-    ceiling.limit(super::framing::offered_payload(query))
-}
-
-/// The type of a query's one question (QR clear, opcode QUERY), read without parsing the
-/// message.
-pub fn question_type(query: &[u8]) -> Option<RecordType> {
-    if query.len() < HEADER_LEN + 5 {
-        return None;
-    }
-    let flags = u16::from_be_bytes([query[2], query[3]]);
-    if flags & (FLAG_QR | OPCODE_MASK) != 0 || query[4..6] != [0, 1] {
-        return None;
-    }
-    // The question's name, then its type.
-    let mut at = HEADER_LEN;
-    while let Some(&len) = query.get(at) {
-        if len == 0 || len & 0xc0 != 0 {
-            break;
-        }
-        at += 1 + usize::from(len);
-    }
-    let qtype = query.get(at + 1..at + 3)?;
-    Some(RecordType::from(u16::from_be_bytes([qtype[0], qtype[1]])))
 }
 
 #[cfg(test)]

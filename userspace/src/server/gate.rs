@@ -9,7 +9,10 @@ use hostport_dns_common::policy::Admission;
 use hostport_dns_core::{
     answer::{Answer, Asker, Shape},
     cookies::{CookieState, Cookies},
-    dns::message::{Transport, UdpCeiling},
+    dns::{
+        Query,
+        message::{Transport, UdpCeiling},
+    },
     identity::Identity,
 };
 
@@ -79,7 +82,7 @@ impl Gate {
     pub fn answer(
         &self,
         shared: &Shared,
-        query: &[u8],
+        query: &Query,
         transport: Transport,
         client: Client,
     ) -> Option<Answer> {
@@ -200,7 +203,13 @@ mod tests {
         let client = Client {
             addr: "198.18.0.2:5353".parse().unwrap(),
         };
-        let bytes = shared.answer_client(query, Transport::Udp, client).unwrap();
+        let bytes = shared
+            .answer_client(
+                &hostport_dns_core::dns::Query::read(query),
+                Transport::Udp,
+                client,
+            )
+            .unwrap();
         Message::from_vec(&bytes).unwrap()
     }
 

@@ -23,11 +23,7 @@ use self::zone_transfers::{SignedAnswer, ZoneTransfers};
 
 use hostport_dns_core::{
     answer,
-    dns::{
-        WireName,
-        framing::carries_tsig,
-        message::{Transport, asks_transfer, question_type, udp_limit},
-    },
+    dns::{Query, WireName, message::Transport},
     table::RecordTable,
 };
 
@@ -111,7 +107,7 @@ impl Shared {
     /// transfers configured: it is answered the ordinary way, REFUSED.
     pub fn transfer_stream(
         &self,
-        query: &[u8],
+        query: &Query,
         transport: Transport,
         client: gate::Client,
         emit: &mut dyn FnMut(Vec<u8>) -> bool,
@@ -119,7 +115,7 @@ impl Shared {
         let Some(transfers) = self.transfers.as_ref() else {
             return false;
         };
-        if !asks_transfer(query) || (transport == Transport::Udp && is_martian(client.addr)) {
+        if !query.asks_transfer() || (transport == Transport::Udp && is_martian(client.addr)) {
             return false;
         }
         let table = self.table.load_full();
@@ -131,18 +127,12 @@ impl Shared {
         self.table.load_full()
     }
 
-    /// Answers one query from the current table and counts it. Answers are cached per thread
-    /// for the current table: load balancers ask the same questions every second.
-    pub fn answer(&self, query: &[u8], transport: Transport) -> Option<Vec<u8>> {
-        let answer = self.answer_as(query, transport, &answer::Asker::ANONYMOUS)?;
-        self.stats.count(transport, &answer);
-        Some(answer.bytes)
-    }
-
     /// Answers a query from `client` as the client policy decides (`gate`), and counts it.
+    /// Answers are cached per thread for the current table: load balancers ask the same
+    /// questions every second.
     pub fn answer_client(
         &self,
-        query: &[u8],
+        query: &Query,
         transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
@@ -150,7 +140,7 @@ impl Shared {
         let answer = self.answer_client_unmeasured(query, transport, client);
         self.stats.observe(
             transport,
-            query.len(),
+            query.bytes().len(),
             answer.as_ref().map(Vec::len),
             started.elapsed(),
         );
@@ -159,7 +149,7 @@ impl Shared {
 
     fn answer_client_unmeasured(
         &self,
-        query: &[u8],
+        query: &Query,
         transport: Transport,
         client: gate::Client,
     ) -> Option<Vec<u8>> {
@@ -174,13 +164,13 @@ impl Shared {
     /// answered the ordinary way; Some(None): theirs, but nothing could be made.
     fn answer_by_transfers(
         &self,
-        query: &[u8],
+        query: &Query,
         transport: Transport,
         client: gate::Client,
     ) -> Option<Option<answer::Answer>> {
         let transfers = self.transfers.as_ref()?;
-        let qtype = question_type(query);
-        if transport == Transport::Udp && asks_transfer(query) {
+        let qtype = query.question_type();
+        if transport == Transport::Udp && query.asks_transfer() {
             let mut first = None;
             let table = self.table.load_full();
             let handled = transfers.stream(
@@ -195,7 +185,7 @@ impl Shared {
             );
             return handled.then(|| first.map(|bytes| answer::Answer::made(bytes, qtype)));
         }
-        if !carries_tsig(query) {
+        if !query.carries_tsig() {
             return None;
         }
         // Signed answers are made for one query: never cached. Over UDP one that does not fit
@@ -219,7 +209,7 @@ impl Shared {
         if transport == Transport::Udp
             && bytes
                 .as_ref()
-                .is_some_and(|b| b.len() > udp_limit(query, self.gate.udp_ceiling))
+                .is_some_and(|b| b.len() > self.gate.udp_ceiling.limit(query.offered_payload()))
         {
             bytes = signed(answer::Shape::Slip)?;
         }
@@ -229,7 +219,7 @@ impl Shared {
     /// The answer for `asker`, from the cache when it is not made for the asker alone.
     fn answer_as(
         &self,
-        query: &[u8],
+        query: &Query,
         transport: Transport,
         asker: &answer::Asker,
     ) -> Option<answer::Answer> {
@@ -241,6 +231,6 @@ impl Shared {
             return respond();
         }
         let generation = self.generation.load(Ordering::Acquire);
-        cache::lookup_or_insert(generation, query, transport, respond)
+        cache::lookup_or_insert(generation, query.bytes(), transport, respond)
     }
 }

@@ -23,7 +23,7 @@ use tracing::debug;
 
 use hostport_dns_core::{
     answer::TCP_IDLE_TIMEOUT,
-    dns::message::{Transport, asks_transfer},
+    dns::{Query, message::Transport},
 };
 
 use crate::server::{
@@ -221,14 +221,16 @@ async fn serve_connection(
         }
         // Refuse mode serves a client outside the allow-list REFUSED, transfers included.
         let admitted = || shared.gate.policy.grants(client.addr.ip()).allowed;
-        if asks_transfer(&buf) && shared.transfers.is_some() && admitted() {
+        // The query's view, read once here: every step after reads it.
+        let query = Query::read(&buf);
+        if query.asks_transfer() && shared.transfers.is_some() && admitted() {
             match transfer(&mut stream, shared, &buf, client).await {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(close) => return close,
             }
         }
-        let Some(answer) = shared.answer_client(&buf, Transport::Tcp, client) else {
+        let Some(answer) = shared.answer_client(&query, Transport::Tcp, client) else {
             continue;
         };
         if let Err(close) = send(&mut stream, &answer).await {
@@ -252,7 +254,10 @@ async fn transfer(
 ) -> Result<bool, TcpClose> {
     let (sender, mut messages) = tokio::sync::mpsc::channel::<Vec<u8>>(TRANSFER_QUEUE);
     let (query, transferring) = (query.to_vec(), shared.clone());
+    // The maker's thread owns a copy of the bytes and reads its own view of them (a transfer
+    // is made of a whole zone: a second read of one query's framing is nothing beside it).
     let maker = tokio::task::spawn_blocking(move || {
+        let query = Query::read(&query);
         transferring.transfer_stream(&query, Transport::Tcp, client, &mut |message| {
             sender.blocking_send(message).is_ok()
         })

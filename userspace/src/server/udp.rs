@@ -15,7 +15,7 @@ use std::{
 use socket2::{Domain, Protocol, Socket, Type};
 use tracing::{debug, warn};
 
-use hostport_dns_core::dns::message::Transport;
+use hostport_dns_core::dns::{Query, message::Transport};
 
 use crate::server::{Shared, gate::Client};
 
@@ -171,9 +171,9 @@ fn serve_socket(socket: &Socket, shared: &Shared) {
                     {
                         panic!("{PANIC_ON_ENV}: a query carries {text:?}");
                     }
-                    if let Some(answer) =
-                        shared.answer_client(batch.query(i), Transport::Udp, client)
-                    {
+                    // The query's view, read once here: every step after reads it.
+                    let query = Query::read(batch.query(i));
+                    if let Some(answer) = shared.answer_client(&query, Transport::Udp, client) {
                         answers.push((answer, i));
                     }
                 }

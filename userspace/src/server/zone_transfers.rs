@@ -4,7 +4,7 @@
 use std::{net::IpAddr, sync::Arc};
 
 use hostport_dns_core::{
-    dns::{WireName, message::Transport},
+    dns::{Query, WireName, message::Transport},
     table::RecordTable,
 };
 
@@ -26,7 +26,7 @@ pub trait ZoneTransfers: Send + Sync {
     /// (which says false when the client is gone). False: not a transfer request.
     fn stream(
         &self,
-        query: &[u8],
+        query: &Query,
         table: Option<&RecordTable>,
         client: IpAddr,
         transport: Transport,
@@ -37,7 +37,7 @@ pub trait ZoneTransfers: Send + Sync {
     /// `respond` makes the ordinary one.
     fn answer_signed(
         &self,
-        query: &[u8],
+        query: &Query,
         respond: &mut dyn FnMut() -> Option<Vec<u8>>,
     ) -> SignedAnswer;
 }

@@ -32,7 +32,7 @@ pub use config::TransferConfig;
 
 use hostport_dns_core::{
     dns::{
-        WireName,
+        Query, WireName,
         message::{Transport, UdpCeiling, response_to},
     },
     table::RecordTable,
@@ -147,10 +147,16 @@ impl Transfers {
         transport: Transport,
     ) -> Option<Vec<Vec<u8>>> {
         let mut messages = Vec::new();
-        let handled = self.stream(query, table, client, transport, &mut |message| {
-            messages.push(message);
-            true
-        });
+        let handled = self.stream(
+            &Query::read(query),
+            table,
+            client,
+            transport,
+            &mut |message| {
+                messages.push(message);
+                true
+            },
+        );
         handled.then_some(messages)
     }
 
@@ -313,7 +319,7 @@ impl ZoneTransfers for Transfers {
     /// held as records or messages at once. False: not a transfer request.
     fn stream(
         &self,
-        query: &[u8],
+        query: &Query,
         table: Option<&RecordTable>,
         client: IpAddr,
         transport: Transport,
@@ -324,7 +330,8 @@ impl ZoneTransfers for Transfers {
             sent += message.len();
             emit(message)
         };
-        let Some(kind) = self.respond_to(query, table, client, transport, &mut counted) else {
+        let Some(kind) = self.respond_to(query.bytes(), table, client, transport, &mut counted)
+        else {
             return false;
         };
         self.stats.sent(kind.label(), sent);
@@ -337,9 +344,10 @@ impl ZoneTransfers for Transfers {
     /// way.
     fn answer_signed(
         &self,
-        query: &[u8],
+        query: &Query,
         respond: &mut dyn FnMut() -> Option<Vec<u8>>,
     ) -> SignedAnswer {
+        let query = query.bytes();
         let Ok(request) = Message::from_bytes(query) else {
             return SignedAnswer::NotSigned;
         };

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::server::zone_transfers::{SignedAnswer, ZoneTransfers};
 use hostport_dns_core::{
-    dns::message::{Transport, asks_transfer},
+    dns::{self, message::Transport},
     records::{RecordData, SourceRecord},
     table::{RecordTable, TableBuilder},
     zone::ZoneSpec,
@@ -137,10 +137,11 @@ fn answers(messages: &[Message]) -> Vec<String> {
 #[test]
 fn the_cheap_look_finds_transfers_only() {
     let bytes = |m: &Message| m.to_vec().unwrap();
-    assert!(asks_transfer(&bytes(&request(RecordType::AXFR, None))));
-    assert!(asks_transfer(&bytes(&request(RecordType::IXFR, Some(1)))));
-    assert!(!asks_transfer(&bytes(&request(RecordType::SOA, None))));
-    assert!(!asks_transfer(&[0u8; 12]));
+    let asks = |bytes: &[u8]| dns::Query::read(bytes).asks_transfer();
+    assert!(asks(&bytes(&request(RecordType::AXFR, None))));
+    assert!(asks(&bytes(&request(RecordType::IXFR, Some(1)))));
+    assert!(!asks(&bytes(&request(RecordType::SOA, None))));
+    assert!(!asks(&[0u8; 12]));
 }
 
 #[test]
@@ -330,7 +331,9 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
     let v1 = table(&mut builder, 10);
     let mut respond =
         || hostport_dns_core::answer::respond(&signed, Some(&v1), Transport::Udp).map(|a| a.bytes);
-    let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed, &mut respond) else {
+    let SignedAnswer::Answer(Some(answer)) =
+        t.answer_signed(&dns::Query::read(&signed), &mut respond)
+    else {
         panic!("a signed answer");
     };
     tsig::verify_response(&good, &answer, &mac, tsig::unix_now()).unwrap();
@@ -338,7 +341,9 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
     let wrong = signer(b"wrong", "transfer-key.");
     let (bad, _) =
         tsig::sign_request(&wrong, request(RecordType::SOA, None), tsig::unix_now()).unwrap();
-    let SignedAnswer::Answer(Some(refused)) = t.answer_signed(&bad, &mut ordinary) else {
+    let SignedAnswer::Answer(Some(refused)) =
+        t.answer_signed(&dns::Query::read(&bad), &mut ordinary)
+    else {
         panic!("an error answer");
     };
     let refused = Message::from_bytes(&refused).unwrap();
@@ -349,7 +354,7 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
     );
     let unsigned = request(RecordType::SOA, None).to_vec().unwrap();
     assert!(matches!(
-        t.answer_signed(&unsigned, &mut ordinary),
+        t.answer_signed(&dns::Query::read(&unsigned), &mut ordinary),
         SignedAnswer::NotSigned
     ));
     // Any other signed query is answered signed too (RFC 8945 §5.3).
@@ -358,7 +363,9 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
     let mut respond = || {
         hostport_dns_core::answer::respond(&signed_a, Some(&v1), Transport::Udp).map(|a| a.bytes)
     };
-    let SignedAnswer::Answer(Some(answer)) = t.answer_signed(&signed_a, &mut respond) else {
+    let SignedAnswer::Answer(Some(answer)) =
+        t.answer_signed(&dns::Query::read(&signed_a), &mut respond)
+    else {
         panic!("a signed answer to a signed A query");
     };
     tsig::verify_response(&good, &answer, &mac, tsig::unix_now()).unwrap();
@@ -401,10 +408,16 @@ fn axfr_messages_are_made_one_at_a_time_and_stop_when_the_client_is_gone() {
         .unwrap();
     assert!(whole.len() > 3, "{} messages", whole.len());
     let mut made = Vec::new();
-    let handled = t.stream(&query, Some(&v1), client, Transport::Tcp, &mut |message| {
-        made.push(message);
-        made.len() < 2
-    });
+    let handled = t.stream(
+        &dns::Query::read(&query),
+        Some(&v1),
+        client,
+        Transport::Tcp,
+        &mut |message| {
+            made.push(message);
+            made.len() < 2
+        },
+    );
     assert!(handled);
     assert_eq!(made, whole[..2], "two messages made, then it stopped");
 }
@@ -435,14 +448,26 @@ fn the_serial_each_secondary_holds_is_followed() {
     assert_eq!(held("198.18.0.9"), None);
     // Cut short: it holds nothing new.
     let client = "127.0.0.2".parse().unwrap();
-    t.stream(&axfr, Some(&v1), client, Transport::Tcp, &mut |_| false);
+    t.stream(
+        &dns::Query::read(&axfr),
+        Some(&v1),
+        client,
+        Transport::Tcp,
+        &mut |_| false,
+    );
     assert_eq!(held("127.0.0.2"), None);
     // An IXFR from an old serial the history does not know: the whole zone, then it holds 10.
     let ixfr = |serial| request(RecordType::IXFR, Some(serial)).to_vec().unwrap();
     ask(&t, &v1, &ixfr(3), "127.0.0.3");
     assert_eq!(held("127.0.0.3"), Some(10));
     // An IXFR cut short leaves the serial it asked from.
-    t.stream(&ixfr(4), Some(&v1), client, Transport::Tcp, &mut |_| false);
+    t.stream(
+        &dns::Query::read(&ixfr(4)),
+        Some(&v1),
+        client,
+        Transport::Tcp,
+        &mut |_| false,
+    );
     assert_eq!(held("127.0.0.2"), Some(4));
     // A newer serial (another node's): what it says it holds.
     ask(&t, &v1, &ixfr(12), "127.0.0.1");
