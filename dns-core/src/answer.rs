@@ -1,5 +1,5 @@
-//! The authoritative answer logic, free of sockets: query bytes and a record table in, answer
-//! bytes out. Both transports and the tests call [`respond`].
+//! The authoritative answer logic, free of sockets: a query's view and a record table in, answer
+//! bytes out. Both transports call [`respond_for`]; the tests also [`respond`], from bytes.
 //!
 //! Where the XDP program also answers (A and AAAA in a zone, NODATA, NXDOMAIN), the bytes are the
 //! same as the kernel's: owners point to the question, names under the zone are spelled as the
@@ -298,9 +298,7 @@ fn cookie_state(request: &Message, query: &Query, asker: &Asker) -> CookieState 
         .and_then(|edns| edns.options().get(EdnsCode::Cookie));
     match option {
         // hickory-proto keeps one option of each code: the view counts them.
-        Some(EdnsOption::Unknown(..)) if query.opt().is_some_and(|opt| opt.cookies > 1) => {
-            CookieState::Malformed
-        }
+        Some(EdnsOption::Unknown(..)) if query.cookie_options() > 1 => CookieState::Malformed,
         Some(EdnsOption::Unknown(_, data)) => cookies.check(Some(data), client),
         Some(_) => CookieState::Malformed,
         None => CookieState::Absent,

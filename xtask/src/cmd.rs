@@ -113,17 +113,44 @@ pub const HOST_TRIPLE: &str = env!("XTASK_HOST_TRIPLE");
 
 /// `cargo <subcommand> --release` building the agent's tree: for [`HOST_TRIPLE`], linked
 /// statically (glibc, `crt-static`). One compiled tree serves the agent (`cargo xtask run`, the
-/// benchmarks), its container image (which ships no libc) and the tests, which `cargo xtask
-/// test` builds with these same arguments, so the dependencies are compiled once, not three
-/// times.
+/// benchmarks), its container image (which ships no libc) and the tests, so the dependencies
+/// are compiled once, not once for each.
+///
+/// `RUSTFLAGS` and `CARGO_ENCODED_RUSTFLAGS` are not passed on: cargo would take them instead
+/// of the static flag, and an image would ship an agent that needs a libc it does not have.
 pub fn cargo_in_agent_tree(subcommand: &str) -> Command {
     let mut cmd = cargo();
     cmd.args([subcommand, "--release", "--target", HOST_TRIPLE])
         .arg("--config")
         .arg(format!(
             "target.{HOST_TRIPLE}.rustflags=[\"-C\", \"target-feature=+crt-static\"]"
-        ));
+        ))
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
     cmd
+}
+
+/// The packages of the whole tree: the workspace but the XDP program (which the agent's build
+/// script builds) and the fuzz target (built instrumented by the fuzz slice).
+pub fn in_tree(mut cargo: Command) -> Command {
+    cargo.args([
+        "--workspace",
+        "--exclude",
+        "hostport-dns-ebpf",
+        "--exclude",
+        "hostport-dns-fuzz",
+    ]);
+    cargo
+}
+
+/// Builds the whole tree, every target `cargo test` runs and the agent beside them; returns
+/// the agent. `cargo build --all-targets` resolves features as `cargo test` does
+/// (dev-dependencies on), so the tests then compile nothing more, and the agent is the one the
+/// tests run: `cargo xtask test`, `image` and `dist` ship it. ([`build_agent`] resolves the
+/// agent's features alone: quicker on a fresh machine, for `run` and the benchmarks.)
+pub fn build_tree() -> anyhow::Result<PathBuf> {
+    run(in_tree(cargo_in_agent_tree("build")).arg("--all-targets"))?;
+    Ok(agent_binary())
 }
 
 /// Where a binary of the agent's tree lands.

@@ -6,10 +6,11 @@ use anyhow::Context;
 
 use crate::{cmd, setup};
 
-/// The release binary, copied to target/dist for the image build (deploy/Dockerfile).
+/// The release binary, copied to target/dist for the image build (deploy/Dockerfile): the
+/// agent of the whole tree, as the tests run it.
 pub fn dist() -> anyhow::Result<()> {
     setup::toolchain()?;
-    let agent = cmd::build_agent()?;
+    let agent = cmd::build_tree()?;
     let dist = cmd::workspace_root().join("target/dist");
     std::fs::create_dir_all(&dist)?;
     std::fs::copy(&agent, dist.join("hostport-dns")).context("copy the binary to target/dist")?;

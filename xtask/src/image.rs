@@ -38,6 +38,14 @@ impl Arch {
         }
     }
 
+    /// This machine's architecture.
+    pub fn of_host() -> anyhow::Result<Self> {
+        [Self::Amd64, Self::Arm64]
+            .into_iter()
+            .find(|arch| arch.target() == cmd::HOST_TRIPLE)
+            .with_context(|| format!("no image architecture for {}", cmd::HOST_TRIPLE))
+    }
+
     /// The OCI architecture name.
     fn oci(self) -> &'static str {
         match self {
@@ -72,8 +80,8 @@ pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
         setup::cross_toolchain()?;
     }
     let agent = if arch.target() == cmd::HOST_TRIPLE {
-        // The agent's own tree is already static.
-        cmd::build_agent()?
+        // The agent's own tree is already static: the image ships the agent the tests run.
+        cmd::build_tree()?
     } else {
         cross_build_static_agent(arch)?
     };

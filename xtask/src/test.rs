@@ -45,14 +45,14 @@ fn run_phases(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<()> {
     }
     // One build of the agent's tree: the agent, the test binaries and the drivers, with one
     // resolution of features, so that `cargo test` below compiles nothing more.
-    let agent = phases.time("build (agent, tests)", build_tree)?;
+    let agent = phases.time("build (agent, tests)", cmd::build_tree)?;
     // The container image, which a test unpacks and runs the agent from: the same binary.
     let image = phases.time("package the image", || {
-        crate::image::package(crate::image::Arch::Amd64, &agent)
+        crate::image::package(crate::image::Arch::of_host()?, &agent)
     })?;
     let failed = phases.time("cargo test", || {
         run_tests(
-            in_tree(cmd::cargo_in_agent_tree("test"))
+            cmd::in_tree(cmd::cargo_in_agent_tree("test"))
                 .arg("--no-fail-fast")
                 .args(&args.cargo_test_args)
                 .env("HOSTPORT_DNS_BIN", &agent)
@@ -69,28 +69,6 @@ fn run_phases(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<()> {
         phases.failures.push("fuzz slice".into());
     }
     Ok(())
-}
-
-/// The packages `cargo xtask test` builds and tests: the workspace but the XDP program (which the
-/// agent's build script builds) and the fuzz target (built instrumented by the fuzz slice).
-fn in_tree(mut cargo: Command) -> Command {
-    cargo.args([
-        "--workspace",
-        "--exclude",
-        "hostport-dns-ebpf",
-        "--exclude",
-        "hostport-dns-fuzz",
-    ]);
-    cargo
-}
-
-/// Builds every target `cargo test` runs, and the agent binary beside them; returns the agent.
-/// `cargo build --all-targets` resolves features as `cargo test` does (dev-dependencies on),
-/// where building the agent alone (`-p hostport-dns`) would resolve them otherwise and the
-/// tests would compile the dependencies a second time.
-fn build_tree() -> anyhow::Result<std::path::PathBuf> {
-    cmd::run(in_tree(cmd::cargo_in_agent_tree("build")).arg("--all-targets"))?;
-    Ok(cmd::agent_binary())
 }
 
 /// The phases' wall times, and what failed.

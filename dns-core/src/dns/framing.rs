@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use hostport_dns_common::dns::{HEADER_LEN, QTYPE_QCLASS_LEN, RR_FIXED_LEN};
+use hostport_dns_common::dns::{HEADER_LEN, QTYPE_QCLASS_LEN, RR_FIXED_LEN, TYPE_OPT};
 
 /// One record's place in the message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +18,59 @@ pub struct RecordAt {
     pub data: Range<usize>,
 }
 
+/// What one walk over a message's lengths finds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Framing {
+    /// Where the one question ends; None when the message has no single question that holds.
+    pub question_end: Option<usize>,
+    /// The records after the question, when their counts and lengths hold up to the end of the
+    /// message (nothing missing, nothing after).
+    pub records: Option<Records>,
+}
+
+/// The records of a message whose framing holds, as far as a query's view needs them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Records {
+    /// The last additional record of type OPT, and whether its options add up to exactly its
+    /// data (RFC 6891 §6.1.2).
+    pub opt: Option<(RecordAt, bool)>,
+    /// The last record's type, when it is an additional record.
+    pub last_additional: Option<u16>,
+}
+
+/// Reads the framing of `bytes` in one walk: the question, then every record.
+pub fn read(bytes: &[u8]) -> Framing {
+    let question_end = question_end(bytes);
+    // After the one question, or after the header when there is none (a query without a
+    // question still gets its FORMERR with the OPT record it offered, RFC 6891 §7).
+    let records_start = if bytes.len() >= HEADER_LEN && count(bytes, 4) == 0 {
+        Some(HEADER_LEN)
+    } else {
+        question_end
+    };
+    let records = records_start.and_then(|start| {
+        let mut opt = None;
+        let mut last_additional = None;
+        let holds = walk_records(bytes, start, |record| {
+            last_additional = record.additional.then_some(record.rtype);
+            if record.additional && record.rtype == TYPE_OPT {
+                opt = Some(record);
+            }
+        });
+        holds.then(|| Records {
+            opt: opt.map(|record| {
+                let fit = bytes.get(record.data.clone()).is_some_and(options_fit);
+                (record, fit)
+            }),
+            last_additional,
+        })
+    });
+    Framing {
+        question_end,
+        records,
+    }
+}
+
 /// The count at `at` in the header (0 if the header is cut short).
 fn count(bytes: &[u8], at: usize) -> usize {
     match bytes.get(at..at + 2) {
@@ -27,7 +80,7 @@ fn count(bytes: &[u8], at: usize) -> usize {
 }
 
 /// Where the one question ends, if the message has one and it is framed right.
-pub(crate) fn question_end(bytes: &[u8]) -> Option<usize> {
+fn question_end(bytes: &[u8]) -> Option<usize> {
     if bytes.len() < HEADER_LEN || count(bytes, 4) != 1 {
         return None;
     }
@@ -35,18 +88,9 @@ pub(crate) fn question_end(bytes: &[u8]) -> Option<usize> {
     (end <= bytes.len()).then_some(end)
 }
 
-/// Where the records start: after the one question, or after the header when there is none (a
-/// query without a question still gets its FORMERR with the OPT record it offered, RFC 6891 §7).
-pub(crate) fn records_start(bytes: &[u8]) -> Option<usize> {
-    if bytes.len() >= HEADER_LEN && count(bytes, 4) == 0 {
-        return Some(HEADER_LEN);
-    }
-    question_end(bytes)
-}
-
 /// Hands each record after the question (starting at `at`) to `each`, as the header counts
 /// them; false when one is cut short or bytes follow the last.
-pub(crate) fn walk_records(bytes: &[u8], mut at: usize, mut each: impl FnMut(RecordAt)) -> bool {
+fn walk_records(bytes: &[u8], mut at: usize, mut each: impl FnMut(RecordAt)) -> bool {
     let before = count(bytes, 6) + count(bytes, 8);
     let additionals = count(bytes, 10);
     for i in 0..before + additionals {
@@ -92,7 +136,7 @@ fn skip_name(bytes: &[u8], mut at: usize) -> Option<usize> {
 
 /// Whether the options in an OPT record's data add up to exactly its length (each option: code,
 /// length, that many bytes; RFC 6891 §6.1.2).
-pub fn options_fit(data: &[u8]) -> bool {
+fn options_fit(data: &[u8]) -> bool {
     let mut at = 0;
     while at < data.len() {
         let Some(header) = data.get(at..at + 4) else {

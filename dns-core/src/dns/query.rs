@@ -1,18 +1,18 @@
 //! A query as it arrived, read once where its bytes arrive (the UDP worker, the TCP connection):
-//! its header, its one question, where its records lie and whether their lengths hold, its OPT
-//! record (the payload offered, its options' framing, its COOKIE options) and whether a TSIG
-//! record ends it. The gate, the cache, the answer and the transfers read this view; none walks
-//! the bytes again (as Knot's `knot_pkt_t` and Unbound's `msg_parse` are made once and handed on).
+//! its header, its one question, whether its records' lengths hold, its OPT record (the payload
+//! offered, whether its options fit, its COOKIE options) and whether a TSIG record ends it. The
+//! gate, the cache, the answer and the transfers read this view; none walks the bytes again (as
+//! Knot's `knot_pkt_t` and Unbound's `msg_parse` are made once and handed on).
 //!
-//! It is the framing only: names and data are not decoded. What hickory-proto refuses is judged
-//! from it (see `answer`).
+//! It is the framing only (one walk of `framing::read`): names and data are not decoded. What
+//! hickory-proto refuses is judged from it (see `answer`).
 
 use std::ops::Range;
 
 use hickory_proto::rr::RecordType;
-use hostport_dns_common::dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK, RR_FIXED_LEN, TYPE_OPT};
+use hostport_dns_common::dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK, RR_FIXED_LEN};
 
-use super::framing::{self, RecordAt};
+use super::framing::{self, Framing, RecordAt};
 
 /// The TSIG record's type (RFC 8945 §4.2).
 const TYPE_TSIG: u16 = 250;
@@ -24,7 +24,9 @@ const OPTION_COOKIE: u16 = 10;
 pub struct Query<'a> {
     bytes: &'a [u8],
     question: Option<Question>,
-    records: Records,
+    /// The records after the question, when their counts and lengths hold up to the end of the
+    /// message (nothing missing, nothing after).
+    records: Option<Records>,
 }
 
 /// The query's one question, when it has exactly one and its framing holds.
@@ -46,35 +48,36 @@ pub struct Opt {
     pub payload: u16,
     /// Whether its options add up to exactly its data (RFC 6891 §6.1.2).
     pub options_fit: bool,
-    /// How many COOKIE options it holds (its options must fit).
-    pub cookies: usize,
 }
 
-/// What the records after the question say.
+/// What the records of a query whose framing holds say.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Records {
-    /// The counts and lengths hold up to the end of the message: nothing missing, nothing after.
-    Hold {
-        opt: Option<Opt>,
-        /// The last record's type.
-        last: Option<u16>,
-    },
-    /// They do not (or the header is cut short).
-    Broken,
+struct Records {
+    opt: Option<Opt>,
+    /// The last record's type, when it is an additional record.
+    last_additional: Option<u16>,
 }
 
 impl<'a> Query<'a> {
     /// Reads the view of `bytes`: one walk over its framing.
     pub fn read(bytes: &'a [u8]) -> Self {
-        let question = framing::question_end(bytes).and_then(|end| {
-            let qtype = bytes.get(end - 4..end - 2)?;
+        let Framing {
+            question_end,
+            records,
+        } = framing::read(bytes);
+        let question = question_end.and_then(|end| {
+            let qtype = bytes.get(end.checked_sub(4)?..end.checked_sub(2)?)?;
             Some(Question {
                 end,
                 qtype: u16::from_be_bytes([qtype[0], qtype[1]]),
             })
         });
-        let records =
-            framing::records_start(bytes).map_or(Records::Broken, |start| records(bytes, start));
+        let records = records.map(|records| Records {
+            opt: records
+                .opt
+                .and_then(|(record, options_fit)| opt(bytes, record, options_fit)),
+            last_additional: records.last_additional,
+        });
         Self {
             bytes,
             question,
@@ -117,15 +120,12 @@ impl<'a> Query<'a> {
 
     /// Whether its records hold up to the end of the message.
     pub fn records_hold(&self) -> bool {
-        matches!(self.records, Records::Hold { .. })
+        self.records.is_some()
     }
 
     /// Its OPT record, when its records hold and it has one.
     pub fn opt(&self) -> Option<&Opt> {
-        match &self.records {
-            Records::Hold { opt, .. } => opt.as_ref(),
-            Records::Broken => None,
-        }
+        self.records.as_ref()?.opt.as_ref()
     }
 
     /// The UDP payload size its OPT record offers.
@@ -133,51 +133,35 @@ impl<'a> Query<'a> {
         self.opt().map(|opt| opt.payload)
     }
 
-    /// Whether a TSIG record ends it (RFC 8945 §4.2: TSIG goes last), its records holding.
+    /// How many COOKIE options its OPT record holds (none when its options do not fit); read
+    /// when asked, as only a query with a cookie is. hickory-proto keeps one option of each
+    /// code: this is how more than one is seen.
+    pub fn cookie_options(&self) -> usize {
+        self.opt()
+            .filter(|opt| opt.options_fit)
+            .and_then(|opt| self.bytes.get(opt.data.clone()))
+            .map_or(0, |data| framing::option_count(data, OPTION_COOKIE))
+    }
+
+    /// Whether a TSIG record ends it, the last of its additional records (RFC 8945 §4.2), its
+    /// records holding.
     pub fn carries_tsig(&self) -> bool {
-        matches!(
-            self.records,
-            Records::Hold {
-                last: Some(TYPE_TSIG),
-                ..
-            }
-        )
+        self.records
+            .as_ref()
+            .is_some_and(|records| records.last_additional == Some(TYPE_TSIG))
     }
 }
 
-/// The records from `start` on, walked once.
-fn records(bytes: &[u8], start: usize) -> Records {
-    let mut opt_at: Option<RecordAt> = None;
-    let mut last = None;
-    let holds = framing::walk_records(bytes, start, |record| {
-        last = Some(record.rtype);
-        if record.additional && record.rtype == TYPE_OPT {
-            opt_at = Some(record);
-        }
-    });
-    if !holds {
-        return Records::Broken;
-    }
-    let opt = opt_at.and_then(|record| opt(bytes, record));
-    Records::Hold { opt, last }
-}
-
-fn opt(bytes: &[u8], record: RecordAt) -> Option<Opt> {
-    // The OPT record's CLASS field: the two bytes after its type.
-    let class = record.data.start - RR_FIXED_LEN + 2;
+/// The OPT record at `record`, its payload read from its CLASS field.
+fn opt(bytes: &[u8], record: RecordAt, options_fit: bool) -> Option<Opt> {
+    // The CLASS field: the two bytes after the record's type.
+    let class = record.data.start.checked_sub(RR_FIXED_LEN)? + 2;
     let payload = bytes.get(class..class + 2)?;
-    let data = bytes.get(record.data.clone())?;
-    let options_fit = framing::options_fit(data);
     Some(Opt {
         owner: record.owner,
+        data: record.data,
         payload: u16::from_be_bytes([payload[0], payload[1]]),
         options_fit,
-        cookies: if options_fit {
-            framing::option_count(data, OPTION_COOKIE)
-        } else {
-            0
-        },
-        data: record.data,
     })
 }
 
@@ -262,6 +246,14 @@ mod tests {
             "cut short"
         );
         assert!(!Query::read(&message([0, 0, 1], &OPT)).carries_tsig());
+        let in_the_answer = message(
+            [1, 0, 0],
+            &[tsig_owner_and_fixed.as_slice(), &[9, 9]].concat(),
+        );
+        assert!(
+            !Query::read(&in_the_answer).carries_tsig(),
+            "TSIG is the last additional record"
+        );
     }
 
     #[test]
@@ -285,7 +277,7 @@ mod tests {
         let query = Query::read(&bytes);
         let opt = query.opt().expect("an OPT record");
         assert!(opt.options_fit);
-        assert_eq!(opt.cookies, 2);
+        assert_eq!(query.cookie_options(), 2);
         // An option running past the record: they do not fit, and none is counted.
         let mut overrun = bytes.clone();
         let last_length = overrun.len() - 2;
@@ -293,7 +285,7 @@ mod tests {
         let query = Query::read(&overrun);
         let opt = query.opt().expect("the OPT record still frames");
         assert!(!opt.options_fit);
-        assert_eq!(opt.cookies, 0);
+        assert_eq!(query.cookie_options(), 0);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The record table: the one source of truth both answer paths read. The userspace server answers
-//! from it directly; the XDP maps are written from it (see `xdp::image`).
+//! from it directly; the agent writes the XDP maps from it (its `xdp::entries`).
 //!
 //! A table maps every name of every zone to its [`Node`]: record sets sorted and de-duplicated
 //! (every agent behind one VIP answers the same bytes), empty non-terminals and apexes included,
@@ -47,7 +47,7 @@ pub struct Zone {
     pub spec: ZoneSpec,
     /// A digest of the zone's content: equal for equal content on every agent.
     pub digest: u64,
-    /// The SOA serial: assigned by the agent (`crate::serials`), from the digest in a table
+    /// The SOA serial: assigned by the agent (its `serials`), from the digest in a table
     /// compiled alone.
     pub serial: u32,
 }

@@ -1,6 +1,6 @@
 //! Zone content digests: they change only when the zone's data does, and agents given the same
 //! data agree on them, whatever order the data arrived in. The agent numbers zones from them
-//! (see `crate::serials`); a table compiled alone takes its serials from them.
+//! (the agent's `serials`); a table compiled alone takes its serials from them.
 //!
 //! Each name contributes a stable 64-bit hash of its records; a zone's content is the wrapping
 //! sum of those, so a change to one name updates the sum without visiting the others.

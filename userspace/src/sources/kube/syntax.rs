@@ -58,7 +58,7 @@ fn check_subdomain(name: &str) -> Result<(), String> {
     name.split('.').try_for_each(check_rfc1123_label)
 }
 
-/// A Kubernetes DNS label: a host label (`dns::grammar`), lower-case only.
+/// A Kubernetes DNS label: a host label (`name_grammar`), lower-case only.
 fn check_rfc1123_label(label: &str) -> Result<(), String> {
     let lower = !label.bytes().any(|b| b.is_ascii_uppercase());
     if lower && check_label(label, Underscore::Host).is_ok() {
