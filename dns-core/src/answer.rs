@@ -186,14 +186,10 @@ pub fn respond_for(
     transport: Transport,
     asker: &Asker,
 ) -> Option<Answer> {
-    let flags = query.flags()?;
+    let (id, flags) = (query.id()?, query.flags()?);
     if flags & FLAG_QR != 0 {
         return None;
     }
-    let id = query
-        .bytes()
-        .get(..2)
-        .map_or(0, |id| u16::from_be_bytes([id[0], id[1]]));
     let mut cookie = CookieState::Absent;
     let (request, mut response, rcode) = match parse(query) {
         Parsed::Whole(request) => {

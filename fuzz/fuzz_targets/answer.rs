@@ -14,7 +14,7 @@ use hostport_dns_core::{
     answer::{Asker, Shape, respond_for},
     cookies::Cookies,
     dns::{
-        Query,
+        Query, WireName,
         message::{Transport, UdpCeiling},
     },
     identity::Identity,
@@ -57,7 +57,7 @@ fn table() -> &'static RecordTable {
                     priority: 10,
                     weight: 5,
                     port: 443,
-                    target: hostport_dns_core::dns::WireName::from_name(&name(ingress)),
+                    target: WireName::from_name(&name(ingress)),
                 }),
             ),
             address("www.odd.test.", "198.18.1.2"),

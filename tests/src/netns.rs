@@ -4,7 +4,10 @@ use std::{
     fs::File,
     os::fd::AsRawFd,
     process::{Command, Output, Stdio},
-    sync::atomic::{AtomicU32, Ordering},
+    sync::{
+        Once,
+        atomic::{AtomicU32, Ordering},
+    },
 };
 
 use aya::{
@@ -12,14 +15,51 @@ use aya::{
     programs::{Xdp, XdpMode},
 };
 
-/// A suffix unique to this process and call: names from concurrent tests and runs never collide.
+/// A suffix unique to this process and call, `<pid>-<n>`: names from concurrent tests and runs
+/// never collide, and a name says which process made it (see [`remove_orphans`]). An interface
+/// named `xx<suffix>` stays within 15 bytes (a pid has at most 7 digits).
 pub fn unique_suffix() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     format!(
         "{}-{}",
-        std::process::id() % 100_000,
+        std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Removes the namespaces (with the interfaces and XDP programs in them) of test processes
+/// that were killed: a guard's drop does not run on SIGKILL or SIGTERM, so a run stopped by hand
+/// leaves them behind. Only this test bed's names (`hpd-<tag>-<pid>-<n>`) whose process is gone
+/// and in which nothing runs. Done once per process, before its first namespace.
+pub fn remove_orphans() {
+    let Ok(listed) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&listed.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let gone = creator(name)
+            .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if gone && nothing_runs_in(name) {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+}
+
+/// The process that made a namespace of this test bed, from its name.
+fn creator(name: &str) -> Option<u32> {
+    let mut parts = name.strip_prefix("hpd-")?.rsplitn(3, '-');
+    let (counter, pid, tag) = (parts.next()?, parts.next()?, parts.next()?);
+    (!tag.is_empty() && counter.parse::<u32>().is_ok()).then_some(())?;
+    pid.parse().ok()
+}
+
+fn nothing_runs_in(name: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "pids", name])
+        .output()
+        .is_ok_and(|out| out.status.success() && out.stdout.trim_ascii().is_empty())
 }
 
 /// Runs a command, panicking with its output if it fails.
@@ -43,6 +83,8 @@ pub struct NetNs {
 
 impl NetNs {
     pub fn new(tag: &str) -> Self {
+        static ORPHANS: Once = Once::new();
+        ORPHANS.call_once(remove_orphans);
         let name = format!("hpd-{tag}-{}", unique_suffix());
         sh(Command::new("ip").args(["netns", "add", &name]));
         let ns = Self { name };
@@ -264,4 +306,44 @@ pub fn attach_pass_program(ns: &NetNs, ifname: &str) -> Ebpf {
             .expect("attach the pass program");
         ebpf
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_names_its_creator() {
+        assert_eq!(creator("hpd-stopflow-17615-25"), Some(17615));
+        assert_eq!(creator("hpd-x-c-2049-3"), Some(2049));
+        assert_eq!(creator("hpd-17615-25"), None, "no tag");
+        assert_eq!(creator("other-x-17615-25"), None, "not the test bed's");
+        assert_eq!(creator("hpd-x-17615-n"), None);
+    }
+
+    /// A namespace left by a process that is gone is removed; this process's are kept.
+    #[test]
+    fn the_namespaces_of_killed_runs_are_removed() {
+        crate::require_root();
+        let mut child = Command::new("true").spawn().expect("a child");
+        let dead = child.id();
+        child.wait().expect("it ends");
+        let orphan = format!("hpd-orphan-{dead}-0");
+        sh(Command::new("ip").args(["netns", "add", &orphan]));
+        let ours = NetNs::new("kept");
+        remove_orphans();
+        let listed = sh(Command::new("ip").args(["netns", "list"]));
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        let present = |name: &str| {
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(name))
+        };
+        let orphan_left = present(&orphan);
+        if orphan_left {
+            let _ = Command::new("ip").args(["netns", "del", &orphan]).status();
+        }
+        assert!(!orphan_left, "{orphan} was left");
+        assert!(present(&ours.name), "{} was removed", ours.name);
+    }
 }

@@ -31,11 +31,23 @@ pub struct Framing {
 /// The records of a message whose framing holds, as far as a query's view needs them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Records {
-    /// The last additional record of type OPT, and whether its options add up to exactly its
-    /// data (RFC 6891 §6.1.2).
-    pub opt: Option<(RecordAt, bool)>,
+    /// The last additional record of type OPT.
+    pub opt: Option<Opt>,
     /// The last record's type, when it is an additional record.
     pub last_additional: Option<u16>,
+}
+
+/// An OPT record's place and what its lengths say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opt {
+    /// Its owner name's bytes.
+    pub owner: Range<usize>,
+    /// Its data, the options.
+    pub data: Range<usize>,
+    /// The UDP payload size it offers (its CLASS field).
+    pub payload: u16,
+    /// Whether its options add up to exactly its data (RFC 6891 §6.1.2).
+    pub options_fit: bool,
 }
 
 /// Reads the framing of `bytes` in one walk: the question, then every record.
@@ -58,10 +70,7 @@ pub fn read(bytes: &[u8]) -> Framing {
             }
         });
         holds.then(|| Records {
-            opt: opt.map(|record| {
-                let fit = bytes.get(record.data.clone()).is_some_and(options_fit);
-                (record, fit)
-            }),
+            opt: opt.and_then(|record| opt_at(bytes, record)),
             last_additional,
         })
     });
@@ -69,6 +78,18 @@ pub fn read(bytes: &[u8]) -> Framing {
         question_end,
         records,
     }
+}
+
+/// The OPT record `record`: its payload from its CLASS field (the two bytes after its type).
+fn opt_at(bytes: &[u8], record: RecordAt) -> Option<Opt> {
+    let class = record.data.start.checked_sub(RR_FIXED_LEN)? + 2;
+    let payload = bytes.get(class..class + 2)?;
+    Some(Opt {
+        payload: u16::from_be_bytes([payload[0], payload[1]]),
+        options_fit: bytes.get(record.data.clone()).is_some_and(options_fit),
+        owner: record.owner,
+        data: record.data,
+    })
 }
 
 /// The count at `at` in the header (0 if the header is cut short).

@@ -7,17 +7,14 @@
 //! It is the framing only (one walk of `framing::read`): names and data are not decoded. What
 //! hickory-proto refuses is judged from it (see `answer`).
 
-use std::ops::Range;
-
 use hickory_proto::rr::RecordType;
-use hostport_dns_common::dns::{FLAG_QR, HEADER_LEN, OPCODE_MASK, RR_FIXED_LEN};
+use hostport_dns_common::dns::{EDNS_OPTION_COOKIE, FLAG_QR, HEADER_LEN, OPCODE_MASK};
 
-use super::framing::{self, Framing, RecordAt};
+pub use super::framing::Opt;
+use super::framing::{self, Framing, Records};
 
 /// The TSIG record's type (RFC 8945 §4.2).
 const TYPE_TSIG: u16 = 250;
-/// The COOKIE option's code (RFC 7873 §4).
-const OPTION_COOKIE: u16 = 10;
 
 /// A query's view. Made for any bytes: what does not hold is absent.
 #[derive(Clone, Debug)]
@@ -37,27 +34,6 @@ pub struct Question {
     pub qtype: u16,
 }
 
-/// The query's OPT record: the last additional record of type OPT.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Opt {
-    /// Its owner name's bytes.
-    pub owner: Range<usize>,
-    /// Its data, the options.
-    pub data: Range<usize>,
-    /// The UDP payload size it offers (its CLASS field).
-    pub payload: u16,
-    /// Whether its options add up to exactly its data (RFC 6891 §6.1.2).
-    pub options_fit: bool,
-}
-
-/// What the records of a query whose framing holds say.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Records {
-    opt: Option<Opt>,
-    /// The last record's type, when it is an additional record.
-    last_additional: Option<u16>,
-}
-
 impl<'a> Query<'a> {
     /// Reads the view of `bytes`: one walk over its framing.
     pub fn read(bytes: &'a [u8]) -> Self {
@@ -72,12 +48,6 @@ impl<'a> Query<'a> {
                 qtype: u16::from_be_bytes([qtype[0], qtype[1]]),
             })
         });
-        let records = records.map(|records| Records {
-            opt: records
-                .opt
-                .and_then(|(record, options_fit)| opt(bytes, record, options_fit)),
-            last_additional: records.last_additional,
-        });
         Self {
             bytes,
             question,
@@ -90,10 +60,19 @@ impl<'a> Query<'a> {
         self.bytes
     }
 
+    /// The header's ID, when there is a whole header.
+    pub fn id(&self) -> Option<u16> {
+        self.header_field(0)
+    }
+
     /// The header's flags, when there is a whole header.
     pub fn flags(&self) -> Option<u16> {
-        let flags = self.bytes.get(2..4)?;
-        (self.bytes.len() >= HEADER_LEN).then(|| u16::from_be_bytes([flags[0], flags[1]]))
+        self.header_field(2)
+    }
+
+    fn header_field(&self, at: usize) -> Option<u16> {
+        let field = self.bytes.get(at..at + 2)?;
+        (self.bytes.len() >= HEADER_LEN).then(|| u16::from_be_bytes([field[0], field[1]]))
     }
 
     /// The one question, when it holds.
@@ -140,7 +119,7 @@ impl<'a> Query<'a> {
         self.opt()
             .filter(|opt| opt.options_fit)
             .and_then(|opt| self.bytes.get(opt.data.clone()))
-            .map_or(0, |data| framing::option_count(data, OPTION_COOKIE))
+            .map_or(0, |data| framing::option_count(data, EDNS_OPTION_COOKIE))
     }
 
     /// Whether a TSIG record ends it, the last of its additional records (RFC 8945 §4.2), its
@@ -150,19 +129,6 @@ impl<'a> Query<'a> {
             .as_ref()
             .is_some_and(|records| records.last_additional == Some(TYPE_TSIG))
     }
-}
-
-/// The OPT record at `record`, its payload read from its CLASS field.
-fn opt(bytes: &[u8], record: RecordAt, options_fit: bool) -> Option<Opt> {
-    // The CLASS field: the two bytes after the record's type.
-    let class = record.data.start.checked_sub(RR_FIXED_LEN)? + 2;
-    let payload = bytes.get(class..class + 2)?;
-    Some(Opt {
-        owner: record.owner,
-        data: record.data,
-        payload: u16::from_be_bytes([payload[0], payload[1]]),
-        options_fit,
-    })
 }
 
 #[cfg(test)]
