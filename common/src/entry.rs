@@ -12,20 +12,23 @@
 //! the question, type, class, TTL, length, address: 16 or 28 bytes each) and adds the checksum
 //! sums the agent computed over exactly those bytes.
 //!
-//! Two sizes, so that memory does not depend on the longest name:
+//! Three sizes ([`EntryClass`]), each its own array sized by the names that need it, so that
+//! memory follows what the names hold, not the longest name or the largest fleet:
 //!
-//! | entry | bytes | holds | per generation (default) |
-//! |---|---|---|---|
-//! | [`NameEntry`] | 160 | name + addresses ≤ 144 bytes: an 80-byte name with 16 A or 4 AAAA | 131,072: 20 MiB |
-//! | [`BigEntry`] | 592 | any name (≤ 255 bytes), 16 A and 16 AAAA | 8,192: 4.6 MiB |
+//! | entry | bytes | holds |
+//! |---|---|---|
+//! | [`SmallEntry`] | 80 | name + addresses ≤ 64 bytes: a 52-byte name with 3 A, a 48-byte one with 1 AAAA |
+//! | [`NameEntry`] | 160 | name + addresses ≤ 144 bytes: an 80-byte name with 16 A or 4 AAAA |
+//! | [`BigEntry`] | 592 | any name (≤ 255 bytes), 16 A and 16 AAAA |
 //!
+//! A name takes the smallest that holds it; when those are all taken, the next larger one.
 //! Storing addresses instead of the records' wire form (12 bytes of fixed fields per record) is
-//! what lets the common entry be 160 bytes instead of the 976 of layout 5, whose hash-map
+//! what lets the common entry be 80 bytes instead of the 976 of layout 5, whose hash-map
 //! elements the kernel's allocator rounded up to 2 KiB.
 
 use crate::limits::{
     A_ADDR_LEN, AAAA_ADDR_LEN, BIG_PAYLOAD_LEN, MAX_SOA_GUARDS, MAX_SOA_PATCHES, MAX_SOA_RR_LEN,
-    NAME_PAYLOAD_LEN,
+    MAX_XDP_A_RECORDS, MAX_XDP_AAAA_RECORDS, NAME_PAYLOAD_LEN, SMALL_PAYLOAD_LEN,
 };
 
 /// A zone's id within one generation, as carried by its names' entries: its index in the
@@ -73,11 +76,64 @@ pub struct Entry<const P: usize> {
     pub payload: [u8; P],
 }
 
-/// The common name entry: 160 bytes.
+/// The small name entry: 80 bytes.
+pub type SmallEntry = Entry<SMALL_PAYLOAD_LEN>;
+
+/// The middle name entry: 160 bytes.
 pub type NameEntry = Entry<NAME_PAYLOAD_LEN>;
 
 /// The big name entry: 592 bytes.
 pub type BigEntry = Entry<BIG_PAYLOAD_LEN>;
+
+/// The kinds of name entry, smallest first; each has an array of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntryClass {
+    /// [`SmallEntry`].
+    Small = 0,
+    /// [`NameEntry`].
+    Name = 1,
+    /// [`BigEntry`].
+    Big = 2,
+}
+
+impl EntryClass {
+    /// Every kind, smallest first.
+    pub const ALL: [Self; 3] = [Self::Small, Self::Name, Self::Big];
+
+    /// The smallest kind that holds a name of `name_len` bytes with `a` A and `aaaa` AAAA
+    /// records; `None` when the kernel answers no such name (more records than it writes).
+    pub const fn for_name(name_len: usize, a: usize, aaaa: usize) -> Option<Self> {
+        if a > MAX_XDP_A_RECORDS || aaaa > MAX_XDP_AAAA_RECORDS {
+            None
+        } else if SmallEntry::fits(name_len, a, aaaa) {
+            Some(Self::Small)
+        } else if NameEntry::fits(name_len, a, aaaa) {
+            Some(Self::Name)
+        } else if BigEntry::fits(name_len, a, aaaa) {
+            Some(Self::Big)
+        } else {
+            None
+        }
+    }
+
+    /// The next larger kind, which holds whatever this one does.
+    pub const fn larger(self) -> Option<Self> {
+        match self {
+            Self::Small => Some(Self::Name),
+            Self::Name => Some(Self::Big),
+            Self::Big => None,
+        }
+    }
+
+    /// Bytes of one entry of this kind.
+    pub const fn entry_bytes(self) -> usize {
+        match self {
+            Self::Small => core::mem::size_of::<SmallEntry>(),
+            Self::Name => core::mem::size_of::<NameEntry>(),
+            Self::Big => core::mem::size_of::<BigEntry>(),
+        }
+    }
+}
 
 impl<const P: usize> Entry<P> {
     /// An entry with no name and no records.
@@ -194,6 +250,7 @@ impl ZoneEntry {
 
 // No implicit padding: the sizes equal the sums of the fields.
 const _: () = assert!(core::mem::size_of::<EntryHead>() == 16);
+const _: () = assert!(core::mem::size_of::<SmallEntry>() == 16 + SMALL_PAYLOAD_LEN);
 const _: () = assert!(core::mem::size_of::<NameEntry>() == 16 + NAME_PAYLOAD_LEN);
 const _: () = assert!(core::mem::size_of::<BigEntry>() == 16 + BIG_PAYLOAD_LEN);
 const _: () = assert!(
@@ -201,7 +258,11 @@ const _: () = assert!(
         == 8 + 10 * MAX_SOA_GUARDS + 2 * 6 + 4 * MAX_SOA_PATCHES + 4 + MAX_SOA_RR_LEN
 );
 // Payloads end on an 8-byte boundary: the kernel compares end-aligned names a word at a time.
-const _: () = assert!(NAME_PAYLOAD_LEN.is_multiple_of(8) && BIG_PAYLOAD_LEN.is_multiple_of(8));
+const _: () = assert!(
+    SMALL_PAYLOAD_LEN.is_multiple_of(8)
+        && NAME_PAYLOAD_LEN.is_multiple_of(8)
+        && BIG_PAYLOAD_LEN.is_multiple_of(8)
+);
 // What the kernel copies a word at a time starts on an 8-byte boundary.
 const _: () = assert!(core::mem::offset_of!(ZoneEntry, soa_rr).is_multiple_of(8));
 // The big entry holds the longest name and full sets of both types.
@@ -215,6 +276,7 @@ const _: () = assert!(BigEntry::fits(
 mod pod {
     // SAFETY: plain-old-data, repr(C), no padding (asserted above).
     unsafe impl aya::Pod for super::EntryHead {}
+    unsafe impl aya::Pod for super::SmallEntry {}
     unsafe impl aya::Pod for super::NameEntry {}
     unsafe impl aya::Pod for super::BigEntry {}
     unsafe impl aya::Pod for super::ZoneEntry {}
@@ -232,6 +294,26 @@ mod tests {
         assert!(NameEntry::fits(48, 0, 6));
         assert!(!NameEntry::fits(81, 16, 0));
         assert!(!NameEntry::fits(43, 16, 3));
+    }
+
+    #[test]
+    fn a_name_takes_the_smallest_entry_that_holds_it() {
+        assert_eq!(EntryClass::for_name(43, 3, 0), Some(EntryClass::Small));
+        assert_eq!(EntryClass::for_name(52, 3, 0), Some(EntryClass::Small));
+        assert_eq!(EntryClass::for_name(53, 3, 0), Some(EntryClass::Name));
+        assert_eq!(EntryClass::for_name(48, 0, 1), Some(EntryClass::Small));
+        assert_eq!(EntryClass::for_name(43, 16, 0), Some(EntryClass::Name));
+        assert_eq!(EntryClass::for_name(43, 16, 16), Some(EntryClass::Big));
+        assert_eq!(EntryClass::for_name(255, 16, 16), Some(EntryClass::Big));
+        assert_eq!(EntryClass::for_name(43, 17, 0), None);
+        assert_eq!(EntryClass::for_name(43, 0, 17), None);
+        let sizes = EntryClass::ALL.map(EntryClass::entry_bytes);
+        assert_eq!(sizes, [80, 160, 592]);
+        let larger = EntryClass::ALL.map(EntryClass::larger);
+        assert_eq!(
+            larger,
+            [Some(EntryClass::Name), Some(EntryClass::Big), None]
+        );
     }
 
     #[test]

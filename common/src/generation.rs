@@ -55,11 +55,13 @@
 //!
 //! # Sizes
 //!
-//! The maps' size ([`Capacity`]) follows the names served: a table starts at
-//! [`MIN_KERNEL_NAMES`] names and moves between size classes (powers of two and three quarters
-//! of them; [`Capacity::class_for`]: room for a quarter as many names again), growing once the
-//! names no longer fit and shrinking once they fill an eighth of it or less
-//! ([`Capacity::resized`]), up to the agent's limit (`--kernel-names`).
+//! The maps' size ([`Capacity`]) follows the names served, kind of entry by kind of entry
+//! (`entry::EntryClass`: 80, 160 and 592 bytes; a name takes the smallest that holds it): each
+//! kind starts at its smallest size ([`MIN_KERNEL_NAMES`] small entries) and moves between size
+//! classes (powers of two and three quarters of them; [`Capacity::class_for`]: room for a
+//! quarter as many names again), growing once its names no longer fit and shrinking once they
+//! fill an eighth of it or less ([`Capacity::resized`]), up to the agent's limit
+//! (`--kernel-names`). The index has a bucket for every two entries of all kinds.
 //!
 //! A table of another size is a *new program with maps of its own*, not the same maps resized:
 //! the agent loads it beside the one answering, writes its whole table (one switch, no reader
@@ -86,12 +88,23 @@
 //! about as often as the names served grow by half or fall to an eighth. Its counters start at zero
 //! (the agent adds the previous program's totals), and so does the rate limiter's state (a
 //! client's burst allowance resets once per resize). Pinned, the new maps replace the previous
-//! pins; a restarted agent adopts them at their size (`Capacity::for_names` of the pinned name
-//! entries map), since a size class is a function of the names alone.
+//! pins; a restarted agent adopts them at their size (`Capacity::of` the pinned entry maps'
+//! sizes; the index follows from them).
+//!
+//! What a table takes, then: per name and generation its entry (80 bytes for the common
+//! `<value>.<namespace>.<zone>` with a few addresses) and half a 64-byte bucket, times the room
+//! its class leaves (1.25x to 1.9x), twice. For 100,000 such names that is about 28 MiB where a
+//! single 160-byte kind took 48 (and 61 with the big entries sized in proportion). Entries of
+//! variable length in one byte arena would save the rest of the rounding (about a quarter
+//! more), at the price of an entry read whose bounds the verifier cannot fix at load time.
 
-use crate::limits::{
-    BIG_NAMES_DIVISOR, GROWTH_ROOM_QUARTERS, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_ZONE_LABELS,
-    MIN_KERNEL_NAMES, NAMES_CAPACITY, SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
+use crate::{
+    entry::EntryClass,
+    limits::{
+        GROWTH_ROOM_QUARTERS, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_INDEX_BUCKETS,
+        MAX_ZONE_LABELS, MIN_BIG_ENTRIES, MIN_KERNEL_NAMES, MIN_NAME_ENTRIES, NAMES_CAPACITY,
+        SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
+    },
 };
 
 /// Generations in every table: the active one and the one being written.
@@ -218,48 +231,103 @@ pub struct ReaderSlot {
     pub readers: [u64; GENERATIONS as usize],
 }
 
+/// Names that need each kind of entry ([`EntryClass`], indexed by it): what a table's size
+/// follows.
+pub type EntryCounts = [u32; 3];
+
 /// How much one generation of the kernel table holds. Fixed when the program is loaded: the maps
 /// are arrays sized from it, and the program reads it from a global (`HPD_CAPACITY`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capacity {
+    /// Small entries ([`crate::entry::SmallEntry`]).
+    pub small: u32,
     /// Name entries ([`crate::entry::NameEntry`]).
     pub names: u32,
     /// Big entries ([`crate::entry::BigEntry`]).
     pub big: u32,
-    /// Index buckets, a power of two.
+    /// Index buckets ([`Capacity::buckets_for`] of the entries).
     pub buckets: u32,
     /// Zones.
     pub zones: u32,
 }
 
+/// The fewest entries of each kind a table has.
+const MIN_ENTRIES: EntryCounts = [MIN_KERNEL_NAMES, MIN_NAME_ENTRIES, MIN_BIG_ENTRIES];
+
 impl Capacity {
     /// The default capacity: [`NAMES_CAPACITY`] names.
     pub const DEFAULT: Self = Self::for_names(NAMES_CAPACITY);
 
-    /// The capacity for `names` names per generation (at least 64): big entries and buckets in
-    /// proportion.
+    /// The capacity of a table made for `names` names whatever they hold (tests and benchmarks;
+    /// at least 64): as many small entries, a quarter as many name entries, a sixteenth as many
+    /// big ones.
     pub const fn for_names(names: u32) -> Self {
         let names = if names < 64 { 64 } else { names };
-        let big = names / BIG_NAMES_DIVISOR;
-        let buckets = (names / INDEX_NAMES_PER_BUCKET).next_power_of_two();
+        Self::of([names, names / 4, names / 16])
+    }
+
+    /// The capacity of `entries` entries of each kind, with the index they need.
+    pub const fn of(entries: EntryCounts) -> Self {
+        let [small, names, big] = entries;
         Self {
+            small,
             names,
             big,
-            buckets,
+            buckets: Self::buckets_for(small as u64 + names as u64 + big as u64),
             zones: ZONES_CAPACITY,
         }
     }
 
-    /// The size class of a table serving `names` names under the limit `limit`: room for a
-    /// quarter as many again, rounded up to a power of two or three quarters of one, at least
-    /// [`MIN_KERNEL_NAMES`], at most `limit`. A few fixed sizes, so that a table that grows and
-    /// shrinks reuses them; any size can be adopted from pinned maps (`Capacity::for_names` of
-    /// the name entries map's size).
-    pub const fn class_for(names: u32, limit: u32) -> Self {
-        let wanted = (names as u64 * GROWTH_ROOM_QUARTERS as u64).div_ceil(4);
-        let class = if wanted <= MIN_KERNEL_NAMES as u64 {
-            MIN_KERNEL_NAMES as u64
+    /// Index buckets for `entries` entries: one for every [`INDEX_NAMES_PER_BUCKET`], within
+    /// [`MAX_INDEX_BUCKETS`].
+    pub const fn buckets_for(entries: u64) -> u32 {
+        let buckets = entries.div_ceil(INDEX_NAMES_PER_BUCKET as u64);
+        if buckets == 0 {
+            1
+        } else if buckets > MAX_INDEX_BUCKETS as u64 {
+            MAX_INDEX_BUCKETS
+        } else {
+            buckets as u32
+        }
+    }
+
+    /// Entries of each kind, indexed by [`EntryClass`].
+    pub const fn entries(&self) -> EntryCounts {
+        [self.small, self.names, self.big]
+    }
+
+    /// Entries of all kinds together.
+    pub const fn total_entries(&self) -> u64 {
+        self.small as u64 + self.names as u64 + self.big as u64
+    }
+
+    /// Whether names needing `counts` entries of each kind fit this table's entries, each in an
+    /// entry of its kind or of a larger one: counted from the largest kind down, the names
+    /// needing a kind or a larger one never outnumber those entries.
+    pub const fn holds(&self, counts: EntryCounts) -> bool {
+        let have = self.entries();
+        let (mut need, mut room) = (0u64, 0u64);
+        let mut k = 3;
+        while k > 0 {
+            k -= 1;
+            need += counts[k] as u64;
+            room += have[k] as u64;
+            if need > room {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The size class of `count` entries of a kind whose smallest size is `min` under the limit
+    /// `limit`: room for a quarter as many again, rounded up to a power of two or three quarters
+    /// of one, at least `min`, at most `limit`. A few fixed sizes, so that a table that grows and
+    /// shrinks reuses them; any size can be adopted from pinned maps.
+    const fn class_of(count: u32, min: u32, limit: u32) -> u32 {
+        let wanted = (count as u64 * GROWTH_ROOM_QUARTERS as u64).div_ceil(4);
+        let class = if wanted <= min as u64 {
+            min as u64
         } else {
             let power = wanted.next_power_of_two();
             if wanted <= power / 4 * 3 {
@@ -268,37 +336,52 @@ impl Capacity {
                 power
             }
         };
-        let class = if class > limit as u64 {
+        if class > limit as u64 {
             limit
         } else {
             class as u32
-        };
-        Self::for_names(class)
+        }
     }
 
-    /// The capacity a table of this size should move to when it serves `names` names under the
-    /// limit `limit`, if it should move: it grows once the names no longer fit (and it is below
-    /// the limit), shrinks once they fill [`SHRINK_WHEN_ONE_IN`]th of it or less, and moves to
-    /// the limit when the limit changed under it. Otherwise `None`: between the two points a
-    /// table stays, so names coming and going near a class's edge cause no resize.
-    pub const fn resized(&self, names: u32, limit: u32) -> Option<Self> {
-        let class = Self::class_for(names, limit);
-        let grow = names > self.names && self.names < limit;
-        let shrink = (names as u64) * (SHRINK_WHEN_ONE_IN as u64) <= self.names as u64
-            && class.names < self.names;
-        let over_limit = self.names > limit;
-        if (grow || shrink || over_limit) && class.names != self.names {
-            Some(class)
-        } else {
-            None
+    /// The size class of a table whose names need `counts` entries of each kind, under the limit
+    /// `limit` (per kind): each kind's [`Capacity::class_of`].
+    pub const fn class_for(counts: EntryCounts, limit: u32) -> Self {
+        let mut entries = [0; 3];
+        let mut k = 0;
+        while k < 3 {
+            entries[k] = Self::class_of(counts[k], MIN_ENTRIES[k], limit);
+            k += 1;
         }
+        Self::of(entries)
+    }
+
+    /// The capacity a table of this size should move to when its names need `counts` entries of
+    /// each kind under the limit `limit`, if it should move: when a kind's names no longer fit
+    /// it (and it is below the limit), when they fill [`SHRINK_WHEN_ONE_IN`]th of it or less, or
+    /// when the limit changed under it. Otherwise `None`: between the two points a kind stays,
+    /// so names coming and going near a class's edge cause no resize.
+    pub const fn resized(&self, counts: EntryCounts, limit: u32) -> Option<Self> {
+        let class = Self::class_for(counts, limit);
+        let have = self.entries();
+        let wanted = class.entries();
+        let mut moves = false;
+        let mut k = 0;
+        while k < 3 {
+            let grow = counts[k] > have[k] && have[k] < limit;
+            let shrink = (counts[k] as u64) * (SHRINK_WHEN_ONE_IN as u64) <= have[k] as u64
+                && wanted[k] < have[k];
+            let over_limit = have[k] > limit;
+            moves |= (grow || shrink || over_limit) && wanted[k] != have[k];
+            k += 1;
+        }
+        if moves { Some(class) } else { None }
     }
 
     /// Bytes of kernel memory the table maps take for both generations (arrays: fixed at load).
     pub const fn map_bytes(&self) -> u64 {
-        let per_generation = self.names as u64
-            * core::mem::size_of::<crate::entry::NameEntry>() as u64
-            + self.big as u64 * core::mem::size_of::<crate::entry::BigEntry>() as u64
+        let per_generation = self.small as u64 * EntryClass::Small.entry_bytes() as u64
+            + self.names as u64 * EntryClass::Name.entry_bytes() as u64
+            + self.big as u64 * EntryClass::Big.entry_bytes() as u64
             + self.buckets as u64 * core::mem::size_of::<crate::index::Bucket>() as u64
             + self.zones as u64 * core::mem::size_of::<crate::entry::ZoneEntry>() as u64
             + HOST_SLOTS as u64 * core::mem::size_of::<crate::host::HostSlot>() as u64;
@@ -327,7 +410,7 @@ pub const fn apex_label_bit(labels: usize) -> Option<u16> {
 const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
 const _: () = assert!(core::mem::size_of::<Generation>() == 32);
 const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
-const _: () = assert!(core::mem::size_of::<Capacity>() == 16);
+const _: () = assert!(core::mem::size_of::<Capacity>() == 20);
 const _: () = assert!(core::mem::size_of::<LeaseClock>() == 32);
 
 #[cfg(feature = "user")]
@@ -359,54 +442,85 @@ mod tests {
     fn the_default_capacity_fits_in_64_mib_for_both_generations() {
         let bytes = Capacity::DEFAULT.map_bytes();
         assert!(bytes <= 64 << 20, "{} MiB", bytes >> 20);
-        assert!(Capacity::DEFAULT.buckets.is_power_of_two());
-        assert_eq!(Capacity::for_names(100_000).buckets, 65_536);
+        assert_eq!(Capacity::for_names(100_000).buckets, 65_625);
+    }
+
+    fn small(names: u32) -> EntryCounts {
+        [names, 0, 0]
     }
 
     #[test]
     fn a_table_starts_small_and_takes_room_for_a_quarter_as_many_again() {
         let limit = crate::limits::KERNEL_NAMES_LIMIT;
-        assert_eq!(Capacity::class_for(0, limit).names, MIN_KERNEL_NAMES);
-        assert_eq!(Capacity::class_for(819, limit).names, 1024);
-        assert_eq!(Capacity::class_for(820, limit).names, 1536);
-        assert_eq!(Capacity::class_for(1_500, limit).names, 2048);
-        assert_eq!(Capacity::class_for(9_000, limit).names, 12_288);
-        assert_eq!(Capacity::class_for(10_000, limit).names, 16_384);
-        assert_eq!(Capacity::class_for(100_000, limit).names, 131_072);
-        assert_eq!(Capacity::class_for(2_000_000, limit).names, limit);
+        let empty = Capacity::class_for([0; 3], limit);
+        assert_eq!(
+            empty.entries(),
+            [MIN_KERNEL_NAMES, MIN_NAME_ENTRIES, MIN_BIG_ENTRIES]
+        );
+        assert_eq!(Capacity::class_for(small(819), limit).small, 1024);
+        assert_eq!(Capacity::class_for(small(820), limit).small, 1536);
+        assert_eq!(Capacity::class_for(small(1_500), limit).small, 2048);
+        assert_eq!(Capacity::class_for(small(9_000), limit).small, 12_288);
+        assert_eq!(Capacity::class_for(small(10_000), limit).small, 16_384);
+        assert_eq!(Capacity::class_for(small(100_000), limit).small, 131_072);
+        assert_eq!(Capacity::class_for(small(2_000_000), limit).small, limit);
+        // Each kind follows its own names.
+        let mixed = Capacity::class_for([100, 5_000, 300], limit);
+        assert_eq!(mixed.entries(), [1024, 8_192, 384]);
         // A limit that is no class is the top class itself.
-        assert_eq!(Capacity::class_for(50_000, 20_000).names, 20_000);
-        // Every class has a power-of-two index.
-        assert!(Capacity::class_for(9_000, limit).buckets.is_power_of_two());
+        assert_eq!(Capacity::class_for(small(50_000), 20_000).small, 20_000);
+        // The index has a bucket for every two entries.
+        assert_eq!(mixed.buckets, (1024 + 8_192 + 384) / 2);
+    }
+
+    #[test]
+    fn names_fit_their_kind_or_a_larger_one() {
+        let table = Capacity::of([4, 2, 1]);
+        assert!(table.holds([4, 2, 1]));
+        assert!(!table.holds([0, 0, 7]));
+        assert!(table.holds([0, 3, 0]), "one takes the big entry");
+        assert!(!table.holds([0, 3, 1]), "not when a big name needs it");
+        assert!(
+            table.holds([6, 0, 1]),
+            "small names widen into name entries"
+        );
+        assert!(!table.holds([8, 0, 0]));
     }
 
     #[test]
     fn a_table_grows_past_its_size_and_shrinks_only_far_below_it() {
         let limit = 1 << 20;
-        let small = Capacity::class_for(0, limit);
-        assert_eq!(small.resized(1_024, limit), None, "full, not past");
-        let grown = small.resized(1_025, limit).expect("grows");
-        assert_eq!(grown.names, 1536);
+        let first = Capacity::class_for([0; 3], limit);
+        assert_eq!(first.resized(small(1_024), limit), None, "full, not past");
+        let grown = first.resized(small(1_025), limit).expect("grows");
+        assert_eq!(grown.small, 1536);
         // Names going back below the growth point keep it.
-        assert_eq!(grown.resized(600, limit), None);
-        assert_eq!(grown.resized(193, limit), None);
-        assert_eq!(grown.resized(192, limit).map(|c| c.names), Some(1024));
+        assert_eq!(grown.resized(small(600), limit), None);
+        assert_eq!(grown.resized(small(193), limit), None);
+        assert_eq!(
+            grown.resized(small(192), limit).map(|c| c.small),
+            Some(1024)
+        );
         // Nothing is smaller than the smallest class.
-        assert_eq!(small.resized(0, limit), None);
+        assert_eq!(first.resized([0; 3], limit), None);
+        // One kind growing moves the table; the others keep their classes.
+        let big_grown = first.resized([10, 10, 65], limit).expect("grows");
+        assert_eq!(big_grown.entries(), [1024, 256, 96]);
         // The limit caps growth, and a table past a lowered limit comes down to it.
-        let capped = Capacity::for_names(4096);
-        assert_eq!(capped.resized(5_000, 4096), None);
-        assert_eq!(capped.resized(3_000, 2048).map(|c| c.names), Some(2048));
+        let capped = Capacity::of([4096, 256, 64]);
+        assert_eq!(capped.resized(small(5_000), 4096), None);
+        assert_eq!(
+            capped.resized(small(3_000), 2048).map(|c| c.small),
+            Some(2048)
+        );
         // Grown, the table holds the names with room to spare, under twice as many.
         for names in [1_025u32, 5_000, 77_777, 100_000, 400_000] {
-            let class = Capacity::class_for(0, limit)
-                .resized(names, limit)
-                .expect("grows");
-            assert!(class.names >= names + names / 4, "{names}: {}", class.names);
+            let class = first.resized(small(names), limit).expect("grows");
+            assert!(class.small >= names + names / 4, "{names}: {}", class.small);
             assert!(
-                class.names < names * 19 / 10 + 1,
+                class.small < names * 19 / 10 + 1,
                 "{names}: {}",
-                class.names
+                class.small
             );
         }
     }

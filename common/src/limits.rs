@@ -56,50 +56,63 @@ pub const MAX_ADDRESS_BYTES: usize =
 /// the larger). Bounds the record loop's packet offsets (verifier).
 pub const MAX_ANSWER_RRS_LEN: usize = MAX_XDP_AAAA_RECORDS * AAAA_RR_LEN;
 
-/// Payload of a name entry: its addresses from the front, its name from the back. 144 bytes
-/// hold a name of up to 80 bytes with 16 A records (64 bytes) or 4 AAAA records (64 bytes), or
-/// a 48-byte name with 6 AAAA records: the common case (`<value>.<namespace>.<zone>` with a
-/// handful of nodes). With the 16-byte head an entry is 160 bytes (see `entry`).
+/// Payload of a small entry: its addresses from the front, its name from the back. 64 bytes hold
+/// a 52-byte name with 3 A records, a 48-byte name with 4 A records or one AAAA record: the
+/// common case (`<value>.<namespace>.<zone>` served by a few nodes). With the 16-byte head an
+/// entry is 80 bytes (see `entry`).
+pub const SMALL_PAYLOAD_LEN: usize = 64;
+
+/// Payload of a name entry: 144 bytes hold a name of up to 80 bytes with 16 A records (64
+/// bytes) or 4 AAAA records (64 bytes), or a 48-byte name with 6 AAAA records: a name served by
+/// a fleet. With the head an entry is 160 bytes.
 pub const NAME_PAYLOAD_LEN: usize = 144;
 
 /// Payload of a big entry: a name of up to 255 bytes and 16 A and 16 AAAA records (320 bytes).
 pub const BIG_PAYLOAD_LEN: usize = 576;
 
-/// Name entries one generation of the object's declared maps holds, and the capacity of a table
-/// loaded without a size of its own (tests, benchmarks). The agent sizes its table by what it
-/// serves instead (`generation::Capacity::resized`), between [`MIN_KERNEL_NAMES`] and its limit
+/// Names one generation of the object's declared maps holds in small entries, and the size of a
+/// table loaded without one of its own (tests, benchmarks; `generation::Capacity::DEFAULT`). The
+/// agent sizes each kind of entry by the names that need it instead
+/// (`generation::Capacity::resized`), from its smallest size up to its limit
 /// ([`KERNEL_NAMES_LIMIT`] by default, `--kernel-names`).
 pub const NAMES_CAPACITY: u32 = 131_072;
 
-/// The smallest table the agent makes: names one generation holds before the table first grows.
-/// 1,024 names take about 0.4 MiB of entries and index for both generations.
+/// The fewest small entries a table has: names one generation holds before its small entries
+/// first grow. 1,024 of them take 160 KiB for both generations.
 pub const MIN_KERNEL_NAMES: u32 = 1_024;
 
-/// How far the agent's table grows by default (`--kernel-names`): names beyond it, zone by zone,
+/// The fewest name entries (160 bytes) a table has: 80 KiB for both generations.
+pub const MIN_NAME_ENTRIES: u32 = 256;
+
+/// The fewest big entries (592 bytes) a table has: 74 KiB for both generations.
+pub const MIN_BIG_ENTRIES: u32 = 64;
+
+/// How far each kind of entry grows by default (`--kernel-names`): names beyond it, zone by zone,
 /// are answered by userspace. Memory follows the names served, not this bound.
 pub const KERNEL_NAMES_LIMIT: u32 = 1_048_576;
 
-/// A table grows to hold this many times the names it serves, over four (room for a quarter as
-/// many again before the next growth), rounded up to the next size class (a power of two, or
-/// three quarters of one: steps of at most 1.5x, so a table holds at most 1.9 times its names
-/// after growing).
+/// The most `--kernel-names` may say (a bound on the maps' sizes).
+pub const MAX_KERNEL_NAMES: u32 = 4_194_304;
+
+/// A kind of entry grows to hold this many times the names that need it, over four (room for a
+/// quarter as many again before the next growth), rounded up to the next size class (a power
+/// of two, or three quarters of one: steps of at most 1.5x, so entries number at most 1.9 times
+/// their names after growing).
 pub const GROWTH_ROOM_QUARTERS: u32 = 5;
 
-/// A table shrinks once the names it serves fill this fraction (one in so many) of it or less:
-/// far enough below the growth point that a table does not move back and forth.
+/// A kind of entry shrinks once the names that need it fill this fraction (one in so many) of it
+/// or less: far enough below the growth point that a table does not move back and forth.
 pub const SHRINK_WHEN_ONE_IN: u32 = 8;
 
-/// Big entries one generation holds for every [`BIG_NAMES_DIVISOR`] name entries: names longer
-/// than a name entry holds, and larger record sets, are rare; past this many, such names are
-/// answered by userspace one by one.
-pub const BIG_NAMES_DIVISOR: u32 = 16;
-
-/// Index buckets one generation has for every [`INDEX_NAMES_PER_BUCKET`] names of capacity: at
-/// two names a bucket of [`INDEX_WAYS`] ways, a name placed in the emptier of its two candidate
-/// buckets finds a free way with all but negligible probability (the fullest bucket of 2^16 holds
-/// about 2 + log2 log2 2^16 = 6 names); one that does not is answered by userspace, and so are
-/// the misses of its buckets.
+/// Index buckets one generation has for every [`INDEX_NAMES_PER_BUCKET`] entries: at two names
+/// a bucket of [`INDEX_WAYS`] ways, a name placed in the emptier of its two candidate buckets
+/// finds a free way with all but negligible probability (the fullest bucket of 2^16 holds about
+/// 2 + log2 log2 2^16 = 6 names); one that does not is answered by userspace, and so are the
+/// misses of its buckets. Any count works (the index maps a hash onto it by multiplication).
 pub const INDEX_NAMES_PER_BUCKET: u32 = 2;
+
+/// The most index buckets a generation has: a bucket is chosen from 24 bits of the hash.
+pub const MAX_INDEX_BUCKETS: u32 = 1 << 24;
 
 /// Ways (names) one index bucket holds: seven 4-byte tags, a flags word and seven 4-byte entry
 /// references fill one 64-byte cache line (verifier: bounds the tag scan).

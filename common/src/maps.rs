@@ -4,7 +4,7 @@
 
 use crate::{
     counters::{ALL_COUNTER_SLOTS, ZONE_COUNTER_SLOTS},
-    entry::{BigEntry, NameEntry, ZoneEntry},
+    entry::{BigEntry, NameEntry, SmallEntry, ZoneEntry},
     generation::{Capacity, Generation, LeaseClock, ReaderSlot},
     host::HostSlot,
     index::Bucket,
@@ -16,14 +16,17 @@ use crate::{
 /// the running program reads differently (which keeps its own maps until its link is handed
 /// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts. Version 8:
 /// the lease is a word a timer clears (`generation::LeaseClock`), not a deadline the run compares
-/// with the clock.
-pub const LAYOUT_VERSION: u32 = 8;
+/// with the clock. Version 9: three kinds of entry, each sized by its own names, and an index of
+/// any bucket count.
+pub const LAYOUT_VERSION: u32 = 9;
 
 /// Which generation is active, the hash seed and the layout fingerprint: one
 /// [`Generation`] (see `generation` for the design).
 pub const GENERATION: &str = "HPD_GEN";
 /// The name index: [`Bucket`]s, both generations.
 pub const INDEX: &str = "HPD_INDEX";
+/// Small name entries ([`SmallEntry`]), both generations.
+pub const SMALL: &str = "HPD_SMALL";
 /// Name entries ([`NameEntry`]), both generations.
 pub const NAMES: &str = "HPD_NAMES";
 /// Big name entries ([`BigEntry`]), both generations.
@@ -77,11 +80,12 @@ pub const GLOBAL_CAPACITY: &str = "HPD_CAPACITY";
 
 /// The maps a table lives in, which the agent pins and adopts together, with their key and value
 /// sizes and their element counts for `capacity`.
-pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 11] {
+pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 12] {
     let g = crate::generation::GENERATIONS;
     [
         (GENERATION, size_of::<Generation>(), 1),
         (INDEX, size_of::<Bucket>(), g * capacity.buckets),
+        (SMALL, size_of::<SmallEntry>(), g * capacity.small),
         (NAMES, size_of::<NameEntry>(), g * capacity.names),
         (BIG, size_of::<BigEntry>(), g * capacity.big),
         (ZONES, size_of::<ZoneEntry>(), g * capacity.zones),
@@ -119,6 +123,14 @@ mod tests {
             layout_fingerprint(&Capacity::DEFAULT),
             layout_fingerprint(&Capacity::for_names(1024))
         );
+        // Any one kind's size counts.
+        let base = Capacity::of([1024, 256, 64]);
+        for other in [[1536, 256, 64], [1024, 384, 64], [1024, 256, 96]] {
+            assert_ne!(
+                layout_fingerprint(&base),
+                layout_fingerprint(&Capacity::of(other))
+            );
+        }
         assert_eq!(
             layout_fingerprint(&Capacity::DEFAULT),
             layout_fingerprint(&Capacity::for_names(crate::limits::NAMES_CAPACITY))

@@ -5,9 +5,9 @@
 
 use hostport_dns_common::{
     counters::Counter,
-    entry::{Entry, EntryHead, NAME_FLAG_APEX, ZoneId},
+    entry::{Entry, EntryClass, EntryHead, NAME_FLAG_APEX, ZoneId},
     hash::front_bytes,
-    index::{BIG_REF, BUCKET_OVERFLOW, EntryRef, PASS_REF, candidates},
+    index::{BUCKET_OVERFLOW, EntryRef, PASS_REF, candidates, ref_target},
     limits::{A_ADDR_LEN, AAAA_ADDR_LEN, INDEX_WAYS, MAX_ZONE_LABELS, NAME_BUF_LEN},
 };
 
@@ -79,14 +79,21 @@ fn confirm(
         // The name exists with no entry of its own: userspace answers it.
         return Err(Counter::PassLargeSet);
     }
-    let same = if found & BIG_REF != 0 {
-        let entry = table
-            .big_entry(found & !BIG_REF)
-            .ok_or(Counter::PassNoTable)?;
-        take_if_same(entry, scratch, len)?
-    } else {
-        let entry = table.name_entry(found).ok_or(Counter::PassNoTable)?;
-        take_if_same(entry, scratch, len)?
+    let same = match ref_target(found) {
+        Some((EntryClass::Small, slot)) => {
+            let entry = table.small_entry(slot).ok_or(Counter::PassNoTable)?;
+            take_if_same(entry, scratch, len)?
+        }
+        Some((EntryClass::Name, slot)) => {
+            let entry = table.name_entry(slot).ok_or(Counter::PassNoTable)?;
+            take_if_same(entry, scratch, len)?
+        }
+        Some((EntryClass::Big, slot)) => {
+            let entry = table.big_entry(slot).ok_or(Counter::PassNoTable)?;
+            take_if_same(entry, scratch, len)?
+        }
+        // A kind the agent never writes.
+        None => return Err(Counter::PassNoTable),
     };
     if same {
         Ok(())

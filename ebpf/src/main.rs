@@ -46,7 +46,7 @@ use aya_ebpf::{
 use aya_log_ebpf::{debug, trace};
 use hostport_dns_common::{
     counters::{ALL_COUNTER_SLOTS, Counter, Verdict, ZONE_COUNTER_SLOTS},
-    entry::{BigEntry, NameEntry, ZoneEntry},
+    entry::{BigEntry, NameEntry, SmallEntry, ZoneEntry},
     generation::{Capacity, GENERATIONS, Generation, LeaseClock, ReaderSlot},
     host::HostSlot,
     index::Bucket,
@@ -68,6 +68,11 @@ static HPD_GEN: Array<Generation> = Array::with_max_entries(1, MMAPABLE);
 /// The name index, both generations. Arrays throughout: the verifier inlines their lookups.
 #[map]
 static HPD_INDEX: Array<Bucket> = Array::with_max_entries(GENERATIONS * CAPACITY.buckets, MMAPABLE);
+
+/// Name entries of three sizes (`hostport_dns_common::entry`), both generations each.
+#[map]
+static HPD_SMALL: Array<SmallEntry> =
+    Array::with_max_entries(GENERATIONS * CAPACITY.small, MMAPABLE);
 
 #[map]
 static HPD_NAMES: Array<NameEntry> =

@@ -6,7 +6,7 @@
 
 use hostport_dns_common::{
     counters::{Counter, Event},
-    entry::{BigEntry, NameEntry, ZoneEntry, ZoneId},
+    entry::{BigEntry, NameEntry, SmallEntry, ZoneEntry, ZoneId},
     generation::{Capacity, GENERATIONS, Generation, LEASE_EXPIRED, slot},
     host::HostSlot,
     index::Bucket,
@@ -14,8 +14,8 @@ use hostport_dns_common::{
 };
 
 use crate::{
-    HPD_BIG, HPD_CAPACITY, HPD_GEN, HPD_HOST, HPD_INDEX, HPD_NAMES, HPD_READERS, HPD_ZONES, atomic,
-    stats,
+    HPD_BIG, HPD_CAPACITY, HPD_GEN, HPD_HOST, HPD_INDEX, HPD_NAMES, HPD_READERS, HPD_SMALL,
+    HPD_ZONES, atomic, stats,
 };
 
 /// Passes everything once the lease of the table's agent has run out: a word the lease's timer
@@ -106,7 +106,7 @@ impl Section {
         self.apex_labels
     }
 
-    /// Index buckets per generation (a power of two).
+    /// Index buckets per generation.
     #[inline(always)]
     pub fn buckets(&self) -> u32 {
         self.capacity.buckets
@@ -116,6 +116,15 @@ impl Section {
     #[inline(always)]
     pub fn bucket(&self, index: u32) -> Option<&'static Bucket> {
         HPD_INDEX.get(slot(self.generation, self.capacity.buckets, index))
+    }
+
+    /// Small entry `index` of this generation.
+    #[inline(always)]
+    pub fn small_entry(&self, index: u32) -> Option<&'static SmallEntry> {
+        if index >= self.capacity.small {
+            return None;
+        }
+        HPD_SMALL.get(slot(self.generation, self.capacity.small, index))
     }
 
     /// Name entry `index` of this generation.

@@ -639,8 +639,8 @@ fn zones_beyond_the_capacity_are_left_to_userspace_whole() {
         .collect();
     records.extend((0..60).map(|i| a_record(&format!("h{i}.b.example."), [198, 18, 2, i])));
     let (table, _) = RecordTable::compile(&zones, &records);
-    // 64 names: a's 11 fit, b's 61 do not.
-    let capacity = Capacity::for_names(64);
+    // 66 entries (64 small ones, one of each larger kind): a's 11 names fit, b's 61 do not.
+    let capacity = Capacity::of([64, 1, 1]);
     let mut program =
         Program::load_table(table.clone(), &[SERVER_A.parse().expect("v4")], capacity);
     let query = |owner: &str| {
@@ -671,6 +671,43 @@ fn zones_beyond_the_capacity_are_left_to_userspace_whole() {
     let stats = program.writer.write_names(&table, &[]).expect("a write");
     assert_eq!(stats.names_left_out, 61, "b's 60 names and its apex");
     assert_eq!(stats.names_held, 11);
+}
+
+/// A name whose kind of entry is full takes the next larger kind, and is answered from it as
+/// from its own (a zone whose names the entries cannot hold at all is left to userspace whole,
+/// as `zones_beyond_the_capacity_are_left_to_userspace_whole` shows).
+#[test]
+fn names_whose_entries_are_full_take_larger_ones() {
+    require_root();
+    let zone = ZoneSpec::with_defaults(name("w.example."));
+    let records: Vec<SourceRecord> = (0..6)
+        .map(|i| a_record(&format!("h{i}.w.example."), [198, 18, 4, i]))
+        .collect();
+    let (table, _) = RecordTable::compile(&[zone], &records);
+    // Seven names (the apex too), all of the small kind: two small entries, one name entry and
+    // four big ones hold them.
+    let capacity = Capacity::of([2, 1, 4]);
+    let mut program =
+        Program::load_table(table.clone(), &[SERVER_A.parse().expect("v4")], capacity);
+    let mut answered = 0;
+    let owners = (0..6)
+        .map(|i| format!("h{i}.w.example"))
+        .chain(["w.example".to_owned()]);
+    for owner in owners {
+        let dns = QueryBuilder::new(&owner, TYPE_A).bytes();
+        let (verdict, out, _) = program.run(&Frame::v4(SERVER_A).build(&dns));
+        assert_eq!(verdict, XDP_TX, "{owner}");
+        let userspace = respond(&dns, Some(&table), Transport::Udp).expect("an answer");
+        assert_eq!(
+            hex(&parse_checked(&out).dns),
+            hex(&userspace.bytes),
+            "{owner}"
+        );
+        answered += 1;
+    }
+    assert_eq!(answered, 7);
+    let stats = program.writer.write_names(&table, &[]).expect("a write");
+    assert_eq!((stats.names_held, stats.names_left_out), (7, 0));
 }
 
 #[test]

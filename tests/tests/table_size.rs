@@ -47,8 +47,9 @@ fn records(names: usize) -> String {
     text
 }
 
+/// Small entries one generation holds (every name here takes one).
 fn capacity(agent: &Agent) -> f64 {
-    agent.metric("hostport_dns_xdp_table_capacity", &[])
+    agent.metric("hostport_dns_xdp_table_capacity", &[("entry", "small")])
 }
 
 fn resizes(agent: &Agent) -> f64 {
@@ -309,4 +310,63 @@ fn a_pinned_table_resizes_and_the_next_agent_adopts_it_at_its_size() {
         .server_ns
         .command(binary().to_str().expect("UTF-8"))
         .args(["uninstall", "--pin-dir", &pin_dir]));
+}
+
+/// A label long enough that a name with 8 addresses needs a 160-byte entry.
+const FLEET_LABEL: &str = "served-by-a-fleet";
+
+/// `names` names of `fleet` addresses each: `f<i>-served-by-a-fleet` → 198.19.<i % 250>.<1..=fleet>.
+fn fleet_records(names: usize, fleet: usize) -> String {
+    let mut text = format!(
+        "zones:\n  - name: steady.example\n    records:\n      probe: {PROBE_ADDRESS}\n  \
+         - name: {ZONE}\n    records:\n"
+    );
+    for i in 0..names {
+        let addresses: Vec<String> = (1..=fleet)
+            .map(|n| format!("198.19.{}.{n}", i % 250))
+            .collect();
+        text.push_str(&format!(
+            "      f{i}-{FLEET_LABEL}: [{}]\n",
+            addresses.join(", ")
+        ));
+    }
+    text
+}
+
+/// Each kind of entry follows the names that need it: names served by 8 nodes each (160-byte
+/// entries: a 44-byte name and 32 bytes of addresses) grow their kind alone, past its smallest
+/// size, and are answered from XDP. (Eight: sixteen A records grow an answer by more than the
+/// headroom a veth gives XDP.)
+#[test]
+fn names_served_by_fleets_grow_their_own_kind_of_entry() {
+    require_root();
+    let link = Link::new("tsizef");
+    let dir = TempDir::new("tsizef");
+    let file = dir.write("records.yaml", &fleet_records(10, 8));
+    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    let kind = |entry: &str| agent.metric("hostport_dns_xdp_table_capacity", &[("entry", entry)]);
+    eventually("the smallest table", 20, || kind("name") == 256.0);
+    let bytes_before = agent.metric("hostport_dns_xdp_table_bytes", &[]);
+    // 300 such names: past 256, to 384 (room for a quarter as many again); the others stay.
+    dir.write("records.yaml", &fleet_records(300, 8));
+    agent.signal(libc::SIGHUP);
+    eventually("the name entries grown", 20, || kind("name") == 384.0);
+    assert_eq!((kind("small"), kind("big")), (1024.0, 64.0));
+    let bytes = agent.metric("hostport_dns_xdp_table_bytes", &[]);
+    // 128 more 160-byte entries and 64 more buckets, both generations.
+    assert_eq!(bytes - bytes_before, 2.0 * (128.0 * 160.0 + 64.0 * 64.0));
+    let xdp_before = xdp_answers_in_zone(&agent);
+    let reply = dig(
+        &link.client_ns,
+        link.server.ipv4,
+        PORT,
+        &[&format!("f299-{FLEET_LABEL}.{ZONE}"), "A"],
+    );
+    assert_eq!(reply.answer_data().len(), 8, "{reply:?}");
+    assert_eq!(
+        xdp_answers_in_zone(&agent),
+        xdp_before + 1.0,
+        "answered from XDP: {}",
+        agent.metrics()
+    );
 }

@@ -152,7 +152,7 @@ pub struct RunArgs {
     /// Names the kernel table may grow to (per generation). Its maps follow the names served:
     /// they start small and grow (or shrink) by steps of at most 1.5x as names come and go, up to this;
     /// zones beyond it are answered by userspace.
-    #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::KERNEL_NAMES_LIMIT, value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
+    #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::KERNEL_NAMES_LIMIT, value_parser = clap::value_parser!(u32).range(64..=i64::from(hostport_dns_common::limits::MAX_KERNEL_NAMES)))]
     pub kernel_names: u32,
     /// The ceiling on UDP answers in bytes (Knot's `udp-max-payload`): an answer takes what the
     /// client offers up to this (512 without EDNS), and the OPT record advertises it. Overrides

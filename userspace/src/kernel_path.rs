@@ -103,8 +103,13 @@ fn load(
     let capacity = capacity.unwrap_or_else(|| {
         pins.as_ref()
             .and_then(PinDir::pinned_capacity)
-            .filter(|pinned| pinned.names <= settings.kernel_names)
-            .unwrap_or(Capacity::class_for(0, settings.kernel_names))
+            .filter(|pinned| {
+                pinned
+                    .entries()
+                    .iter()
+                    .all(|count| *count <= settings.kernel_names)
+            })
+            .unwrap_or(Capacity::class_for([0; 3], settings.kernel_names))
     });
     Dataplane::load(
         &settings.interfaces,
@@ -152,10 +157,7 @@ pub async fn start(
     let counters =
         Counters::new(&mut dataplane.ebpf, writer.zone_counters().names()).map_err(load_error)?;
     wiring.metrics.install_xdp_counters(counters);
-    wiring
-        .metrics
-        .xdp_table_capacity
-        .set(i64::from(dataplane.capacity.names));
+    wiring.metrics.set_xdp_table_size(&dataplane.capacity);
     wiring
         .metrics
         .xdp_table_limit

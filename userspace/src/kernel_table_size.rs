@@ -81,8 +81,7 @@ impl Resizer {
 
 impl Resize for Resizer {
     fn wanted(&self, current: Capacity, table: &RecordTable) -> Option<Capacity> {
-        let names = u32::try_from(table.nodes().len()).unwrap_or(u32::MAX);
-        current.resized(names, self.limit)
+        current.resized(crate::xdp::entries::entry_needs(table), self.limit)
     }
 
     fn load(&mut self, capacity: Capacity) -> Result<MapWriter, String> {
@@ -127,7 +126,7 @@ impl Resize for Resizer {
             ),
             _ => None,
         };
-        let capacity = dataplane.capacity.names;
+        let capacity = dataplane.capacity;
         let mut held = self.held();
         if let Some(previous) = held.as_mut()
             && let Err(err) = dataplane.take_over(previous)
@@ -144,7 +143,7 @@ impl Resize for Resizer {
         *held = Some(dataplane);
         drop(held);
         self.metrics.install_xdp_counters(counters);
-        self.metrics.xdp_table_capacity.set(i64::from(capacity));
+        self.metrics.set_xdp_table_size(&capacity);
         self.metrics.xdp_table_resizes.inc();
         Ok(())
     }

@@ -49,8 +49,11 @@ pub struct Metrics {
     pub xdp_names_written: Counter,
     /// Names in the active generation of the kernel table.
     pub xdp_table_names: Gauge,
-    /// Names one generation of the kernel table holds now (its size follows the names served).
-    pub xdp_table_capacity: Gauge,
+    /// Names one generation of the kernel table holds now, by kind of entry (`small`, `name`,
+    /// `big`: its size follows the names served).
+    pub xdp_table_capacity: Family<EntryLabel, Gauge>,
+    /// Bytes of kernel memory the table's maps take, both generations.
+    pub xdp_table_bytes: Gauge,
     /// Names one generation of the kernel table may grow to (`--kernel-names`).
     pub xdp_table_limit: Gauge,
     /// Times the kernel table moved to maps of another size.
@@ -98,6 +101,12 @@ pub struct Metrics {
     pub external_dns_writes: Family<ExternalDnsWriteLabel, Counter>,
     /// The XDP program's counters, once it is loaded (read at scrape time).
     xdp: XdpCounters,
+}
+
+/// A kind of kernel table entry: `small`, `name` or `big`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct EntryLabel {
+    pub entry: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
@@ -156,6 +165,17 @@ pub struct ReasonLabel {
 }
 
 impl Metrics {
+    /// The kernel table's size gauges, for maps of `capacity`.
+    pub fn set_xdp_table_size(&self, capacity: &hostport_dns_common::generation::Capacity) {
+        for (entry, count) in ["small", "name", "big"].into_iter().zip(capacity.entries()) {
+            self.xdp_table_capacity
+                .get_or_create(&EntryLabel { entry })
+                .set(i64::from(count));
+        }
+        let bytes = i64::try_from(capacity.map_bytes()).unwrap_or(i64::MAX);
+        self.xdp_table_bytes.set(bytes);
+    }
+
     /// Creates the metrics and registers them, with the live collector, in a new registry.
     pub fn register(
         shared: Arc<Shared>,
@@ -171,7 +191,8 @@ impl Metrics {
             table_names_changed: Counter::default(),
             xdp_names_written: Counter::default(),
             xdp_table_names: Gauge::default(),
-            xdp_table_capacity: Gauge::default(),
+            xdp_table_capacity: Family::default(),
+            xdp_table_bytes: Gauge::default(),
             xdp_table_limit: Gauge::default(),
             xdp_table_resizes: Counter::default(),
             xdp_names_in_userspace: Gauge::default(),
@@ -230,8 +251,13 @@ impl Metrics {
         );
         registry.register(
             "xdp_table_capacity",
-            "Names one generation of the kernel table holds now (its maps' size, which follows the names served)",
+            "Names one generation of the kernel table holds now, by kind of entry (80-byte small, 160-byte name, 592-byte big; its maps' size, which follows the names served)",
             metrics.xdp_table_capacity.clone(),
+        );
+        registry.register(
+            "xdp_table_bytes",
+            "Bytes of kernel memory the kernel table's maps take, both generations (charged to the agent's memory cgroup)",
+            metrics.xdp_table_bytes.clone(),
         );
         registry.register(
             "xdp_table_limit",

@@ -26,6 +26,8 @@ struct Held {
     rss: f64,
     /// Names one generation of the agent's kernel table holds (0 for knotd).
     capacity: u32,
+    /// Bytes the kernel table's maps take (the agent's `hostport_dns_xdp_table_bytes`).
+    maps: u64,
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -52,6 +54,7 @@ fn agent(names: usize) -> Held {
         kernel: cgroup.kernel(),
         rss: system::rss_mib(agent.pid()),
         capacity: agent.metric("hostport_dns_xdp_table_capacity", &[]) as u32,
+        maps: agent.metric("hostport_dns_xdp_table_bytes", &[]) as u64,
     };
     drop(agent);
     held
@@ -78,6 +81,7 @@ fn knotd(names: usize) -> Held {
         kernel: cgroup.kernel(),
         rss: system::rss_mib(server.pid()),
         capacity: 0,
+        maps: 0,
     };
     drop(server);
     held
@@ -97,7 +101,7 @@ pub fn run() {
     for names in [100, 1_000, 10_000, 100_000] {
         let ours = agent(names);
         let peer = knotd(names);
-        let maps = hostport_dns_common::generation::Capacity::for_names(ours.capacity).map_bytes();
+        let maps = ours.maps;
         let served = served_bytes(&zone(names).1);
         rows.push(vec![
             names.to_string(),

@@ -16,37 +16,65 @@ use hostport_dns_common::{
         TYPE_A, TYPE_AAAA,
     },
     entry::{
-        BigEntry, Entry, EntryHead, NAME_FLAG_APEX, NAME_FLAG_ROTATE, NameEntry, SoaPatch,
-        ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry,
+        BigEntry, Entry, EntryClass, EntryHead, NAME_FLAG_APEX, NAME_FLAG_ROTATE, NameEntry,
+        SmallEntry, SoaPatch, ZONE_FLAG_NEGATIVE_IN_USERSPACE, ZoneEntry,
     },
+    generation::EntryCounts,
     hash::name_hash,
-    limits::{
-        AAAA_ADDR_LEN, MAX_SOA_GUARDS, MAX_SOA_PATCHES, MAX_SOA_RR_LEN, MAX_XDP_A_RECORDS,
-        MAX_XDP_AAAA_RECORDS,
-    },
+    limits::{AAAA_ADDR_LEN, MAX_SOA_GUARDS, MAX_SOA_PATCHES, MAX_SOA_RR_LEN},
 };
 
 use hostport_dns_core::{
     dns::WireName,
-    table::{Node, Zone, render::negative_soa_record},
+    table::{Node, RecordTable, Zone, render::negative_soa_record},
 };
 
 /// A name in kernel form: the entry of the size it needs, or none (userspace answers it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Built {
+    Small(SmallEntry),
     Name(NameEntry),
     Big(Box<BigEntry>),
     /// More records than an entry holds.
     Pass,
 }
 
+impl Built {
+    /// The kind of entry it is, if it is one.
+    pub fn class(&self) -> Option<EntryClass> {
+        match self {
+            Built::Small(_) => Some(EntryClass::Small),
+            Built::Name(_) => Some(EntryClass::Name),
+            Built::Big(_) => Some(EntryClass::Big),
+            Built::Pass => None,
+        }
+    }
+}
+
+/// The kind of entry `node`, named by `wire`, takes in the kernel table (`None`: userspace
+/// answers it): what the table's size follows.
+pub fn class_of(wire: &[u8], node: &Node) -> Option<EntryClass> {
+    EntryClass::for_name(wire.len(), node.a.len(), node.aaaa.len())
+}
+
+/// Names of `table` that need each kind of entry ([`EntryClass`] as index).
+pub fn entry_needs(table: &RecordTable) -> EntryCounts {
+    let mut needs = [0u32; 3];
+    for (name, node) in table.nodes() {
+        if let Some(class) = class_of(name.as_bytes(), node) {
+            needs[class as usize] = needs[class as usize].saturating_add(1);
+        }
+    }
+    needs
+}
+
 /// The entry of `name` (whose wire form is `wire`), holding `node` of `zone`; its zone's answers
 /// count in `counter_slot`.
 pub fn build(wire: &[u8], node: &Node, zone: &Zone, counter_slot: u16) -> Built {
     let (a, aaaa) = (node.a.len(), node.aaaa.len());
-    if a > MAX_XDP_A_RECORDS || aaaa > MAX_XDP_AAAA_RECORDS {
+    let Some(class) = class_of(wire, node) else {
         return Built::Pass;
-    }
+    };
     let ttl = node.ttl_in(zone);
     let head = EntryHead {
         name_len: wire.len() as u8,
@@ -59,12 +87,10 @@ pub fn build(wire: &[u8], node: &Node, zone: &Zone, counter_slot: u16) -> Built 
         counter_slot,
         ttl: ttl.to_be_bytes(),
     };
-    if NameEntry::fits(wire.len(), a, aaaa) {
-        Built::Name(fill(head, wire, node))
-    } else if BigEntry::fits(wire.len(), a, aaaa) {
-        Built::Big(Box::new(fill(head, wire, node)))
-    } else {
-        Built::Pass
+    match class {
+        EntryClass::Small => Built::Small(fill(head, wire, node)),
+        EntryClass::Name => Built::Name(fill(head, wire, node)),
+        EntryClass::Big => Built::Big(Box::new(fill(head, wire, node))),
     }
 }
 
@@ -277,7 +303,7 @@ fn shares_suffix_outside(zone: &Zone) -> bool {
 mod tests {
     use super::*;
     use hickory_proto::rr::Name;
-    use hostport_dns_common::limits::NAME_PAYLOAD_LEN;
+    use hostport_dns_common::limits::{MAX_XDP_A_RECORDS, SMALL_PAYLOAD_LEN};
     use hostport_dns_core::{
         records::{RecordData, SourceRecord},
         table::RecordTable,
@@ -306,14 +332,14 @@ mod tests {
 
     #[test]
     fn names_sit_at_the_back_and_addresses_at_the_front() {
-        let Built::Name(entry) = built(
+        let Built::Small(entry) = built(
             &[
                 a("web.example.", "198.18.0.1"),
                 a("web.example.", "2001:db8::1"),
             ],
             "WEB.example.",
         ) else {
-            panic!("a name entry");
+            panic!("a small entry");
         };
         let wire = b"\x03web\x07example\x00";
         assert_eq!(entry.name(), wire);
@@ -341,14 +367,18 @@ mod tests {
             .collect();
         assert_eq!(entry.head.aaaa_csum, sum16(&aaaa));
         assert!(
-            entry.payload[20..NAME_PAYLOAD_LEN - wire.len()]
+            entry.payload[20..SMALL_PAYLOAD_LEN - wire.len()]
                 .iter()
                 .all(|b| *b == 0)
         );
     }
 
     #[test]
-    fn long_names_and_large_sets_take_big_entries_and_larger_ones_pass() {
+    fn long_names_and_large_sets_take_larger_entries_and_larger_ones_pass() {
+        let fleet: Vec<_> = (1..=16)
+            .map(|i| a("fleet.example.", &format!("198.18.0.{i}")))
+            .collect();
+        assert!(matches!(built(&fleet, "fleet.example."), Built::Name(_)));
         // 152 bytes in wire form: more than a name entry holds with one address.
         let long = format!(
             "{}.{}.{}.example.",

@@ -10,8 +10,11 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use hostport_dns_common::{
-    entry::{BigEntry, NameEntry},
-    index::{BIG_REF, BUCKET_OVERFLOW, Bucket, EMPTY_TAG, EntryRef, PASS_REF, candidates},
+    entry::{BigEntry, Entry, EntryClass, NameEntry, SmallEntry},
+    generation::EntryCounts,
+    index::{
+        BUCKET_OVERFLOW, Bucket, EMPTY_TAG, EntryRef, PASS_REF, candidates, entry_ref, ref_target,
+    },
     limits::INDEX_WAYS,
 };
 
@@ -20,16 +23,61 @@ use crate::xdp::entries::Built;
 /// One generation of the index and entries, as the writer maps them.
 pub struct View<'a> {
     pub buckets: &'a mut [Bucket],
+    pub small: &'a mut [SmallEntry],
     pub names: &'a mut [NameEntry],
     pub big: &'a mut [BigEntry],
+}
+
+impl View<'_> {
+    /// The name held by the entry `found` refers to, if it refers to one.
+    fn name_of(&self, found: EntryRef) -> Option<&[u8]> {
+        let (class, slot) = ref_target(found)?;
+        let slot = slot as usize;
+        match class {
+            EntryClass::Small => self.small.get(slot).map(|e| e.name()),
+            EntryClass::Name => self.names.get(slot).map(|e| e.name()),
+            EntryClass::Big => self.big.get(slot).map(|e| e.name()),
+        }
+    }
+
+    /// Writes `built` (of kind `class` or smaller) into slot `slot` of the entries of kind
+    /// `class`, widened if it is of a smaller kind.
+    fn write(&mut self, class: EntryClass, slot: u32, built: &Built) {
+        let slot = slot as usize;
+        match class {
+            EntryClass::Small => self.small[slot] = widened(built),
+            EntryClass::Name => self.names[slot] = widened(built),
+            EntryClass::Big => self.big[slot] = widened(built),
+        }
+    }
+}
+
+/// `built` as an entry of payload `Q`, at least its own: the head and the addresses at the
+/// front, the name at the back, as the kernel reads any entry.
+fn widened<const Q: usize>(built: &Built) -> Entry<Q> {
+    fn copy<const P: usize, const Q: usize>(entry: &Entry<P>) -> Entry<Q> {
+        let mut wide = Entry::<Q>::EMPTY;
+        wide.head = entry.head;
+        let addresses = entry.a_offset() + entry.head.a_count as usize * 4;
+        wide.payload[..addresses].copy_from_slice(&entry.payload[..addresses]);
+        let name = entry.name();
+        wide.payload[Q - name.len()..].copy_from_slice(name);
+        wide
+    }
+    match built {
+        Built::Small(entry) => copy(entry),
+        Built::Name(entry) => copy(entry),
+        Built::Big(entry) => copy(entry.as_ref()),
+        Built::Pass => Entry::EMPTY,
+    }
 }
 
 /// What a change touched in one generation: what the other generation must copy to match it.
 #[derive(Debug, Default)]
 pub struct Dirty {
     pub buckets: FxHashSet<u32>,
-    pub names: FxHashSet<u32>,
-    pub big: FxHashSet<u32>,
+    /// Entry slots, by kind ([`EntryClass`] as index).
+    pub entries: [FxHashSet<u32>; 3],
 }
 
 /// Counts for logs and metrics.
@@ -54,8 +102,8 @@ pub struct Layout {
     /// The name hash (the kernel's; tests use weaker ones to make names collide).
     hash: fn(u64, &[u8]) -> u64,
     bucket_count: u32,
-    free_names: Vec<u32>,
-    free_big: Vec<u32>,
+    /// Free entry slots, by kind ([`EntryClass`] as index).
+    free: [Vec<u32>; 3],
     /// Names whose way points to no entry ([`PASS_REF`]): the kernel cannot tell them apart, so
     /// the layout does.
     passed: FxHashMap<u64, Box<[u8]>>,
@@ -73,23 +121,16 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// An empty layout for a generation of `names` name entries, `big` big entries and
-    /// `buckets` buckets, keyed under `seed`.
-    pub fn new(seed: u64, names: u32, big: u32, buckets: u32) -> Self {
-        Self::with_hash(
-            seed,
-            names,
-            big,
-            buckets,
-            hostport_dns_common::hash::name_hash,
-        )
+    /// An empty layout for a generation of `entries` entries of each kind and `buckets`
+    /// buckets, keyed under `seed`.
+    pub fn new(seed: u64, entries: EntryCounts, buckets: u32) -> Self {
+        Self::with_hash(seed, entries, buckets, hostport_dns_common::hash::name_hash)
     }
 
     /// A layout whose names are hashed by `hash` (the kernel's, or a weaker one in tests).
     pub fn with_hash(
         seed: u64,
-        names: u32,
-        big: u32,
+        entries: EntryCounts,
         buckets: u32,
         hash: fn(u64, &[u8]) -> u64,
     ) -> Self {
@@ -98,8 +139,7 @@ impl Layout {
             hash,
             bucket_count: buckets,
             // Popped from the end: low slots first.
-            free_names: (0..names).rev().collect(),
-            free_big: (0..big).rev().collect(),
+            free: entries.map(|count| (0..count).rev().collect()),
             passed: FxHashMap::default(),
             unplaced: FxHashMap::default(),
             overflow: FxHashMap::default(),
@@ -205,12 +245,7 @@ impl Layout {
         if found == PASS_REF {
             return self.passed.get(&hash).is_some_and(|held| **held == *wire);
         }
-        let held = if found & BIG_REF != 0 {
-            view.big.get((found & !BIG_REF) as usize).map(|e| e.name())
-        } else {
-            view.names.get(found as usize).map(|e| e.name())
-        };
-        held == Some(wire)
+        view.name_of(found) == Some(wire)
     }
 
     fn is_unplaced(&self, hash: u64, wire: &[u8]) -> bool {
@@ -262,19 +297,15 @@ impl Layout {
     /// The hash of the name an entry holds, when the layout can tell (for passing names it keeps
     /// them).
     fn hash_of(&self, view: &View, found: EntryRef) -> Option<u64> {
-        let wire = if found == PASS_REF {
+        if found == PASS_REF {
             return None;
-        } else if found & BIG_REF != 0 {
-            view.big.get((found & !BIG_REF) as usize)?.name()
-        } else {
-            view.names.get(found as usize)?.name()
-        };
-        Some(self.hash(wire))
+        }
+        Some(self.hash(view.name_of(found)?))
     }
 
-    /// Writes `built` for `wire`, whose way refers to `current` now: into the same slot when the
-    /// size is the same, else into a new slot of the right size (or none: it passes). Returns the
-    /// reference the way must hold.
+    /// Writes `built` for `wire`, whose way refers to `current` now: into the same slot when it
+    /// is of the kind `built` needs, else into a free slot of that kind (or of a larger one when
+    /// those are all taken; or none: it passes). Returns the reference the way must hold.
     fn store(
         &mut self,
         view: &mut View,
@@ -284,41 +315,16 @@ impl Layout {
         wire: &[u8],
         hash: u64,
     ) -> EntryRef {
-        let keep_name = current != PASS_REF && current & BIG_REF == 0;
-        let keep_big = current != PASS_REF && current & BIG_REF != 0;
-        let wanted = match built {
-            Built::Name(entry) => {
-                let slot = if keep_name {
-                    Some(current)
-                } else {
-                    self.free_names.pop()
-                };
-                match slot {
-                    Some(slot) => {
-                        view.names[slot as usize] = entry;
-                        dirty.names.insert(slot);
-                        slot
-                    }
-                    // No name entry left: a big one, if there is one.
-                    None => return self.store_big(view, dirty, current, entry, wire, hash),
-                }
+        let wanted = match built
+            .class()
+            .and_then(|class| self.slot_for(current, class))
+        {
+            Some((class, slot)) => {
+                view.write(class, slot, &built);
+                dirty.entries[class as usize].insert(slot);
+                entry_ref(class, slot)
             }
-            Built::Big(entry) => {
-                let slot = if keep_big {
-                    Some(current & !BIG_REF)
-                } else {
-                    self.free_big.pop()
-                };
-                match slot {
-                    Some(slot) => {
-                        view.big[slot as usize] = *entry;
-                        dirty.big.insert(slot);
-                        slot | BIG_REF
-                    }
-                    None => PASS_REF,
-                }
-            }
-            Built::Pass => PASS_REF,
+            None => PASS_REF,
         };
         if wanted != current {
             self.release(current, hash);
@@ -329,33 +335,35 @@ impl Layout {
         wanted
     }
 
-    /// A name entry that found no name slot, widened into a big entry.
-    fn store_big(
-        &mut self,
-        view: &mut View,
-        dirty: &mut Dirty,
-        current: EntryRef,
-        entry: NameEntry,
-        wire: &[u8],
-        hash: u64,
-    ) -> EntryRef {
-        let mut big = BigEntry::EMPTY;
-        big.head = entry.head;
-        let addresses = entry.a_offset() + entry.head.a_count as usize * 4;
-        big.payload[..addresses].copy_from_slice(&entry.payload[..addresses]);
-        let name_at = big.payload.len() - wire.len();
-        big.payload[name_at..].copy_from_slice(wire);
-        self.store(view, dirty, current, Built::Big(Box::new(big)), wire, hash)
+    /// The slot an entry of kind `class` goes to: the smallest kind, from `class` up, that has
+    /// room, where `current` (the slot the name holds now) counts as room of its own kind.
+    fn slot_for(&mut self, current: EntryRef, class: EntryClass) -> Option<(EntryClass, u32)> {
+        let held = if current == PASS_REF {
+            None
+        } else {
+            ref_target(current)
+        };
+        let mut kind = Some(class);
+        while let Some(k) = kind {
+            if let Some((held_kind, slot)) = held
+                && held_kind == k
+            {
+                return Some((k, slot));
+            }
+            if let Some(slot) = self.free[k as usize].pop() {
+                return Some((k, slot));
+            }
+            kind = k.larger();
+        }
+        None
     }
 
     /// Frees what `current` held.
     fn release(&mut self, current: EntryRef, hash: u64) {
         if current == PASS_REF {
             self.passed.remove(&hash);
-        } else if current & BIG_REF != 0 {
-            self.free_big.push(current & !BIG_REF);
-        } else {
-            self.free_names.push(current);
+        } else if let Some((class, slot)) = ref_target(current) {
+            self.free[class as usize].push(slot);
         }
     }
 
@@ -426,7 +434,7 @@ fn dedup(first: u32, second: u32) -> impl Iterator<Item = u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hostport_dns_common::{entry::Entry, limits::NAME_PAYLOAD_LEN};
+    use hostport_dns_common::limits::{NAME_PAYLOAD_LEN, SMALL_PAYLOAD_LEN};
 
     /// What the kernel does with a question (`ebpf/src/lookup.rs`, `probe` and `confirm`).
     #[derive(Debug, PartialEq, Eq)]
@@ -449,31 +457,37 @@ mod tests {
             .map(|w| (a.tags[w], a.refs[w]))
             .chain((0..INDEX_WAYS).map(|w| (b.tags[w], b.refs[w])))
             .find(|(t, _)| *t == tag);
+        let same = |held: &[u8], seen: Vec<u8>| {
+            if held == wire {
+                Kernel::Hit(seen)
+            } else {
+                Kernel::Pass
+            }
+        };
         match way {
             Some((_, PASS_REF)) => Kernel::Pass,
-            Some((_, found)) if found & BIG_REF != 0 => {
-                let entry = &view.big[(found & !BIG_REF) as usize];
-                if entry.name() == wire {
-                    Kernel::Hit(bytes(entry))
-                } else {
-                    Kernel::Pass
+            Some((_, found)) => match ref_target(found) {
+                Some((EntryClass::Small, slot)) => {
+                    let entry = &view.small[slot as usize];
+                    same(entry.name(), bytes(entry))
                 }
-            }
-            Some((_, found)) => {
-                let entry = &view.names[found as usize];
-                if entry.name() == wire {
-                    Kernel::Hit(bytes(entry))
-                } else {
-                    Kernel::Pass
+                Some((EntryClass::Name, slot)) => {
+                    let entry = &view.names[slot as usize];
+                    same(entry.name(), bytes(entry))
                 }
-            }
+                Some((EntryClass::Big, slot)) => {
+                    let entry = &view.big[slot as usize];
+                    same(entry.name(), bytes(entry))
+                }
+                None => Kernel::Pass,
+            },
             None if (a.flags | b.flags) & BUCKET_OVERFLOW != 0 => Kernel::Pass,
             None => Kernel::Miss,
         }
     }
 
     /// What the kernel answers from: the head, the addresses and the name (an entry widened
-    /// into a big one, for lack of name entries, answers the same).
+    /// into a larger one, for lack of its own kind, answers the same).
     fn bytes<const P: usize>(entry: &Entry<P>) -> Vec<u8> {
         let mut out = crate::xdp::shared::bytes_of(&entry.head).to_vec();
         let addresses = entry.a_offset() + entry.head.a_count as usize * 4;
@@ -493,14 +507,16 @@ mod tests {
             entry
         }
         match kind {
-            0 => Built::Name(fill::<NAME_PAYLOAD_LEN>(wire, mark)),
-            1 => Built::Big(Box::new(fill(wire, mark))),
+            0 => Built::Small(fill::<SMALL_PAYLOAD_LEN>(wire, mark)),
+            1 => Built::Name(fill::<NAME_PAYLOAD_LEN>(wire, mark)),
+            2 => Built::Big(Box::new(fill(wire, mark))),
             _ => Built::Pass,
         }
     }
 
     fn expected(built: &Built) -> Kernel {
         match built {
+            Built::Small(entry) => Kernel::Hit(bytes(entry)),
             Built::Name(entry) => Kernel::Hit(bytes(entry)),
             Built::Big(entry) => Kernel::Hit(bytes(entry.as_ref())),
             Built::Pass => Kernel::Pass,
@@ -521,15 +537,17 @@ mod tests {
     /// NXDOMAIN; a name that does not exist is never answered.
     #[test]
     fn the_kernel_never_answers_wrong_whatever_the_changes() {
-        for (hash, buckets, names, big) in [
-            (name_hash as fn(u64, &[u8]) -> u64, 2u32, 8u32, 2u32),
-            (name_hash, 4, 40, 4),
-            (by_length, 4, 40, 4),
+        for (hash, buckets, entries) in [
+            (name_hash as fn(u64, &[u8]) -> u64, 2u32, [4u32, 4, 2]),
+            (name_hash, 4, [20, 20, 4]),
+            (name_hash, 5, [30, 3, 2]),
+            (by_length, 4, [20, 20, 4]),
         ] {
             let mut buckets_mem = vec![Bucket::EMPTY; buckets as usize];
-            let mut names_mem = vec![NameEntry::EMPTY; names as usize];
-            let mut big_mem = vec![BigEntry::EMPTY; big as usize];
-            let mut layout = Layout::with_hash(7, names, big, buckets, hash);
+            let mut small_mem = vec![SmallEntry::EMPTY; entries[0] as usize];
+            let mut names_mem = vec![NameEntry::EMPTY; entries[1] as usize];
+            let mut big_mem = vec![BigEntry::EMPTY; entries[2] as usize];
+            let mut layout = Layout::with_hash(7, entries, buckets, hash);
             let mut model: FxHashMap<Vec<u8>, Built> = FxHashMap::default();
             let universe: Vec<Vec<u8>> = (0..60)
                 .map(|i| {
@@ -552,6 +570,7 @@ mod tests {
                 let hash_of = layout.hash(wire);
                 let mut view = View {
                     buckets: &mut buckets_mem,
+                    small: &mut small_mem,
                     names: &mut names_mem,
                     big: &mut big_mem,
                 };
@@ -560,7 +579,7 @@ mod tests {
                     layout.remove(&mut view, &mut dirty, hash_of, wire);
                     model.remove(wire);
                 } else {
-                    let entry = built(wire, next(3) as u8, step as u8);
+                    let entry = built(wire, next(4) as u8, step as u8);
                     layout.upsert(&mut view, &mut dirty, hash_of, wire, entry.clone());
                     model.insert(wire.clone(), entry);
                 }
@@ -600,14 +619,16 @@ mod tests {
 
     #[test]
     fn a_name_that_finds_no_way_makes_its_buckets_pass_misses() {
-        let (mut buckets, mut names, mut big) = (
+        let (mut buckets, mut small, mut names, mut big) = (
             vec![Bucket::EMPTY; 1],
-            vec![NameEntry::EMPTY; 16],
+            vec![SmallEntry::EMPTY; 16],
+            vec![NameEntry::EMPTY; 1],
             vec![BigEntry::EMPTY; 1],
         );
-        let mut layout = Layout::new(3, 16, 1, 1);
+        let mut layout = Layout::new(3, [16, 1, 1], 1);
         let mut view = View {
             buckets: &mut buckets,
+            small: &mut small,
             names: &mut names,
             big: &mut big,
         };

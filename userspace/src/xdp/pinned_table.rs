@@ -12,9 +12,9 @@ use aya::{
     maps::{MapData, MapInfo},
 };
 use hostport_dns_common::{
-    entry::{BigEntry, Entry, NAME_FLAG_APEX, NameEntry, ZoneEntry},
+    entry::{BigEntry, Entry, EntryClass, NAME_FLAG_APEX, NameEntry, SmallEntry, ZoneEntry},
     generation::{GENERATIONS, Generation, slot},
-    index::{BIG_REF, Bucket, EMPTY_TAG, PASS_REF},
+    index::{Bucket, EMPTY_TAG, PASS_REF, ref_target},
     limits::{A_ADDR_LEN, AAAA_ADDR_LEN},
     maps,
 };
@@ -37,6 +37,7 @@ pub struct NameRow {
 pub struct PinnedTable {
     state: SharedArray<Generation>,
     index: SharedArray<Bucket>,
+    small: SharedArray<SmallEntry>,
     names: SharedArray<NameEntry>,
     big: SharedArray<BigEntry>,
     zones: SharedArray<ZoneEntry>,
@@ -47,6 +48,7 @@ impl PinnedTable {
         Ok(Self {
             state: open(pin_dir, maps::GENERATION)?,
             index: open(pin_dir, maps::INDEX)?,
+            small: open(pin_dir, maps::SMALL)?,
             names: open(pin_dir, maps::NAMES)?,
             big: open(pin_dir, maps::BIG)?,
             zones: open(pin_dir, maps::ZONES)?,
@@ -64,8 +66,9 @@ impl PinnedTable {
             return (Vec::new(), 0);
         };
         let per = |array_len: u32| array_len / GENERATIONS;
-        let (buckets, names, big) = (
+        let (buckets, small, names, big) = (
             per(self.index.len()),
+            per(self.small.len()),
             per(self.names.len()),
             per(self.big.len()),
         );
@@ -79,14 +82,20 @@ impl PinnedTable {
                 }
                 if found == PASS_REF {
                     passed += 1;
-                } else if found & BIG_REF != 0 && found & !BIG_REF < big {
-                    rows.push(decode(self.big.get_ref(slot(
-                        generation,
-                        big,
-                        found & !BIG_REF,
-                    ))));
-                } else if found < names {
-                    rows.push(decode(self.names.get_ref(slot(generation, names, found))));
+                    continue;
+                }
+                match ref_target(found) {
+                    Some((EntryClass::Small, at)) if at < small => {
+                        rows.push(decode(self.small.get_ref(slot(generation, small, at))));
+                    }
+                    Some((EntryClass::Name, at)) if at < names => {
+                        rows.push(decode(self.names.get_ref(slot(generation, names, at))));
+                    }
+                    Some((EntryClass::Big, at)) if at < big => {
+                        rows.push(decode(self.big.get_ref(slot(generation, big, at))));
+                    }
+                    // Not a slot of this table: nothing the program would answer from.
+                    _ => {}
                 }
             }
         }

@@ -107,13 +107,23 @@ impl PinDir {
         })
     }
 
-    /// The capacity of the pinned table, if one is pinned: what its name entries map holds (the
-    /// table's size classes are `Capacity::for_names` of it). Whether the whole set can be
-    /// adopted at that capacity is [`PinDir::prepare`]'s to say.
+    /// The capacity of the pinned table, if one is pinned: what its entry maps hold (the index
+    /// follows from them, `Capacity::of`). Whether the whole set can be adopted at that capacity
+    /// is [`PinDir::prepare`]'s to say.
     pub fn pinned_capacity(&self) -> Option<Capacity> {
-        let info = MapInfo::from_pin(self.map_pin(maps::NAMES)).ok()?;
-        let names = info.max_entries() / GENERATIONS;
-        (names > 0).then(|| Capacity::for_names(names))
+        let per_generation = |map: &str| -> Option<u32> {
+            let info = MapInfo::from_pin(self.map_pin(map)).ok()?;
+            Some(info.max_entries() / GENERATIONS)
+        };
+        let entries = [
+            per_generation(maps::SMALL)?,
+            per_generation(maps::NAMES)?,
+            per_generation(maps::BIG)?,
+        ];
+        entries
+            .iter()
+            .all(|count| *count > 0)
+            .then(|| Capacity::of(entries))
     }
 
     pub fn path(&self) -> &Path {

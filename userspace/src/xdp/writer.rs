@@ -15,7 +15,7 @@ use aya::{
     maps::{Map, MapData, PerCpuArray},
 };
 use hostport_dns_common::{
-    entry::{BigEntry, NameEntry, ZoneEntry},
+    entry::{BigEntry, Entry, EntryClass, NameEntry, SmallEntry, ZoneEntry},
     generation::{Capacity, GENERATIONS, Generation, apex_label_bit, slot},
     host::HostSlot,
     index::Bucket,
@@ -75,6 +75,7 @@ pub enum Change<'a> {
 struct Maps {
     state: SharedArray<Generation>,
     index: SharedArray<Bucket>,
+    small: SharedArray<SmallEntry>,
     names: SharedArray<NameEntry>,
     big: SharedArray<BigEntry>,
     zones: SharedArray<ZoneEntry>,
@@ -135,6 +136,7 @@ impl MapWriter {
         let maps = Maps {
             state: mapped(ebpf, maps::GENERATION, 1)?,
             index: mapped(ebpf, maps::INDEX, g * capacity.buckets)?,
+            small: mapped(ebpf, maps::SMALL, g * capacity.small)?,
             names: mapped(ebpf, maps::NAMES, g * capacity.names)?,
             big: mapped(ebpf, maps::BIG, g * capacity.big)?,
             zones: mapped(ebpf, maps::ZONES, g * capacity.zones)?,
@@ -186,7 +188,7 @@ impl MapWriter {
             zone_counters,
             capacity,
             seed,
-            layout: Layout::new(seed, capacity.names, capacity.big, capacity.buckets),
+            layout: Layout::new(seed, capacity.entries(), capacity.buckets),
             table: None,
             admitted: Vec::new(),
             host: HostAddresses::default(),
@@ -275,11 +277,7 @@ impl MapWriter {
             },
         };
         let next = self.active.map_or(0, |g| 1 - g);
-        let admitted = admission(
-            &table,
-            self.capacity.names as usize,
-            self.capacity.zones as usize,
-        );
+        let admitted = admission(&table, &self.capacity);
         let zones_moved = self.table.as_ref().is_none_or(|held| {
             held.zones().len() != table.zones().len()
                 || held
@@ -342,9 +340,9 @@ impl MapWriter {
         self.maps
             .index
             .zero(slot(generation, c.buckets, 0), c.buckets);
-        self.layout = Layout::new(self.seed, c.names, c.big, c.buckets);
+        self.layout = Layout::new(self.seed, c.entries(), c.buckets);
         let mut dirty = Dirty::default();
-        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, 0, 0, 1));
+        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, [0; 3], 1));
         let admitted = std::mem::take(&mut self.admitted);
         {
             let mut view = view(&mut self.maps, self.capacity, generation);
@@ -374,7 +372,7 @@ impl MapWriter {
         stats: &mut WriteStats,
     ) -> Dirty {
         let mut dirty = Dirty::default();
-        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, 0, 0, 1));
+        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, [0; 3], 1));
         let admitted = std::mem::take(&mut self.admitted);
         {
             let mut view = view(&mut self.maps, self.capacity, generation);
@@ -546,15 +544,20 @@ impl MapWriter {
                 for bucket in &dirty.buckets {
                     copy_one(&mut self.maps.index, c.buckets, next, other, *bucket);
                 }
-                for entry in &dirty.names {
+                let [small, names, big] = &dirty.entries;
+                for entry in small {
+                    copy_one(&mut self.maps.small, c.small, next, other, *entry);
+                }
+                for entry in names {
                     copy_one(&mut self.maps.names, c.names, next, other, *entry);
                 }
-                for entry in &dirty.big {
+                for entry in big {
                     copy_one(&mut self.maps.big, c.big, next, other, *entry);
                 }
             }
             None => {
                 copy_all(&mut self.maps.index, c.buckets, next, other);
+                copy_all(&mut self.maps.small, c.small, next, other);
                 copy_all(&mut self.maps.names, c.names, next, other);
                 copy_all(&mut self.maps.big, c.big, next, other);
             }
@@ -575,18 +578,30 @@ impl MapWriter {
     /// keeps them there for `hold` (tests only: see [`TestHooks`]).
     fn poison(&mut self, generation: u32, dirty: Option<&Dirty>, hold: std::time::Duration) {
         let c = self.capacity;
-        let names: Vec<u32> = match dirty {
-            Some(dirty) => dirty.names.iter().copied().collect(),
-            None => (0..c.names).collect(),
+        let slots = |class: EntryClass, count: u32| -> Vec<u32> {
+            match dirty {
+                Some(dirty) => dirty.entries[class as usize].iter().copied().collect(),
+                None => (0..count).collect(),
+            }
         };
-        for index in names {
-            let at = slot(generation, c.names, index);
-            let mut entry = self.maps.names.get(at);
-            let name_at =
-                entry.payload.len() - usize::from(entry.head.name_len).min(entry.payload.len());
-            entry.payload[..name_at].fill(0xee);
-            self.maps.names.set(at, &entry);
-        }
+        poison_addresses(
+            &mut self.maps.small,
+            generation,
+            c.small,
+            slots(EntryClass::Small, c.small),
+        );
+        poison_addresses(
+            &mut self.maps.names,
+            generation,
+            c.names,
+            slots(EntryClass::Name, c.names),
+        );
+        poison_addresses(
+            &mut self.maps.big,
+            generation,
+            c.big,
+            slots(EntryClass::Big, c.big),
+        );
         for id in 0..c.zones {
             let at = slot(generation, c.zones, id);
             let mut zone = self.maps.zones.get(at);
@@ -622,12 +637,32 @@ impl MapWriter {
     }
 }
 
+/// Overwrites the addresses of the entries `slots` of `generation` with a wrong pattern (tests
+/// only: see [`TestHooks`]).
+fn poison_addresses<const P: usize>(
+    array: &mut SharedArray<Entry<P>>,
+    generation: u32,
+    per_generation: u32,
+    slots: Vec<u32>,
+) where
+    Entry<P>: Pod,
+{
+    for index in slots {
+        let at = slot(generation, per_generation, index);
+        let mut entry = array.get(at);
+        let name_at = P - usize::from(entry.head.name_len).min(P);
+        entry.payload[..name_at].fill(0xee);
+        array.set(at, &entry);
+    }
+}
+
 /// The view of generation `generation`'s index and entries.
 fn view(maps: &mut Maps, c: Capacity, generation: u32) -> View<'_> {
     View {
         buckets: maps
             .index
             .slice_mut(slot(generation, c.buckets, 0), c.buckets),
+        small: maps.small.slice_mut(slot(generation, c.small, 0), c.small),
         names: maps.names.slice_mut(slot(generation, c.names, 0), c.names),
         big: maps.big.slice_mut(slot(generation, c.big, 0), c.big),
     }
@@ -670,31 +705,39 @@ fn admitted_zone<'t>(
 }
 
 /// Which zones of `table` the kernel table holds, per zone id: all of them when they fit, else
-/// the zones in order as long as their names fit in `names_capacity` and their number in
-/// `zones_capacity`. A zone is in whole or not at all, so that the kernel never answers NXDOMAIN
-/// for a name it merely lacks: it passes every query of a zone left out (no apex, no zone).
+/// the zones in order as long as their names fit the entries of `capacity` (each kind, or a
+/// larger one) and their number its zones. A zone is in whole or not at all, so that the kernel
+/// never answers NXDOMAIN for a name it merely lacks: it passes every query of a zone left out
+/// (no apex, no zone).
 ///
 /// A pending zone (a source has not delivered it) is never in: userspace answers it SERVFAIL.
-pub fn admission(table: &RecordTable, names_capacity: usize, zones_capacity: usize) -> Vec<bool> {
+pub fn admission(table: &RecordTable, capacity: &Capacity) -> Vec<bool> {
     let zones = table.zones().len();
+    let zones_capacity = capacity.zones as usize;
     let ready = |id: usize| table.zones().get(id).is_some_and(|z| !z.spec.pending);
-    if table.nodes().len() <= names_capacity && zones <= zones_capacity {
-        return (0..zones).map(ready).collect();
-    }
-    let mut names = vec![0usize; zones];
-    for (_, node) in table.nodes() {
-        if let Some(count) = names.get_mut(node.zone as usize) {
-            *count += 1;
+    let mut needs = vec![[0u32; 3]; zones];
+    let mut total = [0u32; 3];
+    for (name, node) in table.nodes() {
+        if let (Some(class), Some(zone)) = (
+            entries::class_of(name.as_bytes(), node),
+            needs.get_mut(node.zone as usize),
+        ) {
+            zone[class as usize] += 1;
+            total[class as usize] += 1;
         }
     }
-    let mut room = names_capacity;
-    names
+    if capacity.holds(total) && zones <= zones_capacity {
+        return (0..zones).map(ready).collect();
+    }
+    let mut taken = [0u32; 3];
+    needs
         .iter()
         .enumerate()
-        .map(|(id, count)| {
-            let fits = ready(id) && id < zones_capacity && *count <= room;
+        .map(|(id, need)| {
+            let with = [0, 1, 2].map(|k| taken[k] + need[k]);
+            let fits = ready(id) && id < zones_capacity && capacity.holds(with);
             if fits {
-                room -= count;
+                taken = with;
             }
             fits
         })
