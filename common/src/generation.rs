@@ -61,7 +61,10 @@
 //! classes (powers of two and three quarters of them; [`Capacity::class_for`]: room for a
 //! quarter as many names again), growing once its names no longer fit and shrinking once they
 //! fill an eighth of it or less ([`Capacity::resized`]), up to the agent's limit
-//! (`--kernel-names`). The index has a bucket for every two entries of all kinds.
+//! (`--kernel-names`). The index has a bucket for every two entries of all kinds. This host's
+//! address set follows its addresses the same way ([`Capacity::host_class`]: a power of two at
+//! least four times as many slots, from 256 to `limits::HOST_SLOTS`), so that a node without
+//! IPVS's thousands of Service addresses does not hold room for them.
 //!
 //! A table of another size is a *new program with maps of its own*, not the same maps resized:
 //! the agent loads it beside the one answering, writes its whole table (one switch, no reader
@@ -102,8 +105,8 @@ use crate::{
     entry::EntryClass,
     limits::{
         GROWTH_ROOM_QUARTERS, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_INDEX_BUCKETS,
-        MAX_ZONE_LABELS, MIN_BIG_ENTRIES, MIN_KERNEL_NAMES, MIN_NAME_ENTRIES, NAMES_CAPACITY,
-        SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
+        MAX_ZONE_LABELS, MIN_BIG_ENTRIES, MIN_HOST_SLOTS, MIN_KERNEL_NAMES, MIN_NAME_ENTRIES,
+        NAMES_CAPACITY, SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
     },
 };
 
@@ -250,6 +253,10 @@ pub struct Capacity {
     pub buckets: u32,
     /// Zones.
     pub zones: u32,
+    /// Slots of the host-address set (`crate::host`), a power of two.
+    pub host: u32,
+    /// Keeps the size a multiple of 8 without implicit padding.
+    pub reserved: u32,
 }
 
 /// The fewest entries of each kind a table has.
@@ -267,7 +274,8 @@ impl Capacity {
         Self::of([names, names / 4, names / 16])
     }
 
-    /// The capacity of `entries` entries of each kind, with the index they need.
+    /// The capacity of `entries` entries of each kind, with the index they need, and a host set
+    /// of the most slots (tests and benchmarks; the agent sizes it, [`Capacity::with_host`]).
     pub const fn of(entries: EntryCounts) -> Self {
         let [small, names, big] = entries;
         Self {
@@ -276,6 +284,30 @@ impl Capacity {
             big,
             buckets: Self::buckets_for(small as u64 + names as u64 + big as u64),
             zones: ZONES_CAPACITY,
+            host: HOST_SLOTS,
+            reserved: 0,
+        }
+    }
+
+    /// This capacity with a host set of `slots` slots (a power of two).
+    pub const fn with_host(self, slots: u32) -> Self {
+        Self {
+            host: slots,
+            ..self
+        }
+    }
+
+    /// The host set's size class for `addresses` addresses: a power of two at least four times
+    /// as many (at most half used after growing twice as many), within [`MIN_HOST_SLOTS`] and
+    /// [`HOST_SLOTS`].
+    pub const fn host_class(addresses: u32) -> u32 {
+        let wanted = (addresses as u64 * 4).next_power_of_two();
+        if wanted < MIN_HOST_SLOTS as u64 {
+            MIN_HOST_SLOTS
+        } else if wanted > HOST_SLOTS as u64 {
+            HOST_SLOTS
+        } else {
+            wanted as u32
         }
     }
 
@@ -344,27 +376,32 @@ impl Capacity {
     }
 
     /// The size class of a table whose names need `counts` entries of each kind, under the limit
-    /// `limit` (per kind): each kind's [`Capacity::class_of`].
-    pub const fn class_for(counts: EntryCounts, limit: u32) -> Self {
+    /// `limit` (per kind), with a host set for `addresses` addresses: each kind's
+    /// [`Capacity::class_of`], and [`Capacity::host_class`].
+    pub const fn class_for(counts: EntryCounts, addresses: u32, limit: u32) -> Self {
         let mut entries = [0; 3];
         let mut k = 0;
         while k < 3 {
             entries[k] = Self::class_of(counts[k], MIN_ENTRIES[k], limit);
             k += 1;
         }
-        Self::of(entries)
+        Self::of(entries).with_host(Self::host_class(addresses))
     }
 
     /// The capacity a table of this size should move to when its names need `counts` entries of
-    /// each kind under the limit `limit`, if it should move: when a kind's names no longer fit
-    /// it (and it is below the limit), when they fill [`SHRINK_WHEN_ONE_IN`]th of it or less, or
-    /// when the limit changed under it. Otherwise `None`: between the two points a kind stays,
-    /// so names coming and going near a class's edge cause no resize.
-    pub const fn resized(&self, counts: EntryCounts, limit: u32) -> Option<Self> {
-        let class = Self::class_for(counts, limit);
+    /// each kind under the limit `limit`, and this host has `addresses` addresses, if it should
+    /// move: when a kind's names no longer fit it (and it is below the limit), when they fill
+    /// [`SHRINK_WHEN_ONE_IN`]th of it or less, or when the limit changed under it; when the
+    /// addresses fill more than half the host set (below its most slots), or a sixteenth or
+    /// less. Otherwise `None`: between the two points a kind stays, so names coming and going
+    /// near a class's edge cause no resize.
+    pub const fn resized(&self, counts: EntryCounts, addresses: u32, limit: u32) -> Option<Self> {
+        let class = Self::class_for(counts, addresses, limit);
+        let host_grows = addresses as u64 * 2 > self.host as u64 && self.host < HOST_SLOTS;
+        let host_shrinks = addresses as u64 * 16 <= self.host as u64 && class.host < self.host;
         let have = self.entries();
         let wanted = class.entries();
-        let mut moves = false;
+        let mut moves = (host_grows || host_shrinks) && class.host != self.host;
         let mut k = 0;
         while k < 3 {
             let grow = counts[k] > have[k] && have[k] < limit;
@@ -384,7 +421,7 @@ impl Capacity {
             + self.big as u64 * EntryClass::Big.entry_bytes() as u64
             + self.buckets as u64 * core::mem::size_of::<crate::index::Bucket>() as u64
             + self.zones as u64 * core::mem::size_of::<crate::entry::ZoneEntry>() as u64
-            + HOST_SLOTS as u64 * core::mem::size_of::<crate::host::HostSlot>() as u64;
+            + self.host as u64 * core::mem::size_of::<crate::host::HostSlot>() as u64;
         per_generation * GENERATIONS as u64
     }
 }
@@ -410,7 +447,7 @@ pub const fn apex_label_bit(labels: usize) -> Option<u16> {
 const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
 const _: () = assert!(core::mem::size_of::<Generation>() == 32);
 const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
-const _: () = assert!(core::mem::size_of::<Capacity>() == 20);
+const _: () = assert!(core::mem::size_of::<Capacity>() == 28);
 const _: () = assert!(core::mem::size_of::<LeaseClock>() == 32);
 
 #[cfg(feature = "user")]
@@ -452,25 +489,49 @@ mod tests {
     #[test]
     fn a_table_starts_small_and_takes_room_for_a_quarter_as_many_again() {
         let limit = crate::limits::KERNEL_NAMES_LIMIT;
-        let empty = Capacity::class_for([0; 3], limit);
+        let empty = Capacity::class_for([0; 3], 0, limit);
         assert_eq!(
             empty.entries(),
             [MIN_KERNEL_NAMES, MIN_NAME_ENTRIES, MIN_BIG_ENTRIES]
         );
-        assert_eq!(Capacity::class_for(small(819), limit).small, 1024);
-        assert_eq!(Capacity::class_for(small(820), limit).small, 1536);
-        assert_eq!(Capacity::class_for(small(1_500), limit).small, 2048);
-        assert_eq!(Capacity::class_for(small(9_000), limit).small, 12_288);
-        assert_eq!(Capacity::class_for(small(10_000), limit).small, 16_384);
-        assert_eq!(Capacity::class_for(small(100_000), limit).small, 131_072);
-        assert_eq!(Capacity::class_for(small(2_000_000), limit).small, limit);
+        assert_eq!(Capacity::class_for(small(819), 0, limit).small, 1024);
+        assert_eq!(Capacity::class_for(small(820), 0, limit).small, 1536);
+        assert_eq!(Capacity::class_for(small(1_500), 0, limit).small, 2048);
+        assert_eq!(Capacity::class_for(small(9_000), 0, limit).small, 12_288);
+        assert_eq!(Capacity::class_for(small(10_000), 0, limit).small, 16_384);
+        assert_eq!(Capacity::class_for(small(100_000), 0, limit).small, 131_072);
+        assert_eq!(Capacity::class_for(small(2_000_000), 0, limit).small, limit);
         // Each kind follows its own names.
-        let mixed = Capacity::class_for([100, 5_000, 300], limit);
+        let mixed = Capacity::class_for([100, 5_000, 300], 0, limit);
         assert_eq!(mixed.entries(), [1024, 8_192, 384]);
         // A limit that is no class is the top class itself.
-        assert_eq!(Capacity::class_for(small(50_000), 20_000).small, 20_000);
+        assert_eq!(Capacity::class_for(small(50_000), 0, 20_000).small, 20_000);
         // The index has a bucket for every two entries.
         assert_eq!(mixed.buckets, (1024 + 8_192 + 384) / 2);
+    }
+
+    #[test]
+    fn the_host_set_follows_the_addresses() {
+        let limit = 1 << 20;
+        assert_eq!(Capacity::host_class(0), MIN_HOST_SLOTS);
+        assert_eq!(Capacity::host_class(64), 256);
+        assert_eq!(Capacity::host_class(65), 512);
+        assert_eq!(Capacity::host_class(8_192), HOST_SLOTS);
+        assert_eq!(Capacity::host_class(100_000), HOST_SLOTS);
+        let first = Capacity::class_for([0; 3], 10, limit);
+        assert_eq!(first.host, 256);
+        assert_eq!(first.resized([0; 3], 128, limit), None, "half full");
+        let grown = first.resized([0; 3], 129, limit).expect("grows");
+        assert_eq!((grown.host, grown.entries()), (1024, first.entries()));
+        assert_eq!(grown.resized([0; 3], 65, limit), None);
+        assert_eq!(grown.resized([0; 3], 64, limit).map(|c| c.host), Some(256));
+        // At its most, the set stays whatever the addresses.
+        let most = first.with_host(HOST_SLOTS);
+        assert_eq!(most.resized([0; 3], 20_000, limit), None);
+        assert_eq!(
+            most.map_bytes() - first.map_bytes(),
+            2 * (HOST_SLOTS as u64 - 256) * 24
+        );
     }
 
     #[test]
@@ -490,32 +551,36 @@ mod tests {
     #[test]
     fn a_table_grows_past_its_size_and_shrinks_only_far_below_it() {
         let limit = 1 << 20;
-        let first = Capacity::class_for([0; 3], limit);
-        assert_eq!(first.resized(small(1_024), limit), None, "full, not past");
-        let grown = first.resized(small(1_025), limit).expect("grows");
+        let first = Capacity::class_for([0; 3], 0, limit);
+        assert_eq!(
+            first.resized(small(1_024), 0, limit),
+            None,
+            "full, not past"
+        );
+        let grown = first.resized(small(1_025), 0, limit).expect("grows");
         assert_eq!(grown.small, 1536);
         // Names going back below the growth point keep it.
-        assert_eq!(grown.resized(small(600), limit), None);
-        assert_eq!(grown.resized(small(193), limit), None);
+        assert_eq!(grown.resized(small(600), 0, limit), None);
+        assert_eq!(grown.resized(small(193), 0, limit), None);
         assert_eq!(
-            grown.resized(small(192), limit).map(|c| c.small),
+            grown.resized(small(192), 0, limit).map(|c| c.small),
             Some(1024)
         );
         // Nothing is smaller than the smallest class.
-        assert_eq!(first.resized([0; 3], limit), None);
+        assert_eq!(first.resized([0; 3], 0, limit), None);
         // One kind growing moves the table; the others keep their classes.
-        let big_grown = first.resized([10, 10, 65], limit).expect("grows");
+        let big_grown = first.resized([10, 10, 65], 0, limit).expect("grows");
         assert_eq!(big_grown.entries(), [1024, 256, 96]);
         // The limit caps growth, and a table past a lowered limit comes down to it.
-        let capped = Capacity::of([4096, 256, 64]);
-        assert_eq!(capped.resized(small(5_000), 4096), None);
+        let capped = Capacity::of([4096, 256, 64]).with_host(MIN_HOST_SLOTS);
+        assert_eq!(capped.resized(small(5_000), 0, 4096), None);
         assert_eq!(
-            capped.resized(small(3_000), 2048).map(|c| c.small),
+            capped.resized(small(3_000), 0, 2048).map(|c| c.small),
             Some(2048)
         );
         // Grown, the table holds the names with room to spare, under twice as many.
         for names in [1_025u32, 5_000, 77_777, 100_000, 400_000] {
-            let class = first.resized(small(names), limit).expect("grows");
+            let class = first.resized(small(names), 0, limit).expect("grows");
             assert!(class.small >= names + names / 4, "{names}: {}", class.small);
             assert!(
                 class.small < names * 19 / 10 + 1,

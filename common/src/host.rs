@@ -1,8 +1,8 @@
 //! This host's addresses as the kernel checks them: which destinations it answers on, and which
 //! sources cannot have sent a query (martians).
 //!
-//! One generation's set (`HPD_HOST`) is an open-addressed hash table of [`HOST_SLOTS`] slots,
-//! at most half used: every address of every interface (link-local ones and the Service addresses
+//! One generation's set (`HPD_HOST`) is an open-addressed hash table of a power of two slots
+//! (`generation::Capacity::host`, at most [`HOST_SLOTS`]), at most half used: every address of every interface (link-local ones and the Service addresses
 //! IPVS puts on `kube-ipvs0` included) and the broadcast address of each IPv4 subnet, each with
 //! what it is ([`HOST_OWN`], [`HOST_ANSWER`], [`HOST_BROADCAST`]). IPv4 addresses are stored
 //! IPv4-mapped (`::ffff:a.b.c.d`). An address sits within [`HOST_PROBES`] slots of its home
@@ -59,12 +59,13 @@ pub const fn v4_words(address: [u8; 4]) -> [u64; 2] {
     [0, 0xffff_0000 | (u32::from_le_bytes(address) as u64) << 32]
 }
 
-/// The home slot of `address` (as stored) under the table's secret `seed`.
+/// The home slot of `address` (as stored) under the table's secret `seed` in a set of `slots`
+/// slots (a power of two).
 #[inline(always)]
-pub const fn home(address_words: [u64; 2], seed: u64) -> u32 {
+pub const fn home(address_words: [u64; 2], seed: u64, slots: u32) -> u32 {
     // An IPv4 address varies only in the high half of its second word: avalanche it down.
     let hash = avalanche(mix(mix(seed, address_words[0]), address_words[1]));
-    (hash & (HOST_SLOTS as u64 - 1)) as u32
+    (hash & (slots as u64 - 1)) as u32
 }
 
 /// The stored address as two little-endian words (how the kernel loads and compares it).
@@ -83,7 +84,8 @@ pub const fn words(address: &[u8; 16]) -> [u64; 2] {
 
 const _: () = assert!(core::mem::size_of::<HostSlot>() == 24);
 const _: () = assert!(HOST_SLOTS.is_power_of_two());
-const _: () = assert!(HOST_PROBES < HOST_SLOTS as usize);
+const _: () = assert!(HOST_PROBES < crate::limits::MIN_HOST_SLOTS as usize);
+const _: () = assert!(crate::limits::MIN_HOST_SLOTS.is_power_of_two());
 
 #[cfg(feature = "user")]
 mod pod {
@@ -113,6 +115,7 @@ mod tests {
         let mut v6 = [0u8; 16];
         v6[12..].copy_from_slice(&[198, 18, 0, 1]);
         assert_ne!(words(&v4), words(&v6));
-        assert!(home(words(&v4), 7) < HOST_SLOTS);
+        assert!(home(words(&v4), 7, HOST_SLOTS) < HOST_SLOTS);
+        assert!(home(words(&v4), 7, 256) < 256);
     }
 }

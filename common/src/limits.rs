@@ -121,11 +121,17 @@ pub const INDEX_WAYS: usize = 7;
 /// Zones one generation of the kernel table holds (the zone array holds two generations).
 pub const ZONES_CAPACITY: u32 = 256;
 
-/// Slots of the host-address set of one generation: this host's addresses (every interface,
+/// The most slots the host-address set of one generation has, and its size in a table loaded
+/// without one of its own (tests, benchmarks): this host's addresses (every interface,
 /// link-local and the Service addresses IPVS holds included) and its subnets' broadcast
 /// addresses. With 8,192 addresses (a quarter used) a lookup ends after a probe or two; 24 bytes
-/// a slot, 768 KiB a generation.
+/// a slot, 768 KiB a generation. The agent sizes the set by the addresses it holds
+/// (`generation::Capacity::host_class`).
 pub const HOST_SLOTS: u32 = 32_768;
+
+/// The fewest slots the agent's host-address set has: 128 addresses at most half of it, 12 KiB
+/// for both generations.
+pub const MIN_HOST_SLOTS: u32 = 256;
 
 /// Slots the kernel probes in the host-address set before it concludes an address is not there
 /// (verifier: bounds the probe loop). The agent places every address within this many of its

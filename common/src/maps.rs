@@ -16,8 +16,8 @@ use crate::{
 /// the running program reads differently (which keeps its own maps until its link is handed
 /// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts. Version 8:
 /// the lease is a word a timer clears (`generation::LeaseClock`), not a deadline the run compares
-/// with the clock. Version 9: three kinds of entry, each sized by its own names, and an index of
-/// any bucket count.
+/// with the clock. Version 9: three kinds of entry, each sized by its own names, an index of any
+/// bucket count, a host set sized by the host's addresses.
 pub const LAYOUT_VERSION: u32 = 9;
 
 /// Which generation is active, the hash seed and the layout fingerprint: one
@@ -89,7 +89,7 @@ pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 12
         (NAMES, size_of::<NameEntry>(), g * capacity.names),
         (BIG, size_of::<BigEntry>(), g * capacity.big),
         (ZONES, size_of::<ZoneEntry>(), g * capacity.zones),
-        (HOST, size_of::<HostSlot>(), g * crate::limits::HOST_SLOTS),
+        (HOST, size_of::<HostSlot>(), g * capacity.host),
         (READERS, size_of::<ReaderSlot>(), 1),
         (LEASE, size_of::<LeaseClock>(), 1),
         (COUNTERS, size_of::<u64>(), ALL_COUNTER_SLOTS),
@@ -123,8 +123,12 @@ mod tests {
             layout_fingerprint(&Capacity::DEFAULT),
             layout_fingerprint(&Capacity::for_names(1024))
         );
-        // Any one kind's size counts.
+        // Any one kind's size counts, and the host set's.
         let base = Capacity::of([1024, 256, 64]);
+        assert_ne!(
+            layout_fingerprint(&base),
+            layout_fingerprint(&base.with_host(256))
+        );
         for other in [[1536, 256, 64], [1024, 384, 64], [1024, 256, 96]] {
             assert_ne!(
                 layout_fingerprint(&base),

@@ -6,7 +6,7 @@ use aya_ebpf::programs::XdpContext;
 use hostport_dns_common::{
     counters::Counter,
     host::{HOST_ANSWER, home, v4_words},
-    limits::{HOST_PROBES, HOST_SLOTS},
+    limits::HOST_PROBES,
 };
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 
@@ -156,10 +156,11 @@ fn read_ends(ctx: &XdpContext, l3: &L3) -> Result<Ends, Counter> {
 /// address's home slot to the first free slot, at most `HOST_PROBES` slots.
 #[inline(always)]
 pub fn kind_of(table: &Section, wanted: [u64; 2]) -> u32 {
-    let first = home(wanted, table.seed());
+    let slots = table.host_slots();
+    let first = home(wanted, table.seed(), slots);
     let mut i = 0;
     while i < HOST_PROBES {
-        let index = (first + i as u32) & (HOST_SLOTS - 1);
+        let index = (first + i as u32) & slots.wrapping_sub(1);
         let Some(slot) = table.host_slot(index) else {
             return 0;
         };

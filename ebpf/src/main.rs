@@ -50,7 +50,7 @@ use hostport_dns_common::{
     generation::{Capacity, GENERATIONS, Generation, LeaseClock, ReaderSlot},
     host::HostSlot,
     index::Bucket,
-    limits::{HOST_SLOTS, MAX_CLIENT_PREFIXES, RATE_BUCKETS},
+    limits::{MAX_CLIENT_PREFIXES, RATE_BUCKETS},
     policy::{ClientPolicy, RateBucket},
 };
 
@@ -87,7 +87,7 @@ static HPD_ZONES: Array<ZoneEntry> =
 
 /// This host's addresses, both generations (`hostport_dns_common::host`).
 #[map]
-static HPD_HOST: Array<HostSlot> = Array::with_max_entries(GENERATIONS * HOST_SLOTS, MMAPABLE);
+static HPD_HOST: Array<HostSlot> = Array::with_max_entries(GENERATIONS * CAPACITY.host, MMAPABLE);
 
 /// Runs inside a read section, per CPU and generation (`table`).
 #[map]

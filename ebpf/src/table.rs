@@ -10,7 +10,6 @@ use hostport_dns_common::{
     generation::{Capacity, GENERATIONS, Generation, LEASE_EXPIRED, slot},
     host::HostSlot,
     index::Bucket,
-    limits::HOST_SLOTS,
 };
 
 use crate::{
@@ -154,10 +153,19 @@ impl Section {
         HPD_ZONES.get(slot(self.generation, self.capacity.zones, id))
     }
 
+    /// Slots of the host-address set per generation (a power of two).
+    #[inline(always)]
+    pub fn host_slots(&self) -> u32 {
+        self.capacity.host
+    }
+
     /// Slot `index` of this generation's host-address set.
     #[inline(always)]
     pub fn host_slot(&self, index: u32) -> Option<&'static HostSlot> {
-        HPD_HOST.get(slot(self.generation, HOST_SLOTS, index))
+        if index >= self.capacity.host {
+            return None;
+        }
+        HPD_HOST.get(slot(self.generation, self.capacity.host, index))
     }
 }
 

@@ -370,3 +370,69 @@ fn names_served_by_fleets_grow_their_own_kind_of_entry() {
         agent.metrics()
     );
 }
+
+/// Bytes the kernel table's maps take.
+fn table_bytes(agent: &Agent) -> f64 {
+    agent.metric("hostport_dns_xdp_table_bytes", &[])
+}
+
+/// The host-address set follows the host's addresses: 200 addresses more grow it from its
+/// smallest size (256 slots) to 1,024, a query to one of them is answered from XDP, and once they
+/// are gone it shrinks back.
+#[test]
+fn the_host_set_grows_and_shrinks_with_the_hosts_addresses() {
+    require_root();
+    let link = Link::new("tsizeh");
+    let dir = TempDir::new("tsizeh");
+    let file = dir.write("records.yaml", &records(10));
+    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    eventually("the smallest table", 20, || capacity(&agent) == 1024.0);
+    let before = table_bytes(&agent);
+    let added: Vec<String> = (1..=200).map(|i| format!("198.19.250.{i}")).collect();
+    for address in &added {
+        link.server_ns.ip(&[
+            "addr",
+            "add",
+            &format!("{address}/32"),
+            "dev",
+            &link.server.ifname,
+        ]);
+    }
+    eventually("the host set grown", 20, || {
+        table_bytes(&agent) == before + 2.0 * (1024.0 - 256.0) * 24.0
+    });
+    assert_eq!(resizes(&agent), 1.0);
+    link.client_ns.ip(&[
+        "route",
+        "add",
+        "198.19.250.0/24",
+        "via",
+        link.server.ipv4,
+        "dev",
+        &link.client.ifname,
+    ]);
+    let xdp_before = xdp_answers_in_zone(&agent);
+    let reply = dig(
+        &link.client_ns,
+        "198.19.250.150",
+        PORT,
+        &[&format!("n9.{ZONE}"), "A"],
+    );
+    assert_eq!(reply.answer_data(), ["198.19.0.10"], "{reply:?}");
+    assert_eq!(
+        xdp_answers_in_zone(&agent),
+        xdp_before + 1.0,
+        "a query to an added address is answered from XDP"
+    );
+    for address in &added {
+        link.server_ns.ip(&[
+            "addr",
+            "del",
+            &format!("{address}/32"),
+            "dev",
+            &link.server.ifname,
+        ]);
+    }
+    eventually("the host set shrunk", 20, || table_bytes(&agent) == before);
+    assert_eq!(resizes(&agent), 2.0);
+}

@@ -109,7 +109,7 @@ fn load(
                     .iter()
                     .all(|count| *count <= settings.kernel_names)
             })
-            .unwrap_or(Capacity::class_for([0; 3], settings.kernel_names))
+            .unwrap_or(Capacity::class_for([0; 3], 0, settings.kernel_names))
     });
     Dataplane::load(
         &settings.interfaces,

@@ -20,6 +20,7 @@ use crate::{
     xdp::{
         Dataplane, XdpError,
         counters::Counters,
+        hostset::HostAddresses,
         lease::{Lease, NextLease},
         pins::PinDir,
         writer::MapWriter,
@@ -80,8 +81,18 @@ impl Resizer {
 }
 
 impl Resize for Resizer {
-    fn wanted(&self, current: Capacity, table: &RecordTable) -> Option<Capacity> {
-        current.resized(crate::xdp::entries::entry_needs(table), self.limit)
+    fn wanted(
+        &self,
+        current: Capacity,
+        table: &RecordTable,
+        host: &HostAddresses,
+    ) -> Option<Capacity> {
+        let addresses = u32::try_from(host.len()).unwrap_or(u32::MAX);
+        current.resized(
+            crate::xdp::entries::entry_needs(table),
+            addresses,
+            self.limit,
+        )
     }
 
     fn load(&mut self, capacity: Capacity) -> Result<MapWriter, String> {

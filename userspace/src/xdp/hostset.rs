@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use hostport_dns_common::{
     host::{HOST_ANSWER, HOST_OWN, HostSlot, home, mapped_v4, words},
-    limits::{HOST_PROBES, HOST_SLOTS},
+    limits::HOST_PROBES,
 };
 
 /// Every address the kernel should know, with its `HOST_*` bits (several facts about one address
@@ -32,16 +32,26 @@ impl HostAddresses {
         *self.kinds.entry(canonical(address)).or_insert(0) |= kind;
     }
 
-    /// The set's slots under `seed`, and the addresses that found no slot within reach (the
-    /// kernel then treats them as foreign: answers from them, and passes queries to them).
-    pub fn slots(&self, seed: u64) -> (Vec<HostSlot>, Vec<IpAddr>) {
-        let mut slots = vec![HostSlot::EMPTY; HOST_SLOTS as usize];
+    /// Addresses in the set (what its size follows).
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+
+    /// The set's `count` slots (a power of two) under `seed`, and the addresses that found no
+    /// slot within reach (the kernel then treats them as foreign: answers from them, and passes
+    /// queries to them).
+    pub fn slots(&self, seed: u64, count: u32) -> (Vec<HostSlot>, Vec<IpAddr>) {
+        let mut slots = vec![HostSlot::EMPTY; count as usize];
         let mut left_out = Vec::new();
         for (address, kind) in &self.kinds {
             let stored = stored(*address);
-            let first = home(words(&stored), seed);
+            let first = home(words(&stored), seed, count);
             let free = (0..HOST_PROBES as u32)
-                .map(|i| ((first + i) & (HOST_SLOTS - 1)) as usize)
+                .map(|i| ((first + i) & (count - 1)) as usize)
                 .find(|i| slots[*i].kind == 0);
             match free {
                 Some(i) => {
@@ -81,9 +91,10 @@ mod tests {
     /// What the kernel finds for `address`: probes as `ebpf/src/host.rs` does.
     fn lookup(slots: &[HostSlot], seed: u64, address: IpAddr) -> u32 {
         let wanted = stored(address);
-        let first = home(words(&wanted), seed);
+        let count = slots.len() as u32;
+        let first = home(words(&wanted), seed, count);
         for i in 0..HOST_PROBES as u32 {
-            let slot = &slots[((first + i) & (HOST_SLOTS - 1)) as usize];
+            let slot = &slots[((first + i) & (count - 1)) as usize];
             if slot.kind == 0 {
                 return 0;
             }
@@ -93,6 +104,8 @@ mod tests {
         }
         0
     }
+
+    use hostport_dns_common::generation::Capacity;
 
     #[test]
     fn every_address_is_found_with_its_kinds_and_others_are_not() {
@@ -105,7 +118,7 @@ mod tests {
             set.add(*address, HOST_OWN);
         }
         set.add(addresses[0], HOST_ANSWER);
-        let (slots, left_out) = set.slots(42);
+        let (slots, left_out) = set.slots(42, Capacity::host_class(set.len() as u32));
         assert!(left_out.is_empty(), "{} left out", left_out.len());
         for address in &addresses {
             assert_ne!(lookup(&slots, 42, *address) & HOST_OWN, 0, "{address}");
@@ -114,5 +127,12 @@ mod tests {
         assert_eq!(lookup(&slots, 42, "198.19.0.1".parse().unwrap()), 0);
         // An IPv4 address and its IPv4-mapped IPv6 form are one address.
         assert_ne!(lookup(&slots, 42, "::ffff:198.18.0.7".parse().unwrap()), 0);
+        // A handful of addresses in the smallest set.
+        let few = HostAddresses::answering(addresses[..100].iter().copied());
+        let (slots, left_out) = few.slots(7, Capacity::host_class(100));
+        assert_eq!((slots.len(), left_out.len()), (512, 0));
+        for address in &addresses[..100] {
+            assert_ne!(lookup(&slots, 7, *address), 0, "{address}");
+        }
     }
 }

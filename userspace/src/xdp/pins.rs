@@ -107,8 +107,8 @@ impl PinDir {
         })
     }
 
-    /// The capacity of the pinned table, if one is pinned: what its entry maps hold (the index
-    /// follows from them, `Capacity::of`). Whether the whole set can be adopted at that capacity
+    /// The capacity of the pinned table, if one is pinned: what its entry maps and host set hold
+    /// (the index follows from them, `Capacity::of`). Whether the whole set can be adopted at that capacity
     /// is [`PinDir::prepare`]'s to say.
     pub fn pinned_capacity(&self) -> Option<Capacity> {
         let per_generation = |map: &str| -> Option<u32> {
@@ -120,10 +120,9 @@ impl PinDir {
             per_generation(maps::NAMES)?,
             per_generation(maps::BIG)?,
         ];
-        entries
-            .iter()
-            .all(|count| *count > 0)
-            .then(|| Capacity::of(entries))
+        let host = per_generation(maps::HOST)?;
+        (entries.iter().all(|count| *count > 0) && host.is_power_of_two())
+            .then(|| Capacity::of(entries).with_host(host))
     }
 
     pub fn path(&self) -> &Path {

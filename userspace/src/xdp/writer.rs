@@ -19,7 +19,6 @@ use hostport_dns_common::{
     generation::{Capacity, GENERATIONS, Generation, apex_label_bit, slot},
     host::HostSlot,
     index::Bucket,
-    limits::HOST_SLOTS,
     maps,
 };
 use tracing::warn;
@@ -140,7 +139,7 @@ impl MapWriter {
             names: mapped(ebpf, maps::NAMES, g * capacity.names)?,
             big: mapped(ebpf, maps::BIG, g * capacity.big)?,
             zones: mapped(ebpf, maps::ZONES, g * capacity.zones)?,
-            host: mapped(ebpf, maps::HOST, g * HOST_SLOTS)?,
+            host: mapped(ebpf, maps::HOST, g * capacity.host)?,
         };
         let readers =
             PerCpuArray::try_from(take(ebpf, maps::READERS)?).map_err(map_err(maps::READERS))?;
@@ -218,6 +217,11 @@ impl MapWriter {
 
     pub fn capacity(&self) -> Capacity {
         self.capacity
+    }
+
+    /// The table last written, if one was.
+    pub fn table(&self) -> Option<&RecordTable> {
+        self.table.as_ref()
     }
 
     /// This host's addresses as last written.
@@ -470,7 +474,7 @@ impl MapWriter {
     }
 
     fn write_host_set(&mut self, generation: u32) {
-        let (slots, left_out) = self.host.slots(self.seed);
+        let (slots, left_out) = self.host.slots(self.seed, self.capacity.host);
         if !left_out.is_empty() {
             warn!(
                 addresses = left_out.len(),
@@ -478,7 +482,7 @@ impl MapWriter {
             );
         }
         self.host_left_out = left_out.len();
-        let base = slot(generation, HOST_SLOTS, 0);
+        let base = slot(generation, self.capacity.host, 0);
         for (i, value) in slots.iter().enumerate() {
             self.maps.host.set(base + i as u32, value);
         }
@@ -563,7 +567,7 @@ impl MapWriter {
             }
         }
         copy_all(&mut self.maps.zones, c.zones, next, other);
-        copy_all(&mut self.maps.host, HOST_SLOTS, next, other);
+        copy_all(&mut self.maps.host, c.host, next, other);
         let labels = self.maps.state.get(0).apex_labels[next as usize];
         let state = self.maps.state.as_ptr(0);
         // SAFETY: as in write_apex_labels: no run reads `other` now.

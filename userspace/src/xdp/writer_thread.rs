@@ -45,8 +45,14 @@ pub struct Outcome {
 /// Moves the kernel table to maps of another size: a program of its own, loaded beside the one
 /// answering, written whole, then swapped in (the agent's is `kernel_table_size::Resizer`).
 pub trait Resize: Send + 'static {
-    /// The capacity the kernel table should move to in order to serve `table`, if it should.
-    fn wanted(&self, current: Capacity, table: &RecordTable) -> Option<Capacity>;
+    /// The capacity the kernel table should move to in order to serve `table` on a host of
+    /// `host`'s addresses, if it should.
+    fn wanted(
+        &self,
+        current: Capacity,
+        table: &RecordTable,
+        host: &HostAddresses,
+    ) -> Option<Capacity>;
     /// A writer of fresh maps of `capacity`, loaded beside the answering ones and not answering
     /// yet.
     fn load(&mut self, capacity: Capacity) -> Result<MapWriter, String>;
@@ -188,34 +194,45 @@ fn run(
             }
             std::mem::take(&mut *pending)
         };
-        if let (Some(resize), Some(table)) = (resize.as_deref_mut(), taken.table.as_ref())
-            && let Some(capacity) = resize.wanted(writer.capacity(), table)
-        {
-            let host = taken.host.clone().unwrap_or_else(|| writer.host().clone());
-            match resized(resize, capacity, table, host) {
-                Ok((resized, stats)) => {
-                    info!(
-                        from = writer.capacity().names,
-                        to = capacity.names,
-                        names = table.nodes().len(),
-                        "the kernel table moved to maps of another size"
-                    );
-                    // The previous maps are unmapped here; its program is gone already.
-                    writer = resized;
-                    report.switched(table.clone(), None, taken.observed);
-                    report.written(Outcome {
-                        result: Ok(stats),
-                        observed: taken.observed,
-                        tables: taken.tables,
-                    });
-                    continue;
+        // A table posted, or the one held when only the addresses changed: either may call for
+        // maps of another size.
+        let sized_for = taken.table.clone().or_else(|| writer.table().cloned());
+        if let (Some(resize), Some(table)) = (resize.as_deref_mut(), sized_for.as_ref()) {
+            let host = taken.host.as_ref().unwrap_or_else(|| writer.host());
+            if let Some(capacity) = resize.wanted(writer.capacity(), table, host) {
+                let host = host.clone();
+                let from = writer.capacity();
+                match resized(resize, capacity, table, host) {
+                    Ok((resized, stats)) => {
+                        info!(
+                            from = ?from.entries(),
+                            to = ?capacity.entries(),
+                            host_from = from.host,
+                            host_to = capacity.host,
+                            names = table.nodes().len(),
+                            "the kernel table moved to maps of another size"
+                        );
+                        // The previous maps are unmapped here; its program is gone already.
+                        writer = resized;
+                        // As a switch of addresses alone, a resize for them tells the server
+                        // of no new table.
+                        if taken.table.is_some() {
+                            report.switched(table.clone(), None, taken.observed);
+                        }
+                        report.written(Outcome {
+                            result: Ok(stats),
+                            observed: taken.observed,
+                            tables: taken.tables,
+                        });
+                        continue;
+                    }
+                    Err(reason) => warn!(
+                        %reason,
+                        from = ?from.entries(),
+                        to = ?capacity.entries(),
+                        "the kernel table cannot move to maps of another size: it keeps its own"
+                    ),
                 }
-                Err(reason) => warn!(
-                    %reason,
-                    from = writer.capacity().names,
-                    to = capacity.names,
-                    "the kernel table cannot move to maps of another size: it keeps its own"
-                ),
             }
         }
         let names: Option<Vec<WireName>> = taken.names.map(|set| set.into_iter().collect());
