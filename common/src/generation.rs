@@ -88,11 +88,12 @@
 //!
 //! So the program stays what it was (arrays, inlined lookups, the capacity a load-time constant
 //! it reads as `HPD_CAPACITY`) and the price of a resize is a program load and one whole write,
-//! about as often as the names served grow by half or fall to an eighth. Its counters start at zero
+//! about as often as the names of a kind grow by half or fall to an eighth, or this host's
+//! addresses grow past a quarter of their set or fall to a thirty-second. Its counters start at zero
 //! (the agent adds the previous program's totals), and so does the rate limiter's state (a
 //! client's burst allowance resets once per resize). Pinned, the new maps replace the previous
 //! pins; a restarted agent adopts them at their size (`Capacity::of` the pinned entry maps'
-//! sizes; the index follows from them).
+//! sizes, with the pinned host set's; the index follows from them).
 //!
 //! What a table takes, then: per name and generation its entry (80 bytes for the common
 //! `<value>.<namespace>.<zone>` with a few addresses) and half a 64-byte bucket, times the room
@@ -255,8 +256,6 @@ pub struct Capacity {
     pub zones: u32,
     /// Slots of the host-address set (`crate::host`), a power of two.
     pub host: u32,
-    /// Keeps the size a multiple of 8 without implicit padding.
-    pub reserved: u32,
 }
 
 /// The fewest entries of each kind a table has.
@@ -285,7 +284,6 @@ impl Capacity {
             buckets: Self::buckets_for(small as u64 + names as u64 + big as u64),
             zones: ZONES_CAPACITY,
             host: HOST_SLOTS,
-            reserved: 0,
         }
     }
 
@@ -297,11 +295,12 @@ impl Capacity {
         }
     }
 
-    /// The host set's size class for `addresses` addresses: a power of two at least four times
-    /// as many (at most half used after growing twice as many), within [`MIN_HOST_SLOTS`] and
-    /// [`HOST_SLOTS`].
+    /// The host set's size class for `addresses` addresses: a power of two at least eight times
+    /// as many, within [`MIN_HOST_SLOTS`] and [`HOST_SLOTS`]. A set grows once it is more than a
+    /// quarter used: with `limits::HOST_PROBES` probes an address then always finds a slot (at
+    /// half, a set of thousands leaves one out more often than not).
     pub const fn host_class(addresses: u32) -> u32 {
-        let wanted = (addresses as u64 * 4).next_power_of_two();
+        let wanted = (addresses as u64 * 8).next_power_of_two();
         if wanted < MIN_HOST_SLOTS as u64 {
             MIN_HOST_SLOTS
         } else if wanted > HOST_SLOTS as u64 {
@@ -392,13 +391,13 @@ impl Capacity {
     /// each kind under the limit `limit`, and this host has `addresses` addresses, if it should
     /// move: when a kind's names no longer fit it (and it is below the limit), when they fill
     /// [`SHRINK_WHEN_ONE_IN`]th of it or less, or when the limit changed under it; when the
-    /// addresses fill more than half the host set (below its most slots), or a sixteenth or
-    /// less. Otherwise `None`: between the two points a kind stays, so names coming and going
+    /// addresses fill more than a quarter of the host set (below its most slots), or a
+    /// thirty-second or less. Otherwise `None`: between the two points a kind stays, so names coming and going
     /// near a class's edge cause no resize.
     pub const fn resized(&self, counts: EntryCounts, addresses: u32, limit: u32) -> Option<Self> {
         let class = Self::class_for(counts, addresses, limit);
-        let host_grows = addresses as u64 * 2 > self.host as u64 && self.host < HOST_SLOTS;
-        let host_shrinks = addresses as u64 * 16 <= self.host as u64 && class.host < self.host;
+        let host_grows = addresses as u64 * 4 > self.host as u64 && self.host < HOST_SLOTS;
+        let host_shrinks = addresses as u64 * 32 <= self.host as u64 && class.host < self.host;
         let have = self.entries();
         let wanted = class.entries();
         let mut moves = (host_grows || host_shrinks) && class.host != self.host;
@@ -447,7 +446,12 @@ pub const fn apex_label_bit(labels: usize) -> Option<u16> {
 const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
 const _: () = assert!(core::mem::size_of::<Generation>() == 32);
 const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
-const _: () = assert!(core::mem::size_of::<Capacity>() == 28);
+const _: () = assert!(core::mem::size_of::<Capacity>() == 24);
+// The index of the largest table (every kind at the limit) has a bucket for every two entries.
+const _: () = assert!(
+    3 * crate::limits::MAX_KERNEL_NAMES as u64 / INDEX_NAMES_PER_BUCKET as u64
+        <= MAX_INDEX_BUCKETS as u64
+);
 const _: () = assert!(core::mem::size_of::<LeaseClock>() == 32);
 
 #[cfg(feature = "user")]
@@ -514,17 +518,17 @@ mod tests {
     fn the_host_set_follows_the_addresses() {
         let limit = 1 << 20;
         assert_eq!(Capacity::host_class(0), MIN_HOST_SLOTS);
-        assert_eq!(Capacity::host_class(64), 256);
-        assert_eq!(Capacity::host_class(65), 512);
-        assert_eq!(Capacity::host_class(8_192), HOST_SLOTS);
+        assert_eq!(Capacity::host_class(32), 256);
+        assert_eq!(Capacity::host_class(33), 512);
+        assert_eq!(Capacity::host_class(4_096), HOST_SLOTS);
         assert_eq!(Capacity::host_class(100_000), HOST_SLOTS);
         let first = Capacity::class_for([0; 3], 10, limit);
         assert_eq!(first.host, 256);
-        assert_eq!(first.resized([0; 3], 128, limit), None, "half full");
-        let grown = first.resized([0; 3], 129, limit).expect("grows");
+        assert_eq!(first.resized([0; 3], 64, limit), None, "a quarter used");
+        let grown = first.resized([0; 3], 65, limit).expect("grows");
         assert_eq!((grown.host, grown.entries()), (1024, first.entries()));
-        assert_eq!(grown.resized([0; 3], 65, limit), None);
-        assert_eq!(grown.resized([0; 3], 64, limit).map(|c| c.host), Some(256));
+        assert_eq!(grown.resized([0; 3], 33, limit), None);
+        assert_eq!(grown.resized([0; 3], 32, limit).map(|c| c.host), Some(256));
         // At its most, the set stays whatever the addresses.
         let most = first.with_host(HOST_SLOTS);
         assert_eq!(most.resized([0; 3], 20_000, limit), None);

@@ -2,7 +2,8 @@
 //! sources cannot have sent a query (martians).
 //!
 //! One generation's set (`HPD_HOST`) is an open-addressed hash table of a power of two slots
-//! (`generation::Capacity::host`, at most [`HOST_SLOTS`]), at most half used: every address of every interface (link-local ones and the Service addresses
+//! (`generation::Capacity::host`, at most [`HOST_SLOTS`]), at most a quarter used (up to 8,192
+//! addresses): every address of every interface (link-local ones and the Service addresses
 //! IPVS puts on `kube-ipvs0` included) and the broadcast address of each IPv4 subnet, each with
 //! what it is ([`HOST_OWN`], [`HOST_ANSWER`], [`HOST_BROADCAST`]). IPv4 addresses are stored
 //! IPv4-mapped (`::ffff:a.b.c.d`). An address sits within [`HOST_PROBES`] slots of its home

@@ -129,8 +129,8 @@ pub const ZONES_CAPACITY: u32 = 256;
 /// (`generation::Capacity::host_class`).
 pub const HOST_SLOTS: u32 = 32_768;
 
-/// The fewest slots the agent's host-address set has: 128 addresses at most half of it, 12 KiB
-/// for both generations.
+/// The fewest slots the agent's host-address set has: 64 addresses use at most a quarter of it;
+/// 12 KiB for both generations.
 pub const MIN_HOST_SLOTS: u32 = 256;
 
 /// Slots the kernel probes in the host-address set before it concludes an address is not there

@@ -37,14 +37,28 @@ const PORT: u16 = 1053;
 
 /// The probe's zone, and the zone of `names` names: `n<i>` → 198.19.<i / 250>.<i % 250 + 1>.
 fn records(names: usize) -> String {
+    zone_file((0..names).map(|i| format!("n{i}: 198.19.{}.{}", i / 250, i % 250 + 1)))
+}
+
+/// The probe's zone, and the zone holding `records` (`owner: addresses` lines).
+fn zone_file(records: impl Iterator<Item = String>) -> String {
     let mut text = format!(
         "zones:\n  - name: steady.example\n    records:\n      probe: {PROBE_ADDRESS}\n  \
          - name: {ZONE}\n    records:\n"
     );
-    for i in 0..names {
-        text.push_str(&format!("      n{i}: 198.19.{}.{}\n", i / 250, i % 250 + 1));
+    for record in records {
+        text.push_str(&format!("      {record}\n"));
     }
     text
+}
+
+/// An agent in native XDP mode on a fresh link, serving `text` as its record file.
+fn serving(tag: &str, text: &str) -> (Link, TempDir, Agent) {
+    let link = Link::new(tag);
+    let dir = TempDir::new(tag);
+    let file = dir.write("records.yaml", text);
+    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    (link, dir, agent)
 }
 
 /// Small entries one generation holds (every name here takes one).
@@ -242,10 +256,7 @@ fn grow_and_shrink(link: &Link, dir: &TempDir, agent: &Agent) {
 #[test]
 fn the_table_grows_and_shrinks_with_the_names_without_losing_a_query() {
     require_root();
-    let link = Link::new("tsize");
-    let dir = TempDir::new("tsize");
-    let file = dir.write("records.yaml", &records(10));
-    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    let (link, dir, agent) = serving("tsize", &records(10));
     grow_and_shrink(&link, &dir, &agent);
 }
 
@@ -317,33 +328,22 @@ const FLEET_LABEL: &str = "served-by-a-fleet";
 
 /// `names` names of `fleet` addresses each: `f<i>-served-by-a-fleet` → 198.19.<i % 250>.<1..=fleet>.
 fn fleet_records(names: usize, fleet: usize) -> String {
-    let mut text = format!(
-        "zones:\n  - name: steady.example\n    records:\n      probe: {PROBE_ADDRESS}\n  \
-         - name: {ZONE}\n    records:\n"
-    );
-    for i in 0..names {
+    zone_file((0..names).map(|i| {
         let addresses: Vec<String> = (1..=fleet)
             .map(|n| format!("198.19.{}.{n}", i % 250))
             .collect();
-        text.push_str(&format!(
-            "      f{i}-{FLEET_LABEL}: [{}]\n",
-            addresses.join(", ")
-        ));
-    }
-    text
+        format!("f{i}-{FLEET_LABEL}: [{}]", addresses.join(", "))
+    }))
 }
 
 /// Each kind of entry follows the names that need it: names served by 8 nodes each (160-byte
-/// entries: a 44-byte name and 32 bytes of addresses) grow their kind alone, past its smallest
-/// size, and are answered from XDP. (Eight: sixteen A records grow an answer by more than the
-/// headroom a veth gives XDP.)
+/// entries: names of 35 to 37 bytes and 32 bytes of addresses, more than the 64 a small entry
+/// holds) grow their kind alone, past its smallest size, and are answered from XDP. (Eight:
+/// sixteen A records grow an answer by more than the headroom a veth gives XDP.)
 #[test]
 fn names_served_by_fleets_grow_their_own_kind_of_entry() {
     require_root();
-    let link = Link::new("tsizef");
-    let dir = TempDir::new("tsizef");
-    let file = dir.write("records.yaml", &fleet_records(10, 8));
-    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    let (link, dir, agent) = serving("tsizef", &fleet_records(10, 8));
     let kind = |entry: &str| agent.metric("hostport_dns_xdp_table_capacity", &[("entry", entry)]);
     eventually("the smallest table", 20, || kind("name") == 256.0);
     let bytes_before = agent.metric("hostport_dns_xdp_table_bytes", &[]);
@@ -377,15 +377,13 @@ fn table_bytes(agent: &Agent) -> f64 {
 }
 
 /// The host-address set follows the host's addresses: 200 addresses more grow it from its
-/// smallest size (256 slots) to 1,024, a query to one of them is answered from XDP, and once they
-/// are gone it shrinks back.
+/// smallest size (256 slots) to 1,024 or more (it grows once more than a quarter used; the
+/// addresses may arrive in several batches), a query to one of them is answered from XDP, and
+/// once they are gone it shrinks back.
 #[test]
 fn the_host_set_grows_and_shrinks_with_the_hosts_addresses() {
     require_root();
-    let link = Link::new("tsizeh");
-    let dir = TempDir::new("tsizeh");
-    let file = dir.write("records.yaml", &records(10));
-    let agent = Agent::start_native(&link, &["--records", file.to_str().expect("UTF-8")], &[]);
+    let (link, _dir, agent) = serving("tsizeh", &records(10));
     eventually("the smallest table", 20, || capacity(&agent) == 1024.0);
     let before = table_bytes(&agent);
     let added: Vec<String> = (1..=200).map(|i| format!("198.19.250.{i}")).collect();
@@ -398,10 +396,13 @@ fn the_host_set_grows_and_shrinks_with_the_hosts_addresses() {
             &link.server.ifname,
         ]);
     }
+    // Slots of the host set, from the maps' bytes (24 bytes a slot, two generations).
+    let host_slots = |agent: &Agent| 256.0 + (table_bytes(agent) - before) / 48.0;
     eventually("the host set grown", 20, || {
-        table_bytes(&agent) == before + 2.0 * (1024.0 - 256.0) * 24.0
+        host_slots(&agent) >= 4.0 * 200.0
     });
-    assert_eq!(resizes(&agent), 1.0);
+    let grown = resizes(&agent);
+    assert!(grown >= 1.0, "{grown} resizes");
     link.client_ns.ip(&[
         "route",
         "add",
@@ -434,5 +435,5 @@ fn the_host_set_grows_and_shrinks_with_the_hosts_addresses() {
         ]);
     }
     eventually("the host set shrunk", 20, || table_bytes(&agent) == before);
-    assert_eq!(resizes(&agent), 2.0);
+    assert!(resizes(&agent) > grown);
 }

@@ -261,7 +261,7 @@ impl Metrics {
         );
         registry.register(
             "xdp_table_limit",
-            "Names one generation of the kernel table may grow to (--kernel-names); zones beyond it are answered by userspace",
+            "Names each kind of entry of one generation of the kernel table may grow to (--kernel-names); zones beyond it are answered by userspace",
             metrics.xdp_table_limit.clone(),
         );
         registry.register(

@@ -130,7 +130,7 @@ mod tests {
         // A handful of addresses in the smallest set.
         let few = HostAddresses::answering(addresses[..100].iter().copied());
         let (slots, left_out) = few.slots(7, Capacity::host_class(100));
-        assert_eq!((slots.len(), left_out.len()), (512, 0));
+        assert_eq!((slots.len(), left_out.len()), (1024, 0));
         for address in &addresses[..100] {
             assert_ne!(lookup(&slots, 7, *address), 0, "{address}");
         }

@@ -331,7 +331,11 @@ impl MapWriter {
         stats.collisions = self.layout.collisions();
         stats.names_held = self.layout.names_held();
         stats.names_left_out = match &self.table {
-            Some(table) => names_left_out(table, &self.admitted) + self.layout.names_unplaced(),
+            Some(table) => {
+                names_left_out(table, &self.admitted)
+                    + self.layout.names_unplaced()
+                    + self.layout.names_without_room()
+            }
             None => 0,
         };
         stats.host_left_out = self.host_left_out;

@@ -194,9 +194,18 @@ fn run(
             }
             std::mem::take(&mut *pending)
         };
-        // A table posted, or the one held when only the addresses changed: either may call for
-        // maps of another size.
-        let sized_for = taken.table.clone().or_else(|| writer.table().cloned());
+        // A table posted, or the one held when the addresses alone changed: either may call for
+        // maps of another size. Addresses posted again unchanged (the follower resyncs every few
+        // seconds) ask nothing of the size, so a resize that failed is not retried for them.
+        let host_changed = taken
+            .host
+            .as_ref()
+            .is_some_and(|host| host != writer.host());
+        let sized_for = match &taken.table {
+            Some(table) => Some(table.clone()),
+            None if host_changed => writer.table().cloned(),
+            None => None,
+        };
         if let (Some(resize), Some(table)) = (resize.as_deref_mut(), sized_for.as_ref()) {
             let host = taken.host.as_ref().unwrap_or_else(|| writer.host());
             if let Some(capacity) = resize.wanted(writer.capacity(), table, host) {
