@@ -386,16 +386,15 @@ fn the_host_set_grows_and_shrinks_with_the_hosts_addresses() {
     let (link, _dir, agent) = serving("tsizeh", &records(10));
     eventually("the smallest table", 20, || capacity(&agent) == 1024.0);
     let before = table_bytes(&agent);
-    let added: Vec<String> = (1..=200).map(|i| format!("198.19.250.{i}")).collect();
-    for address in &added {
-        link.server_ns.ip(&[
-            "addr",
-            "add",
-            &format!("{address}/32"),
-            "dev",
-            &link.server.ifname,
-        ]);
-    }
+    // `ip addr add|del` of 198.19.250.1-200 on the server's end.
+    let addresses = |verb: &str| {
+        for i in 1..=200 {
+            let address = format!("198.19.250.{i}/32");
+            link.server_ns
+                .ip(&["addr", verb, &address, "dev", &link.server.ifname]);
+        }
+    };
+    addresses("add");
     // Slots of the host set, from the maps' bytes (24 bytes a slot, two generations).
     let host_slots = |agent: &Agent| 256.0 + (table_bytes(agent) - before) / 48.0;
     eventually("the host set grown", 20, || {
@@ -425,15 +424,7 @@ fn the_host_set_grows_and_shrinks_with_the_hosts_addresses() {
         xdp_before + 1.0,
         "a query to an added address is answered from XDP"
     );
-    for address in &added {
-        link.server_ns.ip(&[
-            "addr",
-            "del",
-            &format!("{address}/32"),
-            "dev",
-            &link.server.ifname,
-        ]);
-    }
+    addresses("del");
     eventually("the host set shrunk", 20, || table_bytes(&agent) == before);
     assert!(resizes(&agent) > grown);
 }
