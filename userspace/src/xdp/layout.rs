@@ -91,8 +91,8 @@ pub struct Placed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Passed {
     wire: Box<[u8]>,
-    /// It would have an entry, but none of its kind or a larger one was free.
-    without_room: bool,
+    /// The kind of entry it needs, when none of that kind or a larger one was free.
+    without_room: Option<EntryClass>,
 }
 
 /// A name that is in no way of the index.
@@ -119,8 +119,8 @@ pub struct Layout {
     unplaced: FxHashMap<u64, Vec<Unplaced>>,
     /// Per bucket: unplaced names (both buckets full) that have it as a candidate.
     overflow: FxHashMap<u32, u32>,
-    /// Names the kernel cannot tell from another (same hash, or a tag met first): answered by
-    /// userspace.
+    /// Names the kernel cannot tell from another because they share its 64-bit hash: answered by
+    /// userspace. (A name behind another's tag in a bucket is passed too, found by neither.)
     collisions: usize,
     /// Names in `passed` for lack of an entry.
     without_room: usize,
@@ -350,11 +350,11 @@ impl Layout {
         if wanted == PASS_REF {
             let passed = Passed {
                 wire: wire.into(),
-                without_room: class.is_some(),
+                without_room: class,
             };
-            self.without_room += usize::from(passed.without_room);
+            self.without_room += usize::from(passed.without_room.is_some());
             if let Some(before) = self.passed.insert(hash, passed) {
-                self.without_room -= usize::from(before.without_room);
+                self.without_room -= usize::from(before.without_room.is_some());
             }
         }
         wanted
@@ -364,10 +364,12 @@ impl Layout {
     /// room, where `current` (the slot the name holds now) counts as room of its own kind.
     ///
     /// A name that took a larger kind keeps it until it changes, also once its own kind has room
-    /// again; so, changes apart, a name of that larger kind may find it full where the counts
-    /// (`Capacity::holds`) say it fits. It then passes (userspace answers it: never a wrong
-    /// answer) and is counted as left out ([`Layout::names_without_room`]). This happens only
-    /// where kinds cannot grow: a kind short of room grows at the next publication.
+    /// again; so a name of that larger kind may find it full where the counts
+    /// (`Capacity::holds`) say it fits (and, within one publication, a name may move into a kind
+    /// before another moves out of it). It then passes (userspace answers it: never a wrong
+    /// answer), is counted as left out ([`Layout::names_without_room`]), and is placed again as
+    /// soon as a slot it can take is freed ([`Layout::promote_without_room`]). The table does not
+    /// grow for it: the counts fit.
     fn slot_for(&mut self, current: EntryRef, class: EntryClass) -> Option<(EntryClass, u32)> {
         let held = if current == PASS_REF {
             None
@@ -393,11 +395,27 @@ impl Layout {
     fn release(&mut self, current: EntryRef, hash: u64) {
         if current == PASS_REF {
             if let Some(passed) = self.passed.remove(&hash) {
-                self.without_room -= usize::from(passed.without_room);
+                self.without_room -= usize::from(passed.without_room.is_some());
             }
         } else if let Some((class, slot)) = ref_target(current) {
             self.free[class as usize].push(slot);
+            self.promote_without_room(class);
         }
+    }
+
+    /// After a slot of kind `freed` was freed: hands the names that passed for lack of an entry
+    /// it can hold to the writer to place again ([`Layout::take_promoted`]). Names pass so
+    /// rarely that the walk is short, and it is skipped while none does.
+    fn promote_without_room(&mut self, freed: EntryClass) {
+        if self.without_room == 0 {
+            return;
+        }
+        let waiting = self
+            .passed
+            .values()
+            .filter(|passed| passed.without_room.is_some_and(|needs| needs <= freed))
+            .map(|passed| passed.wire.clone());
+        self.promoted.extend(waiting);
     }
 
     /// After a way of `bucket` was freed by a name of `hash`: takes out of `unplaced` every name
@@ -662,6 +680,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Two names trade kinds in one publication while the larger kind is full: the one handled
+    /// first finds no room and passes, then takes the slot the other frees.
+    #[test]
+    fn a_name_that_found_no_room_takes_the_first_slot_freed() {
+        let (mut buckets, mut small, mut names, mut big) = (
+            vec![Bucket::EMPTY; 4],
+            vec![SmallEntry::EMPTY; 1],
+            vec![NameEntry::EMPTY; 1],
+            vec![BigEntry::EMPTY; 0],
+        );
+        let mut layout = Layout::new(5, [1, 1, 0], 4);
+        let mut view = View {
+            buckets: &mut buckets,
+            small: &mut small,
+            names: &mut names,
+            big: &mut big,
+        };
+        let mut dirty = Dirty::default();
+        let (a, b) = (b"\x01a\x00".as_slice(), b"\x01b\x00".as_slice());
+        let (ha, hb) = (layout.hash(a), layout.hash(b));
+        layout.upsert(&mut view, &mut dirty, ha, a, built(a, 0, 1));
+        layout.upsert(&mut view, &mut dirty, hb, b, built(b, 1, 2));
+        assert_eq!(layout.names_without_room(), 0);
+        // `a` now needs the name entry `b` holds, `b` the small one `a` holds.
+        let (a_now, b_now) = (built(a, 1, 3), built(b, 0, 4));
+        layout.upsert(&mut view, &mut dirty, ha, a, a_now.clone());
+        assert_eq!(kernel(&layout, &view, a), Kernel::Pass);
+        assert_eq!(layout.names_without_room(), 1);
+        layout.upsert(&mut view, &mut dirty, hb, b, b_now.clone());
+        assert_eq!(layout.take_promoted(), [Box::from(a)]);
+        layout.upsert(&mut view, &mut dirty, ha, a, a_now.clone());
+        assert_eq!(layout.names_without_room(), 0);
+        assert_eq!(kernel(&layout, &view, a), expected(&a_now));
+        assert_eq!(kernel(&layout, &view, b), expected(&b_now));
     }
 
     #[test]

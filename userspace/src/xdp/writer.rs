@@ -51,7 +51,8 @@ pub struct WriteStats {
     pub collisions: usize,
     /// Names in the kernel's index.
     pub names_held: usize,
-    /// Names of zones that did not fit the kernel table (answered by userspace).
+    /// Names the kernel table does not answer, userspace does: those of zones that did not fit,
+    /// those in no index way, and those that found no entry of their kind or a larger one free.
     pub names_left_out: usize,
     /// Addresses of this host the kernel's set has no room for.
     pub host_left_out: usize,
