@@ -574,6 +574,34 @@ mod tests {
         }
     }
 
+    /// One generation's index and entries, in memory.
+    struct Memory {
+        buckets: Vec<Bucket>,
+        small: Vec<SmallEntry>,
+        names: Vec<NameEntry>,
+        big: Vec<BigEntry>,
+    }
+
+    impl Memory {
+        fn new(buckets: u32, [small, names, big]: EntryCounts) -> Self {
+            Self {
+                buckets: vec![Bucket::EMPTY; buckets as usize],
+                small: vec![SmallEntry::EMPTY; small as usize],
+                names: vec![NameEntry::EMPTY; names as usize],
+                big: vec![BigEntry::EMPTY; big as usize],
+            }
+        }
+
+        fn view(&mut self) -> View<'_> {
+            View {
+                buckets: &mut self.buckets,
+                small: &mut self.small,
+                names: &mut self.names,
+                big: &mut self.big,
+            }
+        }
+    }
+
     /// Hashes by length only: names of one length share a hash (and so bucket and tag).
     fn by_length(_seed: u64, wire: &[u8]) -> u64 {
         (wire.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
@@ -594,10 +622,7 @@ mod tests {
             (name_hash, 5, [30, 3, 2]),
             (by_length, 4, [20, 20, 4]),
         ] {
-            let mut buckets_mem = vec![Bucket::EMPTY; buckets as usize];
-            let mut small_mem = vec![SmallEntry::EMPTY; entries[0] as usize];
-            let mut names_mem = vec![NameEntry::EMPTY; entries[1] as usize];
-            let mut big_mem = vec![BigEntry::EMPTY; entries[2] as usize];
+            let mut memory = Memory::new(buckets, entries);
             let mut layout = Layout::with_hash(7, entries, buckets, hash);
             let mut model: FxHashMap<Vec<u8>, Built> = FxHashMap::default();
             let universe: Vec<Vec<u8>> = (0..60)
@@ -619,12 +644,7 @@ mod tests {
             for step in 0..3000 {
                 let wire = &universe[next(universe.len() as u64) as usize];
                 let hash_of = layout.hash(wire);
-                let mut view = View {
-                    buckets: &mut buckets_mem,
-                    small: &mut small_mem,
-                    names: &mut names_mem,
-                    big: &mut big_mem,
-                };
+                let mut view = memory.view();
                 let mut dirty = Dirty::default();
                 if next(3) == 0 {
                     layout.remove(&mut view, &mut dirty, hash_of, wire);
@@ -686,19 +706,9 @@ mod tests {
     /// first finds no room and passes, then takes the slot the other frees.
     #[test]
     fn a_name_that_found_no_room_takes_the_first_slot_freed() {
-        let (mut buckets, mut small, mut names, mut big) = (
-            vec![Bucket::EMPTY; 4],
-            vec![SmallEntry::EMPTY; 1],
-            vec![NameEntry::EMPTY; 1],
-            vec![BigEntry::EMPTY; 0],
-        );
+        let mut memory = Memory::new(4, [1, 1, 0]);
         let mut layout = Layout::new(5, [1, 1, 0], 4);
-        let mut view = View {
-            buckets: &mut buckets,
-            small: &mut small,
-            names: &mut names,
-            big: &mut big,
-        };
+        let mut view = memory.view();
         let mut dirty = Dirty::default();
         let (a, b) = (b"\x01a\x00".as_slice(), b"\x01b\x00".as_slice());
         let (ha, hb) = (layout.hash(a), layout.hash(b));
@@ -720,19 +730,9 @@ mod tests {
 
     #[test]
     fn a_name_that_finds_no_way_makes_its_buckets_pass_misses() {
-        let (mut buckets, mut small, mut names, mut big) = (
-            vec![Bucket::EMPTY; 1],
-            vec![SmallEntry::EMPTY; 16],
-            vec![NameEntry::EMPTY; 1],
-            vec![BigEntry::EMPTY; 1],
-        );
+        let mut memory = Memory::new(1, [16, 1, 1]);
         let mut layout = Layout::new(3, [16, 1, 1], 1);
-        let mut view = View {
-            buckets: &mut buckets,
-            small: &mut small,
-            names: &mut names,
-            big: &mut big,
-        };
+        let mut view = memory.view();
         let mut dirty = Dirty::default();
         let wires: Vec<Vec<u8>> = (0..INDEX_WAYS + 1)
             .map(|i| format!("\x01{}\x00", (b'a' + i as u8) as char).into_bytes())
