@@ -11,9 +11,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use hostport_dns_common::generation::Capacity;
-
-use hostport_dns_core::table::RecordTable;
+use hostport_dns_common::generation::{Capacity, EntryCounts};
 
 use crate::{
     metrics::Metrics,
@@ -84,15 +82,11 @@ impl Resize for Resizer {
     fn wanted(
         &self,
         current: Capacity,
-        table: &RecordTable,
+        needs: &EntryCounts,
         host: &HostAddresses,
     ) -> Option<Capacity> {
         let addresses = u32::try_from(host.len()).unwrap_or(u32::MAX);
-        current.resized(
-            crate::xdp::entries::entry_needs(table),
-            addresses,
-            self.limit,
-        )
+        current.resized(*needs, addresses, self.limit)
     }
 
     fn load(&mut self, capacity: Capacity) -> Result<MapWriter, String> {

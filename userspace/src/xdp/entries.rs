@@ -57,15 +57,32 @@ pub fn class_of(wire: &[u8], node: &Node) -> Option<EntryClass> {
     EntryClass::for_name(wire.len(), node.a.len(), node.aaaa.len())
 }
 
-/// Names of `table` that need each kind of entry ([`EntryClass`] as index).
-pub fn entry_needs(table: &RecordTable) -> EntryCounts {
-    let mut needs = [0u32; 3];
-    for (name, node) in table.nodes() {
-        if let Some(class) = class_of(name.as_bytes(), node) {
-            needs[class as usize] = needs[class as usize].saturating_add(1);
+/// What the names of a table need of the kernel table: entries of each kind ([`EntryClass`] as
+/// index), in all and per zone id. The table's size follows the total, the zones' admission the
+/// zones'; one walk over the names serves both.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableNeeds {
+    pub total: EntryCounts,
+    pub by_zone: Vec<EntryCounts>,
+}
+
+impl TableNeeds {
+    pub fn of(table: &RecordTable) -> Self {
+        let mut needs = Self {
+            total: [0; 3],
+            by_zone: vec![[0; 3]; table.zones().len()],
+        };
+        for (name, node) in table.nodes() {
+            if let (Some(class), Some(zone)) = (
+                class_of(name.as_bytes(), node),
+                needs.by_zone.get_mut(node.zone as usize),
+            ) {
+                zone[class as usize] += 1;
+                needs.total[class as usize] += 1;
+            }
         }
+        needs
     }
-    needs
 }
 
 /// The entry of `name` (whose wire form is `wire`), holding `node` of `zone`; its zone's answers

@@ -29,7 +29,7 @@ use hostport_dns_core::{dns::WireName, table::RecordTable};
 
 use crate::xdp::{
     counters::ZoneCounters,
-    entries,
+    entries::{self, TableNeeds},
     hostset::HostAddresses,
     layout::{Dirty, Layout, View},
     map_error::{map_err, take},
@@ -91,6 +91,8 @@ pub struct MapWriter {
     layout: Layout,
     /// The table the generations hold (cheap to keep: its parts are shared).
     table: Option<RecordTable>,
+    /// What the names of `table` need of the kernel table.
+    needs: TableNeeds,
     /// Per zone id of `table`: whether the zone is in the kernel table (see [`admission`]).
     admitted: Vec<bool>,
     host: HostAddresses,
@@ -190,6 +192,7 @@ impl MapWriter {
             seed,
             layout: Layout::new(seed, capacity.entries(), capacity.buckets),
             table: None,
+            needs: TableNeeds::default(),
             admitted: Vec::new(),
             host: HostAddresses::default(),
             host_left_out: 0,
@@ -225,6 +228,11 @@ impl MapWriter {
         self.table.as_ref()
     }
 
+    /// What the names of the table last written need.
+    pub fn needs(&self) -> &TableNeeds {
+        &self.needs
+    }
+
     /// This host's addresses as last written.
     pub fn host(&self) -> &HostAddresses {
         &self.host
@@ -237,7 +245,8 @@ impl MapWriter {
 
     /// Makes the kernel answer from the whole of `table`.
     pub fn write_table(&mut self, table: &RecordTable) -> Result<WriteStats, WriteError> {
-        self.publish(Some((table, Change::Whole)), None, &mut || {})
+        let needs = TableNeeds::of(table);
+        self.publish(Some((table, Change::Whole, &needs)), None, &mut || {})
             .map(Option::unwrap_or_default)
     }
 
@@ -248,8 +257,13 @@ impl MapWriter {
         table: &RecordTable,
         names: &[WireName],
     ) -> Result<WriteStats, WriteError> {
-        self.publish(Some((table, Change::Names(names))), None, &mut || {})
-            .map(Option::unwrap_or_default)
+        let needs = TableNeeds::of(table);
+        self.publish(
+            Some((table, Change::Names(names), &needs)),
+            None,
+            &mut || {},
+        )
+        .map(Option::unwrap_or_default)
     }
 
     /// Makes the kernel know this host's addresses as `host` (the next generation carries them;
@@ -259,12 +273,13 @@ impl MapWriter {
         self.publish(None, Some(host), &mut || {})
     }
 
-    /// One publication: a new table, new addresses, or both, in one switch. None when there was
-    /// nothing to switch to (no table yet, or addresses that did not change). `switched` runs
-    /// right after the switch, before the wait for the runs still reading the generation left.
+    /// One publication: a new table (with what its names need, [`TableNeeds::of`] it), new
+    /// addresses, or both, in one switch. None when there was nothing to switch to (no table
+    /// yet, or addresses that did not change). `switched` runs right after the switch, before
+    /// the wait for the runs still reading the generation left.
     pub fn publish(
         &mut self,
-        table: Option<(&RecordTable, Change)>,
+        table: Option<(&RecordTable, Change, &TableNeeds)>,
         host: Option<HostAddresses>,
         switched: &mut dyn FnMut(),
     ) -> Result<Option<WriteStats>, WriteError> {
@@ -274,7 +289,10 @@ impl MapWriter {
             self.host = host;
         }
         let (table, change) = match table {
-            Some((table, change)) => (table.clone(), change),
+            Some((table, change, needs)) => {
+                self.needs = needs.clone();
+                (table.clone(), change)
+            }
             None => match &self.table {
                 Some(table) if host_changed => (table.clone(), Change::Names(&[])),
                 // Nothing to switch to yet, or nothing new.
@@ -282,7 +300,7 @@ impl MapWriter {
             },
         };
         let next = self.active.map_or(0, |g| 1 - g);
-        let admitted = admission(&table, &self.capacity);
+        let admitted = admission(&table, &self.capacity, &self.needs);
         let zones_moved = self.table.as_ref().is_none_or(|held| {
             held.zones().len() != table.zones().len()
                 || held
@@ -714,32 +732,22 @@ fn admitted_zone<'t>(
 }
 
 /// Which zones of `table` the kernel table holds, per zone id: all of them when they fit, else
-/// the zones in order as long as their names fit the entries of `capacity` (each kind, or a
-/// larger one) and their number its zones. A zone is in whole or not at all, so that the kernel
+/// the zones in order as long as their names (`needs`) fit the entries of `capacity` (each kind,
+/// or a larger one) and their number its zones. A zone is in whole or not at all, so that the kernel
 /// never answers NXDOMAIN for a name it merely lacks: it passes every query of a zone left out
 /// (no apex, no zone).
 ///
 /// A pending zone (a source has not delivered it) is never in: userspace answers it SERVFAIL.
-pub fn admission(table: &RecordTable, capacity: &Capacity) -> Vec<bool> {
+pub fn admission(table: &RecordTable, capacity: &Capacity, needs: &TableNeeds) -> Vec<bool> {
     let zones = table.zones().len();
     let zones_capacity = capacity.zones as usize;
     let ready = |id: usize| table.zones().get(id).is_some_and(|z| !z.spec.pending);
-    let mut needs = vec![[0u32; 3]; zones];
-    let mut total = [0u32; 3];
-    for (name, node) in table.nodes() {
-        if let (Some(class), Some(zone)) = (
-            entries::class_of(name.as_bytes(), node),
-            needs.get_mut(node.zone as usize),
-        ) {
-            zone[class as usize] += 1;
-            total[class as usize] += 1;
-        }
-    }
-    if capacity.holds(total) && zones <= zones_capacity {
+    if capacity.holds(needs.total) && zones <= zones_capacity {
         return (0..zones).map(ready).collect();
     }
     let mut taken = [0u32; 3];
     needs
+        .by_zone
         .iter()
         .enumerate()
         .map(|(id, need)| {

@@ -11,7 +11,7 @@ use std::{
     time::Instant,
 };
 
-use hostport_dns_common::generation::Capacity;
+use hostport_dns_common::generation::{Capacity, EntryCounts};
 use rustc_hash::FxHashSet;
 use tracing::{info, warn};
 
@@ -20,6 +20,7 @@ use hostport_dns_core::{dns::WireName, table::RecordTable};
 use crate::{
     liveness::Alive,
     xdp::{
+        entries::TableNeeds,
         hostset::HostAddresses,
         writer::{Change, MapWriter, WriteError, WriteStats},
     },
@@ -45,12 +46,12 @@ pub struct Outcome {
 /// Moves the kernel table to maps of another size: a program of its own, loaded beside the one
 /// answering, written whole, then swapped in (the agent's is `kernel_table_size::Resizer`).
 pub trait Resize: Send + 'static {
-    /// The capacity the kernel table should move to in order to serve `table` on a host of
-    /// `host`'s addresses, if it should.
+    /// The capacity the kernel table should move to in order to serve names that need `needs`
+    /// entries of each kind on a host of `host`'s addresses, if it should.
     fn wanted(
         &self,
         current: Capacity,
-        table: &RecordTable,
+        needs: &EntryCounts,
         host: &HostAddresses,
     ) -> Option<Capacity>;
     /// A writer of fresh maps of `capacity`, loaded beside the answering ones and not answering
@@ -201,17 +202,21 @@ fn run(
             .host
             .as_ref()
             .is_some_and(|host| host != writer.host());
-        let sized_for = match &taken.table {
-            Some(table) => Some(table.clone()),
-            None if host_changed => writer.table().cloned(),
-            None => None,
+        // One walk over the posted table's names, for the size and the zones' admission alike.
+        let needs = taken.table.as_ref().map(TableNeeds::of);
+        let sized_for = match (&taken.table, &needs) {
+            (Some(table), Some(needs)) => Some((table.clone(), needs.clone())),
+            _ if host_changed => writer.table().cloned().map(|t| (t, writer.needs().clone())),
+            _ => None,
         };
-        if let (Some(resize), Some(table)) = (resize.as_deref_mut(), sized_for.as_ref()) {
+        if let (Some(resize), Some((table, table_needs))) =
+            (resize.as_deref_mut(), sized_for.as_ref())
+        {
             let host = taken.host.as_ref().unwrap_or_else(|| writer.host());
-            if let Some(capacity) = resize.wanted(writer.capacity(), table, host) {
+            if let Some(capacity) = resize.wanted(writer.capacity(), &table_needs.total, host) {
                 let host = host.clone();
                 let from = writer.capacity();
-                match resized(resize, capacity, table, host) {
+                match resized(resize, capacity, table, table_needs, host) {
                     Ok((resized, stats)) => {
                         info!(
                             from = ?from.entries(),
@@ -245,13 +250,17 @@ fn run(
             }
         }
         let names: Option<Vec<WireName>> = taken.names.map(|set| set.into_iter().collect());
-        let table = taken.table.as_ref().map(|table| {
-            let change = match &names {
-                Some(names) => Change::Names(names),
-                None => Change::Whole,
-            };
-            (table, change)
-        });
+        let table = taken
+            .table
+            .as_ref()
+            .zip(needs.as_ref())
+            .map(|(table, needs)| {
+                let change = match &names {
+                    Some(names) => Change::Names(names),
+                    None => Change::Whole,
+                };
+                (table, change, needs)
+            });
         let mut for_server = taken.table.clone();
         let published = {
             let mut switched = || {
@@ -285,11 +294,12 @@ fn resized(
     resize: &mut dyn Resize,
     capacity: Capacity,
     table: &RecordTable,
+    needs: &TableNeeds,
     host: HostAddresses,
 ) -> Result<(MapWriter, WriteStats), String> {
     let mut fresh = resize.load(capacity)?;
     let written = fresh
-        .publish(Some((table, Change::Whole)), Some(host), &mut || {})
+        .publish(Some((table, Change::Whole, needs)), Some(host), &mut || {})
         .map_err(|e| e.to_string())
         .and_then(|stats| stats.ok_or_else(|| "nothing was written".to_owned()))
         .and_then(|stats| resize.commit().map(|()| stats));
