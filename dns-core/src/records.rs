@@ -9,7 +9,7 @@ use hickory_proto::rr::Name;
 
 use crate::dns::WireName;
 
-/// One record from a source (56 bytes; the name is shared, not copied).
+/// One record from a source (40 bytes; the name is shared, not copied: a thin reference).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourceRecord {
     pub name: WireName,

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use super::Node;
+use super::{AddressSet, Node, RareSet};
 use crate::records::RecordData;
 
 /// A record as a counted name holds it: its data, its own TTL, and how many groups hold it.
@@ -224,7 +224,7 @@ fn insert(node: &mut Node, data: &RecordData) {
     }
 }
 
-fn insert_sorted<T: Ord>(set: &mut Vec<T>, item: T) {
+fn insert_sorted<T: Ord>(set: &mut impl SortedSet<T>, item: T) {
     if let Err(at) = set.binary_search(&item) {
         set.insert(at, item);
     }
@@ -239,8 +239,32 @@ fn remove(node: &mut Node, data: &RecordData) {
     }
 }
 
-fn remove_sorted<T: Ord>(set: &mut Vec<T>, item: &T) {
+fn remove_sorted<T: Ord>(set: &mut impl SortedSet<T>, item: &T) {
     if let Ok(at) = set.binary_search(item) {
         set.remove(at);
+    }
+}
+
+/// The node's sets as [`insert_sorted`] and [`remove_sorted`] change them.
+trait SortedSet<T>: std::ops::Deref<Target = [T]> {
+    fn insert(&mut self, at: usize, item: T);
+    fn remove(&mut self, at: usize);
+}
+
+impl SortedSet<std::net::Ipv4Addr> for AddressSet {
+    fn insert(&mut self, at: usize, item: std::net::Ipv4Addr) {
+        AddressSet::insert(self, at, item);
+    }
+    fn remove(&mut self, at: usize) {
+        AddressSet::remove(self, at);
+    }
+}
+
+impl<T> SortedSet<T> for RareSet<T> {
+    fn insert(&mut self, at: usize, item: T) {
+        RareSet::insert(self, at, item);
+    }
+    fn remove(&mut self, at: usize) {
+        RareSet::remove(self, at);
     }
 }

@@ -550,8 +550,8 @@ fn current(table: &RecordTable, zone: &Zone, name: &Name, ttl: Option<u32>) -> R
     match table.node(name).filter(|n| n.zone == zone.id) {
         Some(node) if !node.a.is_empty() || !node.aaaa.is_empty() => Rrsets {
             ttl: ttl.unwrap_or_else(|| node.ttl_in(zone)),
-            a: node.a.clone(),
-            aaaa: node.aaaa.clone(),
+            a: node.a.to_vec(),
+            aaaa: node.aaaa.to_vec(),
         },
         _ => Rrsets::default(),
     }
