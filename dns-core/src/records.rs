@@ -1,9 +1,10 @@
 //! Records as the sources produce them, before they are compiled into a table.
 
-use std::{
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    sync::Arc,
-};
+mod group;
+
+pub use group::{RecordGroup, Records};
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
 
@@ -53,8 +54,3 @@ impl SourceRecord {
         }
     }
 }
-
-/// Records that come and go together: one pod's, one Service output's, one file's. A group that
-/// did not change keeps its allocation from one snapshot to the next, which is how the publisher
-/// tells, cheaply, what changed.
-pub type RecordGroup = Arc<[SourceRecord]>;

@@ -149,7 +149,11 @@ impl Program {
             Counters::new(&mut ebpf, writer.zone_counters().names()).expect("the counters");
         Self {
             ebpf,
-            table: RecordTable::compile(&[], []).0,
+            table: RecordTable::compile(
+                &[],
+                Vec::<hostport_dns_core::records::SourceRecord>::new(),
+            )
+            .0,
             counters,
             writer,
             map_ids,

@@ -196,7 +196,7 @@ fn a_stop_during_a_burst_leaves_records_and_serials_that_agree() {
     let all: Vec<_> = restored
         .groups
         .iter()
-        .flat_map(|(_, group)| group.iter().cloned())
+        .flat_map(|(_, group)| group.iter())
         .collect();
     let (table, _) = RecordTable::compile(&zones, &all);
     let apex = format!("{ZONE}.");

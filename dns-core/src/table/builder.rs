@@ -9,7 +9,7 @@
 //! Memory: a name is held as one [`WireName`] shared with the table, its reverse index and the
 //! kernel table's writer; its records once, in the node the table serves (see `name_state`).
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+use std::{borrow::Borrow, collections::BTreeMap, net::IpAddr, sync::Arc};
 
 use hickory_proto::rr::Name;
 
@@ -116,12 +116,13 @@ impl TableBuilder {
     }
 
     /// Adds a group of records; returns the warnings for those it dropped (outside every zone).
-    pub fn add<'a>(
+    pub fn add<R: Borrow<SourceRecord>>(
         &mut self,
-        records: impl IntoIterator<Item = &'a SourceRecord>,
+        records: impl IntoIterator<Item = R>,
     ) -> Vec<CompileWarning> {
         let mut warnings = Vec::new();
         for record in records {
+            let record = record.borrow();
             if !self.add_record(record) {
                 warnings.push(CompileWarning::OutOfZone {
                     name: record.name.clone(),
@@ -132,9 +133,9 @@ impl TableBuilder {
     }
 
     /// Removes a group of records added before.
-    pub fn remove<'a>(&mut self, records: impl IntoIterator<Item = &'a SourceRecord>) {
+    pub fn remove<R: Borrow<SourceRecord>>(&mut self, records: impl IntoIterator<Item = R>) {
         for record in records {
-            self.remove_record(record);
+            self.remove_record(record.borrow());
         }
     }
 
@@ -624,7 +625,7 @@ mod tests {
             builder.remove(&group);
         }
         builder.finish();
-        let (empty, _) = RecordTable::compile(&zones, []);
+        let (empty, _) = RecordTable::compile(&zones, Vec::<SourceRecord>::new());
         assert_eq!(builder.table(), &empty);
     }
 

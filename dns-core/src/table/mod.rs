@@ -151,9 +151,9 @@ pub struct ReverseSerial {
 impl RecordTable {
     /// Compiles zones and records into a table in one go. `zones` must not overlap (the
     /// configuration validates that).
-    pub fn compile<'a>(
+    pub fn compile<R: Borrow<SourceRecord>>(
         zones: &[ZoneSpec],
-        records: impl IntoIterator<Item = &'a SourceRecord>,
+        records: impl IntoIterator<Item = R>,
     ) -> (Self, Vec<CompileWarning>) {
         let (mut builder, mut warnings) = TableBuilder::new(zones);
         warnings.extend(builder.add(records));

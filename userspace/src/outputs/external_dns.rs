@@ -143,7 +143,7 @@ impl Output {
                 groups
                     .range(GroupKey::from(prefix.as_str())..)
                     .take_while(|(key, _)| key.starts_with(&prefix))
-                    .flat_map(|(_, group)| group.iter().cloned())
+                    .flat_map(|(_, group)| group.iter())
                     .collect()
             }
         }

@@ -131,7 +131,7 @@ fn replace(
 ) {
     let old = state.groups.get(&key);
     let same = match (old, &group) {
-        (Some(old), Some(new)) => std::sync::Arc::ptr_eq(old, new) || **old == **new,
+        (Some(old), Some(new)) => RecordGroup::ptr_eq(old, new) || old == new,
         (None, None) => true,
         _ => false,
     };
@@ -231,8 +231,8 @@ mod tests {
             );
         }
         let before = changes.touched[&("kubernetes", key("p"))].clone();
-        assert!(before.is_some_and(|b| std::sync::Arc::ptr_eq(&b, &first)));
+        assert!(before.is_some_and(|b| RecordGroup::ptr_eq(&b, &first)));
         let now = &held.source("kubernetes").unwrap().groups[&key("p")];
-        assert_eq!(**now, *group("198.18.0.3"));
+        assert_eq!(*now, group("198.18.0.3"));
     }
 }

@@ -542,7 +542,7 @@ mod tests {
                 publisher.publish(batch);
                 let served = shared.table().expect("a table once every source delivered");
                 let records: Vec<SourceRecord> =
-                    model.values().flat_map(|g| g.iter().cloned()).collect();
+                    model.values().flat_map(RecordGroup::iter).collect();
                 let (compiled, _) = RecordTable::compile(&zones(), &records);
                 assert_eq!(content(&served), content(&compiled), "round {round}");
             }

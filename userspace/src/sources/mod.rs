@@ -60,7 +60,7 @@ impl Snapshot {
     }
 
     /// Every record, group after group.
-    pub fn records(&self) -> impl Iterator<Item = &SourceRecord> {
+    pub fn records(&self) -> impl Iterator<Item = SourceRecord> + '_ {
         self.groups.iter().flat_map(|(_, group)| group.iter())
     }
 

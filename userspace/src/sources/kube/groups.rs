@@ -361,9 +361,9 @@ impl State {
             return Some(pod.records.clone());
         };
         let mut records = pod.records.to_vec();
-        records.extend(topology_records(&pod.records, name, &value));
+        records.extend(topology_records(&records, name, &value));
         let group = match self.placed.get(&at) {
-            Some(held) if **held == *records => held.clone(),
+            Some(held) if *held == *records => held.clone(),
             _ => RecordGroup::from(records),
         };
         self.placed.insert(at, group.clone());
@@ -465,7 +465,7 @@ impl State {
             .set(i64::from(kept));
         let mut records = Vec::new();
         endpoint_records(source, &addresses, &mut records);
-        if *self.endpoint_groups[i] == *records {
+        if self.endpoint_groups[i] == *records {
             return None;
         }
         self.endpoint_groups[i] = records.into();

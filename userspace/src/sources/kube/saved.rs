@@ -153,7 +153,7 @@ struct RecordsView<'a>(&'a RecordGroup);
 
 impl Serialize for RecordsView<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(saved_record))
+        serializer.collect_seq(self.0.iter().map(|record| saved_record(&record)))
     }
 }
 
