@@ -136,7 +136,7 @@ impl Output {
     pub fn records(&self, groups: &Groups) -> Vec<SourceRecord> {
         match self.source {
             ExternalDnsSource::EndpointSlices(i) => groups
-                .get(output_key(i).as_ref())
+                .get(&output_key(i))
                 .map_or_else(Vec::new, |g| g.to_vec()),
             ExternalDnsSource::Pods(i) => {
                 let prefix = pods_prefix(i);

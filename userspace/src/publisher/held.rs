@@ -199,7 +199,7 @@ mod tests {
             ]),
             &mut changes,
         );
-        let mut touched: Vec<&str> = changes.touched.keys().map(|(_, k)| &**k).collect();
+        let mut touched: Vec<String> = changes.touched.keys().map(|(_, k)| k.to_string()).collect();
         touched.sort();
         assert_eq!(touched, ["b", "c"]);
         assert!(changes.touched[&("file", key("b"))].is_some(), "b was held");

@@ -7,9 +7,10 @@
 
 pub mod file;
 pub mod file_watch;
+mod group_key;
 pub mod kube;
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
 use hickory_proto::rr::Name;
 
@@ -19,9 +20,7 @@ use hostport_dns_core::{
     zone::ZoneSpec,
 };
 
-/// A group's identity within its source: one pod's records, one EndpointSlice output's, one
-/// name of the record file. A group with the same key replaces the one before.
-pub type GroupKey = Arc<str>;
+pub use group_key::GroupKey;
 
 /// A source's record groups by key, as the publisher holds them: a persistent map, so the
 /// persister gets a copy for nothing. A B-tree, not a hash trie: its nodes are full (about 50
@@ -53,7 +52,7 @@ impl Snapshot {
             zones,
             groups: by_name
                 .into_iter()
-                .map(|(name, records)| (GroupKey::from(name.to_string()), records.into()))
+                .map(|(name, records)| (GroupKey::from(name), records.into()))
                 .collect(),
             pending_zones: Vec::new(),
         }

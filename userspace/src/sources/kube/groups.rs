@@ -268,7 +268,10 @@ impl State {
     /// Whether the group `key` (of this run, or read back from saved records) comes from
     /// watchers that have all listed: its live records can replace the saved ones. A key of no
     /// known group is not live (it goes once every watcher has listed).
-    pub fn group_is_live(&self, config: &KubeConfig, key: &str) -> bool {
+    pub fn group_is_live(&self, config: &KubeConfig, key: &GroupKey) -> bool {
+        let Some(key) = key.text() else {
+            return false;
+        };
         if let Some(rest) = key.strip_prefix("pod/") {
             let watcher = rest
                 .split_once('/')

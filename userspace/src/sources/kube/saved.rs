@@ -136,14 +136,14 @@ where
 }
 
 struct GroupView<'a> {
-    key: &'a str,
+    key: &'a GroupKey,
     records: &'a RecordGroup,
 }
 
 impl Serialize for GroupView<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut group = serializer.serialize_struct("SavedGroup", 2)?;
-        group.serialize_field("key", self.key)?;
+        group.serialize_field("key", &self.key.to_string())?;
         group.serialize_field("records", &RecordsView(self.records))?;
         group.end()
     }
@@ -311,7 +311,7 @@ mod tests {
         )
         .unwrap();
         let old = load(&path).unwrap().unwrap();
-        assert_eq!(&*old.groups[0].0, "saved/0");
+        assert_eq!(old.groups[0].0.text(), Some("saved/0"));
         assert_eq!(old.groups[0].1.len(), 1);
         std::fs::write(&path, b"{\"format\": 1, \"saved_at\": 1").unwrap();
         assert!(load(&path).is_err(), "a torn file is an error, not records");
