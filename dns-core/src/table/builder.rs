@@ -152,7 +152,7 @@ impl TableBuilder {
             }
         };
         let first = state.hold(&record.data, record.ttl);
-        let zone = state.zone;
+        let zone = state.zone();
         if first {
             self.count_holder(&record.name, zone, true);
         }
@@ -169,7 +169,7 @@ impl TableBuilder {
             return;
         };
         if now_empty {
-            let zone = state.zone;
+            let zone = state.zone();
             if state.can_go() {
                 self.names.remove(&record.name);
             }
@@ -229,7 +229,7 @@ impl TableBuilder {
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
             let new = self.names.get_mut(&key).map(|state| {
-                let zone_ttl = self.specs.get(state.zone as usize).map_or(0, |z| z.ttl);
+                let zone_ttl = self.specs.get(state.zone() as usize).map_or(0, |z| z.ttl);
                 state.settle(zone_ttl).clone()
             });
             let old = self.table.nodes.get(&key).cloned();

@@ -319,6 +319,7 @@ mod tests {
         assert_eq!(size_of::<Option<WireName>>(), 8);
         assert_eq!(size_of::<SourceRecord>(), 40);
         assert_eq!(size_of::<Node>(), 56);
+        assert_eq!(size_of::<name_state::NameState>(), 24);
         let mut node = Node::default();
         node.a.extend((1..=4).map(|i| Ipv4Addr::new(198, 18, 0, i)));
         assert!(!node.a.spilled(), "four A records inside the node");
