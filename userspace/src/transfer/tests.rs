@@ -291,7 +291,7 @@ fn tsig_error_of(code: u16) -> hickory_proto::rr::rdata::tsig::TsigError {
 fn a_signed_transfer_in_several_messages_chains_its_macs() {
     let (t, _dir) = transfers(true);
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    builder.add(&hosts(6000));
+    builder.add(hosts(6000));
     let v1 = table(&mut builder, 10);
     let good = signer(SECRET, "transfer-key.");
     let (signed, mac) =
@@ -375,7 +375,7 @@ fn signed_queries_get_signed_answers_and_unsigned_ones_go_the_ordinary_way() {
 fn transfer_messages_compress_their_names() {
     let (t, _dir) = transfers(false);
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    builder.add(&hosts(1000));
+    builder.add(hosts(1000));
     let v1 = table(&mut builder, 10);
     let query = request(RecordType::AXFR, None).to_vec().unwrap();
     let messages = t
@@ -399,7 +399,7 @@ fn transfer_messages_compress_their_names() {
 fn axfr_messages_are_made_one_at_a_time_and_stop_when_the_client_is_gone() {
     let (t, _dir) = transfers(false);
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    builder.add(&hosts(20_000));
+    builder.add(hosts(20_000));
     let v1 = table(&mut builder, 10);
     let query = request(RecordType::AXFR, None).to_vec().unwrap();
     let client = "127.0.0.1".parse().unwrap();
@@ -428,7 +428,7 @@ fn axfr_messages_are_made_one_at_a_time_and_stop_when_the_client_is_gone() {
 fn the_serial_each_secondary_holds_is_followed() {
     let (t, _dir) = transfers(false);
     let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
-    builder.add(&hosts(20_000));
+    builder.add(hosts(20_000));
     let v1 = table(&mut builder, 10);
     t.record(&v1, None);
     let held = |from: &str| {
