@@ -1,7 +1,9 @@
 //! [`WireName`]: a name in lower-case wire form (length-prefixed labels, the root's empty label
 //! last), shared, not copied. One allocation stands for a name wherever the agent holds it: the
-//! group that brought it, the table compiler, the table, the reverse index and the kernel table's
-//! writer all keep clones of the same reference (8 bytes each: a thin pointer to the count, the
+//! group that brought it (as the name its records share; other names a group holds are packed
+//! into its bytes and interned again when read, see `records::RecordGroup`), the table compiler,
+//! the table, the reverse index and the kernel table's writer all keep clones of the same
+//! reference (8 bytes each: a thin pointer to the count, the
 //! length and the bytes, where a slice's `Arc` takes 16 in every holder), where a hickory `Name`
 //! is some 80 bytes inline and a heap copy past 32 bytes of labels, per holder. At 100,000 names
 //! of three addresses the thin reference saved about 10 MB: every record, map key and reverse

@@ -1,11 +1,11 @@
 //! [`RecordGroup`]: a group's records packed into one allocation. The publisher holds every
 //! group of every source for as long as the source serves it (a record file of 100,000 names is
 //! 100,000 groups), so a group costs what its records say, not a 40-byte [`SourceRecord`] per
-//! record: the name most of its records have (a group is mostly one pod's or one file entry's
-//! records, at one name) is held once, as a reference; each record is a tag byte and its data (an
-//! A record: five bytes); a TTL or another name only where a record has one. Three A records of
-//! one name take 15 bytes and a 24-byte header, where a slice of records took 136 (at 100,000
-//! names, about 10 MB).
+//! record: the name of its first record (a group is mostly one pod's or one file entry's records,
+//! all at one name) is held once, as a reference; each record is a tag byte and its data (an A
+//! record: five bytes); a TTL, or a name other than the first (in wire form), only where a record
+//! has one. Three A records of one name take 15 bytes and a 24-byte header, where a slice of
+//! 40-byte records took 136 (at 100,000 names, about 10 MB).
 //!
 //! Records are decoded as they are read ([`RecordGroup::iter`]), which is rare: when a group
 //! changes (its records go into or out of the table compiler), and when the records are saved or
@@ -139,7 +139,9 @@ impl Iterator for Records<'_> {
 
     fn next(&mut self) -> Option<SourceRecord> {
         let record = split(self.rest)?;
-        self.rest = record.rest;
+        // Ends here if the record cannot be read (bytes `encode` wrote always can): never a
+        // later record after an unreadable one.
+        self.rest = &[];
         let name = match record.name {
             Some(wire) => WireName::from_wire(wire)?,
             None => self.first?.clone(),
@@ -158,6 +160,7 @@ impl Iterator for Records<'_> {
                 })
             }
         };
+        self.rest = record.rest;
         Some(SourceRecord {
             name,
             ttl: record.ttl,
@@ -310,6 +313,40 @@ mod tests {
         assert!(group != records[1..]);
         assert_eq!(group.len(), records.len());
         assert!(!group.is_empty());
+    }
+
+    #[test]
+    fn srv_records_at_the_first_name_and_to_the_root_read_back() {
+        let srv = |target: &str| {
+            RecordData::Srv(Srv {
+                priority: 0,
+                weight: 0,
+                port: 0,
+                target: name(target),
+            })
+        };
+        let records = vec![
+            record("_https._tcp.web.example.", None, srv("node-1.example.")),
+            record("_https._tcp.web.example.", None, srv(".")),
+            record(
+                "web.example.",
+                None,
+                RecordData::Aaaa("2001:db8::2".parse().unwrap()),
+            ),
+            record("_https._tcp.web.example.", Some(7), srv("node-2.example.")),
+        ];
+        let group = RecordGroup::from(records.clone());
+        assert_eq!(group.to_vec(), records);
+        assert_eq!(group.len(), group.iter().count());
+    }
+
+    #[test]
+    fn a_group_differs_from_records_at_another_first_name() {
+        let a = |at: &str| record(at, None, RecordData::A([198, 18, 0, 1].into()));
+        let group = RecordGroup::from(vec![a("web.example."), a("api.example.")]);
+        assert!(group != [a("api.example."), a("web.example.")][..]);
+        assert!(group != [a("web.example.")][..]);
+        assert!(group == [a("web.example."), a("api.example.")][..]);
     }
 
     #[test]

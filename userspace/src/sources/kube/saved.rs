@@ -292,8 +292,11 @@ mod tests {
         ];
         let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         save(&path, groups.iter().map(|(k, g)| (k, g)), now).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(r#""key":"pod/0/edge/web-1""#), "{text}");
         let restored = load(&path).unwrap().unwrap();
         assert_eq!(restored.saved_at, now);
+        assert!(restored.groups.iter().all(|(k, _)| k.text().is_some()));
         let back: Vec<(String, Vec<SourceRecord>)> = restored
             .groups
             .iter()
