@@ -2,7 +2,7 @@
 
 mod group;
 
-pub use group::{RecordGroup, Records};
+pub use group::{DataView, RecordGroup, RecordView, Records, Views};
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

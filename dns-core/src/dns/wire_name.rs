@@ -118,16 +118,7 @@ impl WireName {
 
     /// The labels, left to right (the root's not included).
     pub fn labels(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        let mut rest: &[u8] = self.as_bytes();
-        std::iter::from_fn(move || {
-            let (&len, tail) = rest.split_first()?;
-            if len == 0 {
-                return None;
-            }
-            let (label, tail) = tail.split_at_checked(usize::from(len))?;
-            rest = tail;
-            Some(label)
-        })
+        labels(self.as_bytes())
     }
 
     /// How many labels (the root's not counted).
@@ -224,13 +215,37 @@ impl From<&WireName> for Name {
     }
 }
 
+/// The labels of a name in wire form, left to right (the root's not included).
+fn labels(wire: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
+    let mut rest = wire;
+    std::iter::from_fn(move || {
+        let (&len, tail) = rest.split_first()?;
+        if len == 0 {
+            return None;
+        }
+        let (label, tail) = tail.split_at_checked(usize::from(len))?;
+        rest = tail;
+        Some(label)
+    })
+}
+
+/// A name's wire-form bytes shown in presentation form, with the final dot, without making a
+/// [`WireName`] of them (no allocation, no interning): how a group's packed names are written out.
+pub struct WireText<'a>(pub &'a [u8]);
+
 impl fmt::Display for WireName {
     /// Presentation form, with the final dot.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_root() {
+        fmt::Display::fmt(&WireText(self.as_bytes()), f)
+    }
+}
+
+impl fmt::Display for WireText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.len() == 1 {
             return f.write_str(".");
         }
-        for label in self.labels() {
+        for label in labels(self.0) {
             for &byte in label {
                 if byte.is_ascii_graphic() && byte != b'.' && byte != b'\\' {
                     write!(f, "{}", byte as char)?;

@@ -53,6 +53,15 @@ impl RecordGroup {
     pub fn iter(&self) -> Records<'_> {
         Records {
             first: self.0.header.header.as_ref(),
+            views: self.views(),
+        }
+    }
+
+    /// The records as the bytes hold them, names in wire form: read without interning a name
+    /// (saving every group once a second reads them so).
+    pub fn views(&self) -> Views<'_> {
+        Views {
+            first: self.0.header.header.as_ref().map(WireName::as_bytes),
             rest: &self.0.slice,
         }
     }
@@ -128,45 +137,120 @@ impl fmt::Debug for RecordGroup {
     }
 }
 
-/// A group's records, decoded.
+/// A record as a group's bytes hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// The owner name, in wire form.
+    pub name: &'a [u8],
+    /// Whether the owner is the group's first name (held as a reference in the header).
+    first_name: bool,
+    pub ttl: Option<u32>,
+    pub data: DataView<'a>,
+}
+
+/// A record's data as a group's bytes hold it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataView<'a> {
+    A(Ipv4Addr),
+    Aaaa(Ipv6Addr),
+    Srv {
+        priority: u16,
+        weight: u16,
+        port: u16,
+        /// In wire form.
+        target: &'a [u8],
+    },
+}
+
+/// A group's records as its bytes hold them.
+pub struct Views<'a> {
+    first: Option<&'a [u8]>,
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Views<'a> {
+    type Item = RecordView<'a>;
+
+    fn next(&mut self) -> Option<RecordView<'a>> {
+        let record = split(self.rest)?;
+        // Ends here if the record cannot be read (bytes `encode` wrote always can): never a
+        // later record after an unreadable one.
+        self.rest = &[];
+        let (name, first_name) = match record.name {
+            Some(wire) => (wire, false),
+            None => (self.first?, true),
+        };
+        let data = match record.tag & TYPE_MASK {
+            TYPE_A => DataView::A(Ipv4Addr::from(<[u8; 4]>::try_from(record.data).ok()?)),
+            TYPE_AAAA => DataView::Aaaa(Ipv6Addr::from(<[u8; 16]>::try_from(record.data).ok()?)),
+            _ => {
+                let (numbers, target) = record.data.split_first_chunk::<6>()?;
+                let number = |at: usize| u16::from_le_bytes([numbers[at], numbers[at + 1]]);
+                DataView::Srv {
+                    priority: number(0),
+                    weight: number(2),
+                    port: number(4),
+                    target,
+                }
+            }
+        };
+        self.rest = record.rest;
+        Some(RecordView {
+            name,
+            first_name,
+            ttl: record.ttl,
+            data,
+        })
+    }
+}
+
+/// A group's records, decoded: the first name shared, the others interned again.
 pub struct Records<'a> {
     first: Option<&'a WireName>,
-    rest: &'a [u8],
+    views: Views<'a>,
 }
 
 impl Iterator for Records<'_> {
     type Item = SourceRecord;
 
     fn next(&mut self) -> Option<SourceRecord> {
-        let record = split(self.rest)?;
-        // Ends here if the record cannot be read (bytes `encode` wrote always can): never a
-        // later record after an unreadable one.
-        self.rest = &[];
-        let name = match record.name {
-            Some(wire) => WireName::from_wire(wire)?,
-            None => self.first?.clone(),
-        };
-        let data = match record.tag & TYPE_MASK {
-            TYPE_A => RecordData::A(Ipv4Addr::from(<[u8; 4]>::try_from(record.data).ok()?)),
-            TYPE_AAAA => RecordData::Aaaa(Ipv6Addr::from(<[u8; 16]>::try_from(record.data).ok()?)),
-            _ => {
-                let (numbers, target) = record.data.split_at_checked(6)?;
-                let number = |at: usize| u16::from_le_bytes([numbers[at], numbers[at + 1]]);
-                RecordData::Srv(Srv {
-                    priority: number(0),
-                    weight: number(2),
-                    port: number(4),
-                    target: WireName::from_wire(target)?,
-                })
-            }
-        };
-        self.rest = record.rest;
-        Some(SourceRecord {
-            name,
-            ttl: record.ttl,
-            data,
-        })
+        let view = self.views.next()?;
+        let decoded = decode(view, self.first);
+        if decoded.is_none() {
+            // Never a later record after one that cannot be read.
+            self.views.rest = &[];
+        }
+        decoded
     }
+}
+
+/// A record from its view; `first` is the header's name.
+fn decode(view: RecordView<'_>, first: Option<&WireName>) -> Option<SourceRecord> {
+    let name = if view.first_name {
+        first?.clone()
+    } else {
+        WireName::from_wire(view.name)?
+    };
+    let data = match view.data {
+        DataView::A(a) => RecordData::A(a),
+        DataView::Aaaa(a) => RecordData::Aaaa(a),
+        DataView::Srv {
+            priority,
+            weight,
+            port,
+            target,
+        } => RecordData::Srv(Srv {
+            priority,
+            weight,
+            port,
+            target: WireName::from_wire(target)?,
+        }),
+    };
+    Some(SourceRecord {
+        name,
+        ttl: view.ttl,
+        data,
+    })
 }
 
 /// Appends `record` to a group's bytes; `first` is the name the header holds.
@@ -309,6 +393,9 @@ mod tests {
         ];
         let group = RecordGroup::from(records.clone());
         assert_eq!(group.to_vec(), records);
+        let names: Vec<&[u8]> = group.views().map(|view| view.name).collect();
+        let want: Vec<&[u8]> = records.iter().map(|r| r.name.as_bytes()).collect();
+        assert_eq!(names, want, "views hold the same names, in wire form");
         assert!(group == *records);
         assert!(group != records[1..]);
         assert_eq!(group.len(), records.len());

@@ -19,8 +19,8 @@ use hickory_proto::rr::Name;
 use serde::{Deserialize, Serialize, Serializer, ser::SerializeStruct};
 
 use hostport_dns_core::{
-    dns::WireName,
-    records::{RecordData, RecordGroup, SourceRecord, Srv},
+    dns::{WireName, wire_name::WireText},
+    records::{DataView, RecordData, RecordGroup, RecordView, SourceRecord, Srv},
 };
 
 use crate::sources::GroupKey;
@@ -153,7 +153,7 @@ struct RecordsView<'a>(&'a RecordGroup);
 
 impl Serialize for RecordsView<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|record| saved_record(&record)))
+        serializer.collect_seq(self.0.views().map(saved_view))
     }
 }
 
@@ -192,19 +192,26 @@ pub fn load(path: &Path) -> anyhow::Result<Option<Restored>> {
     Ok(Some(Restored { groups, saved_at }))
 }
 
-fn saved_record(record: &SourceRecord) -> SavedRecord {
-    let data = match &record.data {
-        RecordData::A(address) => SavedData::A { address: *address },
-        RecordData::Aaaa(address) => SavedData::Aaaa { address: *address },
-        RecordData::Srv(srv) => SavedData::Srv {
-            priority: srv.priority,
-            weight: srv.weight,
-            port: srv.port,
-            target: srv.target.to_string(),
+/// A record as saved, from the group's bytes (no name interned: every group is saved once a
+/// second while records change).
+fn saved_view(record: RecordView<'_>) -> SavedRecord {
+    let data = match record.data {
+        DataView::A(address) => SavedData::A { address },
+        DataView::Aaaa(address) => SavedData::Aaaa { address },
+        DataView::Srv {
+            priority,
+            weight,
+            port,
+            target,
+        } => SavedData::Srv {
+            priority,
+            weight,
+            port,
+            target: WireText(target).to_string(),
         },
     };
     SavedRecord {
-        name: record.name.to_string(),
+        name: WireText(record.name).to_string(),
         ttl: record.ttl,
         data,
     }
