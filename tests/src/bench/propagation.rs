@@ -350,9 +350,10 @@ fn burst(s: &Setup, pods: usize) -> Burst {
     );
     let publications = s.agent.metric("hostport_dns_table_updates", &[]) - before;
     let mut secondary_ms = f64::INFINITY;
-    let agent_serial = serial(&s.ns, AGENT);
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
+        // Asked again each time: one lost query to the agent must not make the wait a miss.
+        let agent_serial = serial(&s.ns, AGENT);
         if agent_serial.is_some() && serial(&s.ns, SECONDARY) == agent_serial {
             secondary_ms = started.elapsed().as_secs_f64() * 1000.0;
             break;
