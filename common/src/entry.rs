@@ -32,9 +32,10 @@ use crate::limits::{
 };
 
 /// A zone's id within one generation, as carried by its names' entries: its index in the
-/// generation's sorted zone list. Ids may differ between generations; a name entry only ever
-/// refers to a zone of its own generation, and the kernel checks the zone's apex against the
-/// question before it uses the zone's SOA.
+/// generation's sorted zone list. Ids may differ between generations: an entry, shared by every
+/// generation whose index refers to it, holds the id its zone has in each of them (zones that
+/// move write their names' entries anew, copy-on-write), and the kernel checks the zone's apex
+/// against the question before it uses the zone's SOA.
 pub type ZoneId = u32;
 
 /// The name is a zone apex.

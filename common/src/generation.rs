@@ -3,12 +3,14 @@
 //!
 //! # The design
 //!
-//! Every map the program answers from holds two *generations*, 0 and 1, side by side: the name
-//! index (`HPD_INDEX`), the name entries (`HPD_NAMES`, `HPD_BIG`), the zones (`HPD_ZONES`) and
-//! this host's addresses (`HPD_HOST`). Generation `g`'s element `i` of a map sized for `n` per
-//! generation sits at `g * n + i` ([`slot`]). All of them are arrays (the verifier inlines their
-//! lookups: no helper call) created with `BPF_F_MMAPABLE`: the agent writes them through a
-//! shared mapping with plain stores, no system call per entry.
+//! The maps the program answers from hold two *generations*, 0 and 1, of what says where things
+//! are: the name index (`HPD_INDEX`), the zones (`HPD_ZONES`) and this host's addresses
+//! (`HPD_HOST`). Generation `g`'s element `i` of a map sized for `n` per generation sits at
+//! `g * n + i` ([`slot`]). The name entries (`HPD_SMALL`, `HPD_NAMES`, `HPD_BIG`) are one array
+//! per kind that both generations' indexes refer into: an entry is written only into a slot that
+//! no index refers to (*copy-on-write*), so the bulk of the table is held once. All of them are
+//! arrays (the verifier inlines their lookups: no helper call) created with `BPF_F_MMAPABLE`:
+//! the agent writes them through a shared mapping with plain stores, no system call per entry.
 //!
 //! `HPD_GEN` holds one [`Generation`]: which generation is *active*, and the table's hash seed.
 //!
@@ -22,19 +24,24 @@
 //! 3. `active` is loaded again; if it is no longer `g`, the run leaves (`readers[g] -= 1`) and
 //!    passes the packet: the writer may already be rewriting `g`.
 //!
-//! It then reads only generation `g`, and leaves at its end: `readers[g] -= 1`, again a fully
-//! ordered atomic, so that no read of the table can be ordered after it. A per-CPU count, not a
-//! flag, because runs can nest on one CPU (a `BPF_PROG_TEST_RUN` interrupted by a packet).
+//! It then reads only generation `g` (its index, zones and host set) and the entries `g`'s index
+//! refers to, and leaves at its end: `readers[g] -= 1`, again a fully ordered atomic, so that no
+//! read of the table can be ordered after it. A per-CPU count, not a flag, because runs can nest
+//! on one CPU (a `BPF_PROG_TEST_RUN` interrupted by a packet).
 //!
 //! ## The writer (the agent, one thread)
 //!
-//! It only ever writes the *inactive* generation. To publish:
-//! 1. writes the change into the inactive generation;
-//! 2. stores its number into `active` (a release store: whoever loads the new number sees the
-//!    data written before it);
+//! It only ever writes the *inactive* generation's index, zones and host set, and entry slots
+//! that neither index refers to (*free* slots). To publish:
+//! 1. writes each changed name's entry into a free slot and points the inactive index at it; the
+//!    slot the name had is *retired* (the active index still refers to it); a name whose entry is
+//!    already what it needs keeps its slot and nothing is written;
+//! 2. stores the inactive generation's number into `active` (a release store: whoever loads the
+//!    new number sees the data written before it);
 //! 3. a full fence (`SeqCst`), then reads every CPU's `readers[left]`, where `left` is the
 //!    generation it switched away from, until each has been seen at zero once;
-//! 4. brings `left` up to date with the same change.
+//! 4. brings `left`'s index, zones and host set up to date with the same change; the retired
+//!    slots, which no index refers to any more and no run can still be reading, become free.
 //!
 //! Why seeing zero once suffices: a run that will still read `left` incremented `readers[left]`
 //! before its second load of `active` returned `left`, so that load came before the writer's
@@ -42,6 +49,17 @@
 //! writer's fence), the writer's later read (3) sees that increment (the store-buffering litmus
 //! test with fences on both sides forbids both loads missing the other's store). A run whose
 //! increment the writer missed must see the new number at its second load, and leaves.
+//!
+//! A change needs a free slot for each name it changes. Kinds of entry keep room for a quarter
+//! as many names again (see Sizes), so an ordinary change finds them; one that finds none (a
+//! change of most names of a full table: a zone added or removed renumbers every entry) lets
+//! the names it could not place pass to userspace for one publication and places them in a
+//! *follow-up* publication right after the catch-up, from the slots that catch-up freed. A
+//! name passed is answered by userspace, never wrongly, and only for the few milliseconds
+//! between the two switches. A whole rewrite of the inactive index (the first publication, an
+//! adopted pinned table, a zone or admission change, a generation a failed wait left unknown)
+//! is copy-on-write too: a name whose entry in the active index is already what it needs keeps
+//! that slot, so an adopted table or a change of admission writes few entries.
 //!
 //! Step 3 takes microseconds: runs are short and never preempted. A CPU seen busy in `left` for
 //! longer than [`READER_WAIT_LIMIT_US`] (a vCPU descheduled by its hypervisor, say) makes the
@@ -51,7 +69,8 @@
 //!
 //! Before the first complete generation, `active` is [`NO_GENERATION`] and the program answers
 //! nothing (it passes every packet to userspace). Nothing a reader holds is ever written while it
-//! holds it; the price is that the kernel holds the table twice.
+//! holds it; the price is that the kernel holds the index twice, and the entries' spare room
+//! serves both as growth room and as the slots a change is written into.
 //!
 //! # Sizes
 //!
@@ -61,7 +80,7 @@
 //! classes (powers of two and three quarters of them; [`Capacity::class_for`]: room for a
 //! quarter as many names again), growing once its names no longer fit and shrinking once they
 //! fill an eighth of it or less ([`Capacity::resized`]), up to the agent's limit
-//! (`--kernel-names`). The index has a bucket for every two entries of all kinds. This host's
+//! (`--kernel-names`). The index has a bucket for every three entries of all kinds. This host's
 //! address set follows its addresses the same way ([`Capacity::host_class`]: a power of two at
 //! least eight times as many slots, from 256 to `limits::HOST_SLOTS`), so that a node without
 //! IPVS's thousands of Service addresses does not hold room for them.
@@ -95,12 +114,13 @@
 //! pins; a restarted agent adopts them at their size (`Capacity::of` the pinned entry maps'
 //! sizes, with the pinned host set's; the index follows from them).
 //!
-//! What a table takes, then: per name and generation its entry (80 bytes for the common
-//! `<value>.<namespace>.<zone>` with a few addresses) and half a 64-byte bucket, times the room
-//! its class leaves (1.25x to 1.9x), twice. For 100,000 such names that is about 28 MiB where a
-//! single 160-byte kind took 48 (and 61 with the big entries sized in proportion). Entries of
-//! variable length in one byte arena would save the rest of the rounding (about a quarter
-//! more), at the price of an entry read whose bounds the verifier cannot fix at load time.
+//! What a table takes, then: per name its entry (80 bytes for the common
+//! `<value>.<namespace>.<zone>` with a few addresses), and per name and generation a third of a
+//! 64-byte bucket, times the room its class leaves (1.25x to 1.9x). For 100,000 such names that
+//! is about 16 MB, where entries held in both generations with a bucket for every two took 30
+//! (and a single 160-byte kind for both generations 48). Entries of variable length in one byte
+//! arena would save the rest of the rounding (about a quarter more), at the price of an entry
+//! read whose bounds the verifier cannot fix at load time.
 
 use crate::{
     entry::EntryClass,
@@ -414,15 +434,17 @@ impl Capacity {
         if moves { Some(class) } else { None }
     }
 
-    /// Bytes of kernel memory the table maps take for both generations (arrays: fixed at load).
+    /// Bytes of kernel memory the table maps take: the entries once (both generations share
+    /// them), the index, zones and host set for each generation (arrays: fixed at load).
     pub const fn map_bytes(&self) -> u64 {
-        let per_generation = self.small as u64 * EntryClass::Small.entry_bytes() as u64
+        let entries = self.small as u64 * EntryClass::Small.entry_bytes() as u64
             + self.names as u64 * EntryClass::Name.entry_bytes() as u64
-            + self.big as u64 * EntryClass::Big.entry_bytes() as u64
-            + self.buckets as u64 * core::mem::size_of::<crate::index::Bucket>() as u64
+            + self.big as u64 * EntryClass::Big.entry_bytes() as u64;
+        let per_generation = self.buckets as u64
+            * core::mem::size_of::<crate::index::Bucket>() as u64
             + self.zones as u64 * core::mem::size_of::<crate::entry::ZoneEntry>() as u64
             + self.host as u64 * core::mem::size_of::<crate::host::HostSlot>() as u64;
-        per_generation * GENERATIONS as u64
+        entries + per_generation * GENERATIONS as u64
     }
 }
 
@@ -448,7 +470,7 @@ const _: () = assert!(MAX_ZONE_LABELS <= u16::BITS as usize);
 const _: () = assert!(core::mem::size_of::<Generation>() == 32);
 const _: () = assert!(core::mem::size_of::<ReaderSlot>() == 16);
 const _: () = assert!(core::mem::size_of::<Capacity>() == 24);
-// The index of the largest table (every kind at the limit) has a bucket for every two entries.
+// The index of the largest table (every kind at the limit) has a bucket for every three entries.
 const _: () = assert!(
     3 * crate::limits::MAX_KERNEL_NAMES as u64 / INDEX_NAMES_PER_BUCKET as u64
         <= MAX_INDEX_BUCKETS as u64
@@ -484,7 +506,7 @@ mod tests {
     fn the_default_capacity_fits_in_64_mib_for_both_generations() {
         let bytes = Capacity::DEFAULT.map_bytes();
         assert!(bytes <= 64 << 20, "{} MiB", bytes >> 20);
-        assert_eq!(Capacity::for_names(100_000).buckets, 65_625);
+        assert_eq!(Capacity::for_names(100_000).buckets, 43_750);
     }
 
     fn small(names: u32) -> EntryCounts {
@@ -511,8 +533,8 @@ mod tests {
         assert_eq!(mixed.entries(), [1024, 8_192, 384]);
         // A limit that is no class is the top class itself.
         assert_eq!(Capacity::class_for(small(50_000), 0, 20_000).small, 20_000);
-        // The index has a bucket for every two entries.
-        assert_eq!(mixed.buckets, (1024 + 8_192 + 384) / 2);
+        // The index has a bucket for every three entries.
+        assert_eq!(mixed.buckets, (1024u32 + 8_192 + 384).div_ceil(3));
     }
 
     #[test]
@@ -593,6 +615,18 @@ mod tests {
                 class.small
             );
         }
+    }
+
+    #[test]
+    fn the_entries_are_held_once_and_the_index_per_generation() {
+        let table = Capacity::class_for([100_000, 0, 0], 0, crate::limits::KERNEL_NAMES_LIMIT);
+        let entries = 131_072 * 80 + 256 * 160 + 64 * 592;
+        let per_generation = table.buckets as u64 * 64 + 256 * 248 + 256 * 24;
+        assert_eq!(table.buckets, (131_072u32 + 256 + 64).div_ceil(3));
+        assert_eq!(table.map_bytes(), entries + 2 * per_generation);
+        // 100,000 names of about 40 bytes with three A records each need about 5 MB in wire
+        // form: the table takes about three times that.
+        assert!(table.map_bytes() < 16_500_000, "{}", table.map_bytes());
     }
 
     #[test]

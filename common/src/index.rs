@@ -1,6 +1,6 @@
 //! The name index: from a name's hash to its entry, in an array the verifier inlines lookups of.
 //!
-//! One generation's index is an array of [`Bucket`]s, one for every two entries of the table
+//! One generation's index is an array of [`Bucket`]s, one for every three entries of the table
 //! (`limits::INDEX_NAMES_PER_BUCKET`). A name may sit in either of two buckets, both taken from
 //! its 64-bit hash ([`candidates`]); the agent puts it in
 //! the one with more free ways (two choices keep the fullest bucket within a way or two of the
@@ -13,7 +13,7 @@
 //! the table, unless one of the buckets is marked [`BUCKET_OVERFLOW`]: a name whose two buckets
 //! were both full is not in the index, so a miss there passes too.
 //!
-//! A bucket holds two names on average; a lookup touches two cache lines of index and one to
+//! A bucket holds two to three names on average; a lookup touches two cache lines of index and one to
 //! three of entry.
 
 use crate::{

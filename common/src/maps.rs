@@ -17,19 +17,22 @@ use crate::{
 /// over). Version 6: arrays (index, two entry sizes, host set), per-CPU reader counts. Version 8:
 /// the lease is a word a timer clears (`generation::LeaseClock`), not a deadline the run compares
 /// with the clock. Version 9: three kinds of entry, each sized by its own names, an index of any
-/// bucket count, a host set sized by the host's addresses.
-pub const LAYOUT_VERSION: u32 = 9;
+/// bucket count, a host set sized by the host's addresses. Version 10: the entries are shared by
+/// both generations (written copy-on-write, only the index, zones and host set are generational),
+/// and the index has a bucket for every three entries.
+pub const LAYOUT_VERSION: u32 = 10;
 
 /// Which generation is active, the hash seed and the layout fingerprint: one
 /// [`Generation`] (see `generation` for the design).
 pub const GENERATION: &str = "HPD_GEN";
 /// The name index: [`Bucket`]s, both generations.
 pub const INDEX: &str = "HPD_INDEX";
-/// Small name entries ([`SmallEntry`]), both generations.
+/// Small name entries ([`SmallEntry`]), one array both generations share (written
+/// copy-on-write: see `generation`).
 pub const SMALL: &str = "HPD_SMALL";
-/// Name entries ([`NameEntry`]), both generations.
+/// Name entries ([`NameEntry`]), shared like [`SMALL`].
 pub const NAMES: &str = "HPD_NAMES";
-/// Big name entries ([`BigEntry`]), both generations.
+/// Big name entries ([`BigEntry`]), shared like [`SMALL`].
 pub const BIG: &str = "HPD_BIG";
 /// Zone entries ([`ZoneEntry`]), both generations.
 pub const ZONES: &str = "HPD_ZONES";
@@ -85,9 +88,9 @@ pub const fn pinned_maps(capacity: &Capacity) -> [(&'static str, usize, u32); 12
     [
         (GENERATION, size_of::<Generation>(), 1),
         (INDEX, size_of::<Bucket>(), g * capacity.buckets),
-        (SMALL, size_of::<SmallEntry>(), g * capacity.small),
-        (NAMES, size_of::<NameEntry>(), g * capacity.names),
-        (BIG, size_of::<BigEntry>(), g * capacity.big),
+        (SMALL, size_of::<SmallEntry>(), capacity.small),
+        (NAMES, size_of::<NameEntry>(), capacity.names),
+        (BIG, size_of::<BigEntry>(), capacity.big),
         (ZONES, size_of::<ZoneEntry>(), g * capacity.zones),
         (HOST, size_of::<HostSlot>(), g * capacity.host),
         (READERS, size_of::<ReaderSlot>(), 1),

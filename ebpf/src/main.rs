@@ -69,17 +69,16 @@ static HPD_GEN: Array<Generation> = Array::with_max_entries(1, MMAPABLE);
 #[map]
 static HPD_INDEX: Array<Bucket> = Array::with_max_entries(GENERATIONS * CAPACITY.buckets, MMAPABLE);
 
-/// Name entries of three sizes (`hostport_dns_common::entry`), both generations each.
+/// Name entries of three sizes (`hostport_dns_common::entry`), one array each that both
+/// generations' indexes refer into (written copy-on-write: `hostport_dns_common::generation`).
 #[map]
-static HPD_SMALL: Array<SmallEntry> =
-    Array::with_max_entries(GENERATIONS * CAPACITY.small, MMAPABLE);
+static HPD_SMALL: Array<SmallEntry> = Array::with_max_entries(CAPACITY.small, MMAPABLE);
 
 #[map]
-static HPD_NAMES: Array<NameEntry> =
-    Array::with_max_entries(GENERATIONS * CAPACITY.names, MMAPABLE);
+static HPD_NAMES: Array<NameEntry> = Array::with_max_entries(CAPACITY.names, MMAPABLE);
 
 #[map]
-static HPD_BIG: Array<BigEntry> = Array::with_max_entries(GENERATIONS * CAPACITY.big, MMAPABLE);
+static HPD_BIG: Array<BigEntry> = Array::with_max_entries(CAPACITY.big, MMAPABLE);
 
 #[map]
 static HPD_ZONES: Array<ZoneEntry> =

@@ -117,31 +117,32 @@ impl Section {
         HPD_INDEX.get(slot(self.generation, self.capacity.buckets, index))
     }
 
-    /// Small entry `index` of this generation.
+    /// Small entry `index` (entries are shared by both generations: this generation's index
+    /// refers only to slots the writer leaves alone while it is read).
     #[inline(always)]
     pub fn small_entry(&self, index: u32) -> Option<&'static SmallEntry> {
         if index >= self.capacity.small {
             return None;
         }
-        HPD_SMALL.get(slot(self.generation, self.capacity.small, index))
+        HPD_SMALL.get(index)
     }
 
-    /// Name entry `index` of this generation.
+    /// Name entry `index`.
     #[inline(always)]
     pub fn name_entry(&self, index: u32) -> Option<&'static NameEntry> {
         if index >= self.capacity.names {
             return None;
         }
-        HPD_NAMES.get(slot(self.generation, self.capacity.names, index))
+        HPD_NAMES.get(index)
     }
 
-    /// Big entry `index` of this generation.
+    /// Big entry `index`.
     #[inline(always)]
     pub fn big_entry(&self, index: u32) -> Option<&'static BigEntry> {
         if index >= self.capacity.big {
             return None;
         }
-        HPD_BIG.get(slot(self.generation, self.capacity.big, index))
+        HPD_BIG.get(index)
     }
 
     /// Zone `id` of this generation.

@@ -111,16 +111,16 @@ impl PinDir {
     /// (the index follows from them, `Capacity::of`). Whether the whole set can be adopted at that capacity
     /// is [`PinDir::prepare`]'s to say.
     pub fn pinned_capacity(&self) -> Option<Capacity> {
-        let per_generation = |map: &str| -> Option<u32> {
-            let info = MapInfo::from_pin(self.map_pin(map)).ok()?;
-            Some(info.max_entries() / GENERATIONS)
+        let elements = |map: &str| -> Option<u32> {
+            Some(MapInfo::from_pin(self.map_pin(map)).ok()?.max_entries())
         };
+        // The entries are one array both generations share; the host set has one per generation.
         let entries = [
-            per_generation(maps::SMALL)?,
-            per_generation(maps::NAMES)?,
-            per_generation(maps::BIG)?,
+            elements(maps::SMALL)?,
+            elements(maps::NAMES)?,
+            elements(maps::BIG)?,
         ];
-        let host = per_generation(maps::HOST)?;
+        let host = elements(maps::HOST)? / GENERATIONS;
         (entries.iter().all(|count| *count > 0) && host.is_power_of_two())
             .then(|| Capacity::of(entries).with_host(host))
     }

@@ -1,12 +1,16 @@
-//! The one writer of the kernel's record table: name index and entries, zones and this host's
-//! addresses, in two generations (the design is in `hostport_dns_common::generation`). It writes
-//! only the generation no program run reads, through shared mappings of the maps, switches to it
-//! with one store, waits until no run can still read the one it left (microseconds: the per-CPU
-//! reader counts), and copies into that one what the change touched.
+//! The one writer of the kernel's record table: name index, zones and this host's addresses in
+//! two generations, and the name entries both share (the design is in
+//! `hostport_dns_common::generation`). It writes only the generation no program run reads and
+//! entry slots no index refers to, through shared mappings of the maps, switches with one store,
+//! waits until no run can still read the generation it left (microseconds: the per-CPU reader
+//! counts), copies into that one the index buckets the change touched, and frees the entry slots
+//! the change replaced.
 //!
-//! Two ways to bring a generation up to date: the whole table (the first publication, adopted
-//! pinned maps, zone or admission changes, and any generation a failed wait left unknown), and
-//! the names a change touched, which cost the same however large the table is.
+//! Two ways to bring a generation up to date: its whole index (the first publication, adopted
+//! pinned maps, zone or admission changes, and any generation a failed wait left unknown; the
+//! entries that are already right are kept), and the names a change touched, which cost the
+//! same however large the table is. A change that found no free slot for some names is followed
+//! by a publication that places them in the slots the first one freed.
 
 use std::{os::fd::AsFd, time::Instant};
 
@@ -15,7 +19,7 @@ use aya::{
     maps::{Map, MapData, PerCpuArray},
 };
 use hostport_dns_common::{
-    entry::{BigEntry, Entry, EntryClass, NameEntry, SmallEntry, ZoneEntry},
+    entry::{BigEntry, Entry, NameEntry, SmallEntry, ZoneEntry},
     generation::{Capacity, GENERATIONS, Generation, apex_label_bit, slot},
     host::HostSlot,
     index::Bucket,
@@ -58,6 +62,8 @@ pub struct WriteStats {
     pub host_left_out: usize,
     /// From the start of the publication to the switch (the new table visible).
     pub switch_micros: u64,
+    /// Publications that followed the first to place names that found no free entry in it.
+    pub follow_ups: usize,
     /// How the wait for the runs still reading the generation left ended, if there was one.
     pub waited: Option<Waited>,
 }
@@ -138,9 +144,9 @@ impl MapWriter {
         let maps = Maps {
             state: mapped(ebpf, maps::GENERATION, 1)?,
             index: mapped(ebpf, maps::INDEX, g * capacity.buckets)?,
-            small: mapped(ebpf, maps::SMALL, g * capacity.small)?,
-            names: mapped(ebpf, maps::NAMES, g * capacity.names)?,
-            big: mapped(ebpf, maps::BIG, g * capacity.big)?,
+            small: mapped(ebpf, maps::SMALL, capacity.small)?,
+            names: mapped(ebpf, maps::NAMES, capacity.names)?,
+            big: mapped(ebpf, maps::BIG, capacity.big)?,
             zones: mapped(ebpf, maps::ZONES, g * capacity.zones)?,
             host: mapped(ebpf, maps::HOST, g * capacity.host)?,
         };
@@ -326,6 +332,7 @@ impl MapWriter {
             let Change::Names(names) = change else {
                 unreachable!("whole otherwise")
             };
+            let names = names.iter().map(|name| name.as_bytes().into()).collect();
             Some(self.apply(next, &table, names, &mut stats))
         };
         stats.zones_written = self.write_zones(next, &table, whole);
@@ -343,7 +350,32 @@ impl MapWriter {
         stats.generation = next;
         stats.waited = self.catch_up(left, next, dirty.as_ref())?;
         drop(previous);
+        self.follow_up(&mut stats)?;
         Ok(Some(self.stats(stats)))
+    }
+
+    /// Places the names that found no free entry in the publication just made, in the slots its
+    /// catch-up freed: one more switch each time some were waiting and room came free (the
+    /// table is the same; only where those names are changes). Bounded, though a second round
+    /// finds room only in what the first one's catch-up freed.
+    fn follow_up(&mut self, stats: &mut WriteStats) -> Result<(), WriteError> {
+        const MOST_FOLLOW_UPS: usize = 4;
+        while stats.follow_ups < MOST_FOLLOW_UPS {
+            let waiting = self.layout.take_promoted();
+            let (Some(table), Some(left)) = (self.table.clone(), self.active) else {
+                return Ok(());
+            };
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            let next = 1 - left;
+            let dirty = self.apply(next, &table, waiting, stats);
+            self.switch(next);
+            stats.generation = next;
+            stats.waited = self.catch_up(Some(left), next, Some(&dirty))?;
+            stats.follow_ups += 1;
+        }
+        Ok(())
     }
 
     fn stats(&self, mut stats: WriteStats) -> WriteStats {
@@ -361,18 +393,19 @@ impl MapWriter {
         stats
     }
 
-    /// Writes every name of `table` into `generation`, whatever it held.
+    /// Writes every name of `table` into `generation`'s index, whatever it held, beside the
+    /// other generation's: entries already right there are kept, the others written into slots
+    /// it does not refer to.
     fn rewrite(&mut self, generation: u32, table: &RecordTable, stats: &mut WriteStats) {
         let c = self.capacity;
         self.maps
             .index
             .zero(slot(generation, c.buckets, 0), c.buckets);
-        self.layout = Layout::new(self.seed, c.entries(), c.buckets);
         let mut dirty = Dirty::default();
-        let mut layout = std::mem::replace(&mut self.layout, Layout::new(0, [0; 3], 1));
         let admitted = std::mem::take(&mut self.admitted);
         {
             let mut view = view(&mut self.maps, self.capacity, generation);
+            let mut layout = self.layout.for_rewrite(&view);
             for (name, node) in table.nodes() {
                 let Some(zone) = admitted_zone(table, &admitted, node.zone) else {
                     continue;
@@ -384,18 +417,19 @@ impl MapWriter {
                 layout.upsert(&mut view, &mut dirty, hash, wire, built);
                 stats.names_written += 1;
             }
+            layout.retire_unclaimed();
+            self.layout = layout;
         }
-        self.layout = layout;
         self.admitted = admitted;
     }
 
-    /// Writes the entries of `names` as `table` has them into `generation`, which holds the
-    /// previous table.
+    /// Writes the entries of `names` (wire form) as `table` has them into `generation`, whose
+    /// index holds the previous table.
     fn apply(
         &mut self,
         generation: u32,
         table: &RecordTable,
-        names: &[WireName],
+        names: Vec<Box<[u8]>>,
         stats: &mut WriteStats,
     ) -> Dirty {
         let mut dirty = Dirty::default();
@@ -404,8 +438,8 @@ impl MapWriter {
         {
             let mut view = view(&mut self.maps, self.capacity, generation);
             let mut pending: Vec<(u64, Box<[u8]>)> = names
-                .iter()
-                .map(|name| (layout.hash(name.as_bytes()), name.as_bytes().into()))
+                .into_iter()
+                .map(|wire| (layout.hash(&wire), wire))
                 .collect();
             while !pending.is_empty() {
                 for (hash, wire) in pending.drain(..) {
@@ -563,7 +597,7 @@ impl MapWriter {
             None => None,
         };
         if let Some(hold) = self.hooks.poison {
-            self.poison(other, dirty, hold);
+            self.poison(other, hold);
         }
         let c = self.capacity;
         match dirty {
@@ -571,23 +605,8 @@ impl MapWriter {
                 for bucket in &dirty.buckets {
                     copy_one(&mut self.maps.index, c.buckets, next, other, *bucket);
                 }
-                let [small, names, big] = &dirty.entries;
-                for entry in small {
-                    copy_one(&mut self.maps.small, c.small, next, other, *entry);
-                }
-                for entry in names {
-                    copy_one(&mut self.maps.names, c.names, next, other, *entry);
-                }
-                for entry in big {
-                    copy_one(&mut self.maps.big, c.big, next, other, *entry);
-                }
             }
-            None => {
-                copy_all(&mut self.maps.index, c.buckets, next, other);
-                copy_all(&mut self.maps.small, c.small, next, other);
-                copy_all(&mut self.maps.names, c.names, next, other);
-                copy_all(&mut self.maps.big, c.big, next, other);
-            }
+            None => copy_all(&mut self.maps.index, c.buckets, next, other),
         }
         copy_all(&mut self.maps.zones, c.zones, next, other);
         copy_all(&mut self.maps.host, c.host, next, other);
@@ -597,38 +616,21 @@ impl MapWriter {
         unsafe {
             std::ptr::addr_of_mut!((*state).apex_labels[other as usize]).write_volatile(labels)
         };
+        // Neither index refers to the slots the change replaced, and no run reads them.
+        self.layout.free_retired();
         self.in_step = true;
         Ok(waited)
     }
 
-    /// Fills what the catch-up copies into `generation` with wrong addresses and serials, and
-    /// keeps them there for `hold` (tests only: see [`TestHooks`]).
-    fn poison(&mut self, generation: u32, dirty: Option<&Dirty>, hold: std::time::Duration) {
+    /// Fills what a run still in `generation` may read and the writer is about to reuse (the
+    /// entry slots this publication retired, and the generation's zones) with wrong addresses and
+    /// serials, and keeps them there for `hold` (tests only: see [`TestHooks`]).
+    fn poison(&mut self, generation: u32, hold: std::time::Duration) {
         let c = self.capacity;
-        let slots = |class: EntryClass, count: u32| -> Vec<u32> {
-            match dirty {
-                Some(dirty) => dirty.entries[class as usize].iter().copied().collect(),
-                None => (0..count).collect(),
-            }
-        };
-        poison_addresses(
-            &mut self.maps.small,
-            generation,
-            c.small,
-            slots(EntryClass::Small, c.small),
-        );
-        poison_addresses(
-            &mut self.maps.names,
-            generation,
-            c.names,
-            slots(EntryClass::Name, c.names),
-        );
-        poison_addresses(
-            &mut self.maps.big,
-            generation,
-            c.big,
-            slots(EntryClass::Big, c.big),
-        );
+        let [small, names, big] = self.layout.retired().clone();
+        poison_addresses(&mut self.maps.small, small);
+        poison_addresses(&mut self.maps.names, names);
+        poison_addresses(&mut self.maps.big, big);
         for id in 0..c.zones {
             let at = slot(generation, c.zones, id);
             let mut zone = self.maps.zones.get(at);
@@ -664,18 +666,13 @@ impl MapWriter {
     }
 }
 
-/// Overwrites the addresses of the entries `slots` of `generation` with a wrong pattern (tests
-/// only: see [`TestHooks`]).
-fn poison_addresses<const P: usize>(
-    array: &mut SharedArray<Entry<P>>,
-    generation: u32,
-    per_generation: u32,
-    slots: Vec<u32>,
-) where
+/// Overwrites the addresses of the entries `slots` with a wrong pattern (tests only: see
+/// [`TestHooks`]).
+fn poison_addresses<const P: usize>(array: &mut SharedArray<Entry<P>>, slots: Vec<u32>)
+where
     Entry<P>: Pod,
 {
-    for index in slots {
-        let at = slot(generation, per_generation, index);
+    for at in slots {
         let mut entry = array.get(at);
         let name_at = P - usize::from(entry.head.name_len).min(P);
         entry.payload[..name_at].fill(0xee);
@@ -683,15 +680,22 @@ fn poison_addresses<const P: usize>(
     }
 }
 
-/// The view of generation `generation`'s index and entries.
+/// The writer's view of generation `generation`'s index, beside the other generation's, and of
+/// the entries both share.
 fn view(maps: &mut Maps, c: Capacity, generation: u32) -> View<'_> {
+    let both = maps.index.slice_mut(0, GENERATIONS * c.buckets);
+    let (zero, one) = both.split_at_mut(c.buckets as usize);
+    let (buckets, beside) = if generation == 0 {
+        (zero, &*one)
+    } else {
+        (one, &*zero)
+    };
     View {
-        buckets: maps
-            .index
-            .slice_mut(slot(generation, c.buckets, 0), c.buckets),
-        small: maps.small.slice_mut(slot(generation, c.small, 0), c.small),
-        names: maps.names.slice_mut(slot(generation, c.names, 0), c.names),
-        big: maps.big.slice_mut(slot(generation, c.big, 0), c.big),
+        buckets,
+        beside,
+        small: maps.small.slice_mut(0, c.small),
+        names: maps.names.slice_mut(0, c.names),
+        big: maps.big.slice_mut(0, c.big),
     }
 }
 
