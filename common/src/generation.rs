@@ -78,7 +78,8 @@
 //! (`entry::EntryClass`: 80, 160 and 592 bytes; a name takes the smallest that holds it): each
 //! kind starts at its smallest size ([`MIN_KERNEL_NAMES`] small entries) and moves between size
 //! classes (powers of two and three quarters of them; [`Capacity::class_for`]: room for a
-//! quarter as many names again), growing once its names no longer fit and shrinking once they
+//! quarter as many names again), growing once its names leave less than a sixteenth of it free
+//! ([`GROW_WHEN_FREE_ONE_IN`]: a change is written into free entries) and shrinking once they
 //! fill an eighth of it or less ([`Capacity::resized`]), up to the agent's limit
 //! (`--kernel-names`). The index has a bucket for every three entries of all kinds. This host's
 //! address set follows its addresses the same way ([`Capacity::host_class`]: a power of two at
@@ -125,9 +126,9 @@
 use crate::{
     entry::EntryClass,
     limits::{
-        GROWTH_ROOM_QUARTERS, HOST_SLOTS, INDEX_NAMES_PER_BUCKET, MAX_INDEX_BUCKETS,
-        MAX_ZONE_LABELS, MIN_BIG_ENTRIES, MIN_HOST_SLOTS, MIN_KERNEL_NAMES, MIN_NAME_ENTRIES,
-        NAMES_CAPACITY, SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
+        GROW_WHEN_FREE_ONE_IN, GROWTH_ROOM_QUARTERS, HOST_SLOTS, INDEX_NAMES_PER_BUCKET,
+        MAX_INDEX_BUCKETS, MAX_ZONE_LABELS, MIN_BIG_ENTRIES, MIN_HOST_SLOTS, MIN_KERNEL_NAMES,
+        MIN_NAME_ENTRIES, NAMES_CAPACITY, SHRINK_WHEN_ONE_IN, ZONES_CAPACITY,
     },
 };
 
@@ -410,7 +411,8 @@ impl Capacity {
 
     /// The capacity a table of this size should move to when its names need `counts` entries of
     /// each kind under the limit `limit`, and this host has `addresses` addresses, if it should
-    /// move: when a kind's names no longer fit it (and it is below the limit), when they fill
+    /// move: when a kind's names leave less than [`GROW_WHEN_FREE_ONE_IN`]th of it free (and it
+    /// is below the limit), when they fill
     /// [`SHRINK_WHEN_ONE_IN`]th of it or less, or when the limit changed under it; when the
     /// addresses fill more than a quarter of the host set (below its most slots), or a
     /// thirty-second or less. Otherwise `None`: between the two points a kind stays, so names coming and going
@@ -424,7 +426,9 @@ impl Capacity {
         let mut moves = (host_grows || host_shrinks) && class.host != self.host;
         let mut k = 0;
         while k < 3 {
-            let grow = counts[k] > have[k] && have[k] < limit;
+            // Past all but a sixteenth: a change needs free entries to be written into.
+            let free = (have[k] as u64).saturating_sub(counts[k] as u64);
+            let grow = free * (GROW_WHEN_FREE_ONE_IN as u64) < have[k] as u64 && have[k] < limit;
             let shrink = (counts[k] as u64) * (SHRINK_WHEN_ONE_IN as u64) <= have[k] as u64
                 && wanted[k] < have[k];
             let over_limit = have[k] > limit;
@@ -580,12 +584,14 @@ mod tests {
         let limit = 1 << 20;
         let first = Capacity::class_for([0; 3], 0, limit);
         assert_eq!(
-            first.resized(small(1_024), 0, limit),
+            first.resized(small(960), 0, limit),
             None,
-            "full, not past"
+            "a sixteenth free"
         );
-        let grown = first.resized(small(1_025), 0, limit).expect("grows");
+        let grown = first.resized(small(961), 0, limit).expect("grows");
         assert_eq!(grown.small, 1536);
+        // A full kind grows too (names that no longer fit wait in a larger one meanwhile).
+        assert_eq!(first.resized(small(1_025), 0, limit), Some(grown));
         // Names going back below the growth point keep it.
         assert_eq!(grown.resized(small(600), 0, limit), None);
         assert_eq!(grown.resized(small(193), 0, limit), None);

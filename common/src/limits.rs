@@ -100,6 +100,13 @@ pub const MAX_KERNEL_NAMES: u32 = 4_194_304;
 /// their names after growing).
 pub const GROWTH_ROOM_QUARTERS: u32 = 5;
 
+/// A kind of entry grows once fewer than one in this many of its entries would be free: entries
+/// are written copy-on-write (a changed name takes a free slot; the one it leaves is free again
+/// after the switch, `generation`), so a full kind would send every name a change touches to
+/// userspace for a moment (until the follow-up publication). One in sixteen keeps 64 free at
+/// the smallest size, 8,192 at 131,072.
+pub const GROW_WHEN_FREE_ONE_IN: u32 = 16;
+
 /// A kind of entry shrinks once the names that need it fill this fraction (one in so many) of it
 /// or less: far enough below the growth point that a table does not move back and forth.
 pub const SHRINK_WHEN_ONE_IN: u32 = 8;

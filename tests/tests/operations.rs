@@ -227,6 +227,24 @@ fn records_stats_and_query_show_the_kernel_side() {
         human.contains("web.prod.coreha.example.") && human.contains("4 names in 1 zones"),
         "{human}"
     );
+    // Each change switches the active generation: the command reads whichever is active (its
+    // index, and the entries both generations share).
+    for last in [3, 4] {
+        let address = format!("198.18.7.{last}");
+        dir.write("records.yaml", &RECORDS.replace("198.18.7.2", &address));
+        eventually("the change in the pinned table", 10, || {
+            let table: serde_json::Value = serde_json::from_str(&subcommand(
+                &link,
+                false,
+                &["records", "--pin-dir", pin, "--json"],
+            ))
+            .expect("JSON");
+            table.as_array().expect("a list").iter().any(|r| {
+                r["name"] == "web.prod.coreha.example."
+                    && r["a"] == serde_json::json!(["198.18.7.1", address])
+            })
+        });
+    }
 
     let server = format!("{}:1053", link.server.ipv4);
     let answer: serde_json::Value = serde_json::from_str(&subcommand(

@@ -1,8 +1,8 @@
-//! The kernel table's size follows the names served: it starts small, grows when the names no
-//! longer fit and shrinks when they fill a small part of it, each time by swapping in a program
-//! with maps of the new size. Real packets through the real kernel path, a client querying all
-//! the while: no query is lost or answered wrong across a resize, and the new program answers
-//! from XDP the names the old one could not hold.
+//! The kernel table's size follows the names served: it starts small, grows when the names leave
+//! less than a sixteenth of it free and shrinks when they fill a small part of it, each time by
+//! swapping in a program with maps of the new size. Real packets through the real kernel path,
+//! a client querying all the while: no query is lost or answered wrong across a resize, and the
+//! new program answers from XDP the names the old one could not hold.
 
 use std::{
     net::SocketAddr,

@@ -1,5 +1,6 @@
 //! Reading a kernel table a running (or stopped) agent pinned: what `hostport-dns records`
-//! shows. Read-only mappings of the active generation, decoded as the program reads them.
+//! shows. Read-only mappings of the active generation's index and zones and of the entries it
+//! refers to, decoded as the program reads them.
 
 use std::{
     net::{Ipv4Addr, Ipv6Addr},
@@ -65,13 +66,9 @@ impl PinnedTable {
         let Some(generation) = self.active() else {
             return (Vec::new(), 0);
         };
-        let per = |array_len: u32| array_len / GENERATIONS;
-        let (buckets, small, names, big) = (
-            per(self.index.len()),
-            per(self.small.len()),
-            per(self.names.len()),
-            per(self.big.len()),
-        );
+        // The index has a part per generation; the entries are one array both share.
+        let buckets = self.index.len() / GENERATIONS;
+        let (small, names, big) = (self.small.len(), self.names.len(), self.big.len());
         let mut rows = Vec::new();
         let mut passed = 0;
         for b in 0..buckets {
@@ -86,13 +83,13 @@ impl PinnedTable {
                 }
                 match ref_target(found) {
                     Some((EntryClass::Small, at)) if at < small => {
-                        rows.push(decode(self.small.get_ref(slot(generation, small, at))));
+                        rows.push(decode(self.small.get_ref(at)));
                     }
                     Some((EntryClass::Name, at)) if at < names => {
-                        rows.push(decode(self.names.get_ref(slot(generation, names, at))));
+                        rows.push(decode(self.names.get_ref(at)));
                     }
                     Some((EntryClass::Big, at)) if at < big => {
-                        rows.push(decode(self.big.get_ref(slot(generation, big, at))));
+                        rows.push(decode(self.big.get_ref(at)));
                     }
                     // Not a slot of this table: nothing the program would answer from.
                     _ => {}
