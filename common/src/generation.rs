@@ -61,6 +61,14 @@
 //! is copy-on-write too: a name whose entry in the active index is already what it needs keeps
 //! that slot, so an adopted table or a change of admission writes few entries.
 //!
+//! Why entries copy-on-write, and not the alternatives: entries in both generations (layout 9)
+//! hold the bulk of the table twice and write each change twice, for nothing the reader needs;
+//! one generation of entries changed in place under a per-entry sequence count would add loads
+//! and a retry to every hit, and a run that meets a write could only pass; an RCU grace period
+//! per publication (instead of the reader counts) costs milliseconds a change. Copy-on-write
+//! keeps the reader's path as it was (one index generation, then the entry its way refers to)
+//! and costs the writer only the free room a size class keeps anyway.
+//!
 //! Step 3 takes microseconds: runs are short and never preempted. A CPU seen busy in `left` for
 //! longer than [`READER_WAIT_LIMIT_US`] (a vCPU descheduled by its hypervisor, say) makes the
 //! writer fall back to an RCU grace period (XDP runs inside RCU read-side sections; the agent gets
@@ -260,7 +268,8 @@ pub struct ReaderSlot {
 /// follows.
 pub type EntryCounts = [u32; 3];
 
-/// How much one generation of the kernel table holds. Fixed when the program is loaded: the maps
+/// How much the kernel table holds: its entries (shared by both generations) and, per generation,
+/// its index, zones and host set. Fixed when the program is loaded: the maps
 /// are arrays sized from it, and the program reads it from a global (`HPD_CAPACITY`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

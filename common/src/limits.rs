@@ -70,14 +70,14 @@ pub const NAME_PAYLOAD_LEN: usize = 144;
 /// Payload of a big entry: a name of up to 255 bytes and 16 A and 16 AAAA records (320 bytes).
 pub const BIG_PAYLOAD_LEN: usize = 576;
 
-/// Names one generation of the object's declared maps holds in small entries, and the size of a
+/// Names the object's declared maps hold in small entries, and the size of a
 /// table loaded without one of its own (tests, benchmarks; `generation::Capacity::DEFAULT`). The
 /// agent sizes each kind of entry by the names that need it instead
 /// (`generation::Capacity::resized`), from its smallest size up to its limit
 /// ([`KERNEL_NAMES_LIMIT`] by default, `--kernel-names`).
 pub const NAMES_CAPACITY: u32 = 131_072;
 
-/// The fewest small entries a table has: names one generation holds before its small entries
+/// The fewest small entries a table has: names it holds before its small entries
 /// first grow. 1,024 of them take 80 KiB (both generations share the entries).
 pub const MIN_KERNEL_NAMES: u32 = 1_024;
 

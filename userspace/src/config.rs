@@ -149,10 +149,10 @@ pub struct RunArgs {
     /// or stopped for good); an agent that starts within it takes over without a gap.
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(2..=86_400))]
     pub pinned_lease: u64,
-    /// Names each kind of kernel table entry (80, 160 and 592 bytes) may grow to (per
-    /// generation). Its maps follow the names served: each kind starts small and grows (or
-    /// shrinks) by steps of at most 1.5x as the names that need it come and go, up to this; zones
-    /// beyond it are answered by userspace.
+    /// Names each kind of kernel table entry (80, 160 and 592 bytes) may grow to. Its maps
+    /// follow the names served: each kind starts small and grows (or shrinks) by steps of at
+    /// most 1.5x as the names that need it come and go, up to this; zones beyond it are
+    /// answered by userspace.
     #[arg(long, value_name = "NAMES", default_value_t = hostport_dns_common::limits::KERNEL_NAMES_LIMIT, value_parser = clap::value_parser!(u32).range(64..=i64::from(hostport_dns_common::limits::MAX_KERNEL_NAMES)))]
     pub kernel_names: u32,
     /// The ceiling on UDP answers in bytes (Knot's `udp-max-payload`): an answer takes what the
