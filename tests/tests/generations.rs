@@ -559,14 +559,16 @@ const HOLD: u32 = 16_384;
 /// How long a poisoned generation stays poisoned before the catch-up repairs it.
 const POISON: Duration = Duration::from_micros(300);
 
+/// A writer that poisons what it leaves until the catch-up, and waits for readers.
+const POISONING: TestHooks = TestHooks {
+    poison: Some(POISON),
+    skip_wait: false,
+};
+
 #[test]
 fn the_writer_waits_out_runs_held_in_the_generation_it_left() {
     require_root();
-    let hooks = TestHooks {
-        poison: Some(POISON),
-        skip_wait: false,
-    };
-    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, hooks, 4, &SIZES);
+    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, POISONING, 4, &SIZES);
     assert_sound(&tortured);
 }
 
@@ -578,11 +580,7 @@ fn the_writer_waits_out_runs_held_in_the_generation_it_left() {
 #[test]
 fn changes_larger_than_the_free_entries_pass_for_a_moment_and_never_answer_wrong() {
     require_root();
-    let hooks = TestHooks {
-        poison: Some(POISON),
-        skip_wait: false,
-    };
-    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, hooks, 4, &TIGHT);
+    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, POISONING, 4, &TIGHT);
     assert!(tortured.generations > 50, "too few generations");
     assert!(tortured.resizes > 0 && tortured.zone_switches > 0);
     assert!(tortured.follow_ups > 0, "no change ran out of free entries");

@@ -183,6 +183,13 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// A subcommand's `--json` output, parsed.
+fn subcommand_json(link: &Link, client_side: bool, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    serde_json::from_str(&subcommand(link, client_side, &args)).expect("JSON")
+}
+
 fn subcommand(link: &Link, client_side: bool, args: &[&str]) -> String {
     let ns = if client_side {
         &link.client_ns
@@ -207,12 +214,7 @@ fn records_stats_and_query_show_the_kernel_side() {
         &["--records", records.to_str().expect("UTF-8")],
         &["--pin-dir", pin],
     );
-    let table: serde_json::Value = serde_json::from_str(&subcommand(
-        &link,
-        false,
-        &["records", "--pin-dir", pin, "--json"],
-    ))
-    .expect("JSON");
+    let table: serde_json::Value = subcommand_json(&link, false, &["records", "--pin-dir", pin]);
     let web = table
         .as_array()
         .expect("a list")
@@ -233,12 +235,8 @@ fn records_stats_and_query_show_the_kernel_side() {
         let address = format!("198.18.7.{last}");
         dir.write("records.yaml", &RECORDS.replace("198.18.7.2", &address));
         eventually("the change in the pinned table", 10, || {
-            let table: serde_json::Value = serde_json::from_str(&subcommand(
-                &link,
-                false,
-                &["records", "--pin-dir", pin, "--json"],
-            ))
-            .expect("JSON");
+            let table: serde_json::Value =
+                subcommand_json(&link, false, &["records", "--pin-dir", pin]);
             table.as_array().expect("a list").iter().any(|r| {
                 r["name"] == "web.prod.coreha.example."
                     && r["a"] == serde_json::json!(["198.18.7.1", address])
@@ -247,7 +245,7 @@ fn records_stats_and_query_show_the_kernel_side() {
     }
 
     let server = format!("{}:1053", link.server.ipv4);
-    let answer: serde_json::Value = serde_json::from_str(&subcommand(
+    let answer: serde_json::Value = subcommand_json(
         &link,
         true,
         &[
@@ -258,17 +256,15 @@ fn records_stats_and_query_show_the_kernel_side() {
             &server,
             "--pin-dir",
             pin,
-            "--json",
         ],
-    ))
-    .expect("JSON");
+    );
     assert_eq!(
         (answer["rcode"].as_str(), answer["path"].as_str()),
         (Some("No Error"), Some("xdp")),
         "{answer}"
     );
     assert_eq!(answer["answers"].as_array().map(Vec::len), Some(2));
-    let srv: serde_json::Value = serde_json::from_str(&subcommand(
+    let srv: serde_json::Value = subcommand_json(
         &link,
         true,
         &[
@@ -279,18 +275,11 @@ fn records_stats_and_query_show_the_kernel_side() {
             &server,
             "--pin-dir",
             pin,
-            "--json",
         ],
-    ))
-    .expect("JSON");
+    );
     assert_eq!(srv["path"], "userspace");
 
-    let stats: serde_json::Value = serde_json::from_str(&subcommand(
-        &link,
-        false,
-        &["stats", "--pin-dir", pin, "--json"],
-    ))
-    .expect("JSON");
+    let stats: serde_json::Value = subcommand_json(&link, false, &["stats", "--pin-dir", pin]);
     assert_eq!(stats["a"], 1, "{stats}");
     assert_eq!(stats["unsupported_type"], 1, "{stats}");
 
@@ -308,15 +297,10 @@ fn records_stats_and_query_show_the_kernel_side() {
             .expect("dnsperf"),
     );
     eventually("the flood is answered by XDP", 10, || {
-        let stats: serde_json::Value = serde_json::from_str(&subcommand(
-            &link,
-            false,
-            &["stats", "--pin-dir", pin, "--json"],
-        ))
-        .expect("JSON");
+        let stats: serde_json::Value = subcommand_json(&link, false, &["stats", "--pin-dir", pin]);
         stats["a"].as_u64().is_some_and(|n| n > 1000)
     });
-    let own: serde_json::Value = serde_json::from_str(&subcommand(
+    let own: serde_json::Value = subcommand_json(
         &link,
         false,
         &[
@@ -327,10 +311,8 @@ fn records_stats_and_query_show_the_kernel_side() {
             &server,
             "--pin-dir",
             pin,
-            "--json",
         ],
-    ))
-    .expect("JSON");
+    );
     assert_eq!(own["rcode"], "No Error", "{own}");
     assert_eq!(own["path"], "userspace", "{own}");
     assert!(

@@ -664,6 +664,19 @@ mod tests {
         }
     }
 
+    /// The kernel's answers to every name of `universe` from generation `generation`.
+    fn answers(
+        layout: &Layout,
+        memory: &Memory,
+        generation: usize,
+        universe: &[Vec<u8>],
+    ) -> Vec<Kernel> {
+        universe
+            .iter()
+            .map(|name| kernel(layout, memory, generation, name))
+            .collect()
+    }
+
     /// What the kernel answers from: the head, the addresses and the name (an entry widened
     /// into a larger one, for lack of its own kind, answers the same).
     fn bytes<const P: usize>(entry: &Entry<P>) -> Vec<u8> {
@@ -752,6 +765,24 @@ mod tests {
         hostport_dns_common::hash::name_hash(seed, wire)
     }
 
+    /// Runs `write` on the generation after `active`, and checks that `active` answers every
+    /// name of `universe` as it did before: nothing it refers to was written.
+    fn write_unseen(
+        layout: &mut Layout,
+        memory: &mut Memory,
+        active: usize,
+        universe: &[Vec<u8>],
+        write: impl FnOnce(&mut Layout, &mut View),
+    ) {
+        let before = answers(layout, memory, active, universe);
+        write(layout, &mut memory.view(1 - active));
+        assert_eq!(
+            answers(layout, memory, active, universe),
+            before,
+            "the active generation changed under its readers"
+        );
+    }
+
     /// Places the names the layout hands back, as the writer does, from the model.
     fn place_promoted(layout: &mut Layout, view: &mut View, model: &FxHashMap<Vec<u8>, Built>) {
         let mut dirty = Dirty::default();
@@ -806,11 +837,6 @@ mod tests {
             let mut active = 0usize;
             let mut follow_ups = 0usize;
             for step in 0..1500 {
-                let writing = 1 - active;
-                let before: Vec<Kernel> = universe
-                    .iter()
-                    .map(|name| kernel(&layout, &memory, active, name))
-                    .collect();
                 let whole = next(10) == 0;
                 // One to eight names change (or, rewritten whole, all of them may).
                 let changes = 1 + next(8) as usize;
@@ -825,41 +851,38 @@ mod tests {
                         model.insert(wire.clone(), built(wire, kind, mark));
                     }
                 }
-                let mut dirty = Dirty::default();
-                {
-                    let mut view = memory.view(writing);
-                    if whole {
-                        view.buckets.fill(Bucket::EMPTY);
-                        layout = layout.for_rewrite(&view);
-                        for (wire, entry) in &model {
-                            let h = layout.hash(wire);
-                            layout.upsert(&mut view, &mut dirty, h, wire, entry.clone());
-                        }
-                        layout.retire_unclaimed();
-                    } else {
-                        for wire in &universe {
-                            let h = layout.hash(wire);
-                            match model.get(wire) {
-                                Some(entry) => {
-                                    layout.upsert(&mut view, &mut dirty, h, wire, entry.clone())
+                write_unseen(
+                    &mut layout,
+                    &mut memory,
+                    active,
+                    &universe,
+                    |layout, view| {
+                        let mut dirty = Dirty::default();
+                        if whole {
+                            view.buckets.fill(Bucket::EMPTY);
+                            *layout = layout.for_rewrite(view);
+                            for (wire, entry) in &model {
+                                let h = layout.hash(wire);
+                                layout.upsert(view, &mut dirty, h, wire, entry.clone());
+                            }
+                            layout.retire_unclaimed();
+                        } else {
+                            for wire in &universe {
+                                let h = layout.hash(wire);
+                                match model.get(wire) {
+                                    Some(entry) => {
+                                        layout.upsert(view, &mut dirty, h, wire, entry.clone())
+                                    }
+                                    None => layout.remove(view, &mut dirty, h, wire),
                                 }
-                                None => layout.remove(&mut view, &mut dirty, h, wire),
                             }
                         }
-                    }
-                    place_promoted(&mut layout, &mut view, &model);
-                }
-                // The active generation saw none of it.
-                for (name, seen) in universe.iter().zip(&before) {
-                    assert_eq!(
-                        &kernel(&layout, &memory, active, name),
-                        seen,
-                        "step {step}: the active generation changed under its readers"
-                    );
-                }
+                        place_promoted(layout, view, &model);
+                    },
+                );
                 // Switch, catch up, free what the left generation referred to; follow-ups place
                 // the names that found no room, into the next generation each time.
-                active = writing;
+                active = 1 - active;
                 loop {
                     memory.catch_up(active);
                     layout.free_retired();
@@ -867,23 +890,14 @@ mod tests {
                         break;
                     }
                     follow_ups += 1;
-                    let writing = 1 - active;
-                    let before: Vec<Kernel> = universe
-                        .iter()
-                        .map(|name| kernel(&layout, &memory, active, name))
-                        .collect();
-                    {
-                        let mut view = memory.view(writing);
-                        place_promoted(&mut layout, &mut view, &model);
-                    }
-                    for (name, seen) in universe.iter().zip(&before) {
-                        assert_eq!(
-                            &kernel(&layout, &memory, active, name),
-                            seen,
-                            "step {step}: follow-up"
-                        );
-                    }
-                    active = writing;
+                    write_unseen(
+                        &mut layout,
+                        &mut memory,
+                        active,
+                        &universe,
+                        |layout, view| place_promoted(layout, view, &model),
+                    );
+                    active = 1 - active;
                 }
                 for name in &universe {
                     let seen = kernel(&layout, &memory, active, name);
