@@ -1,6 +1,7 @@
 //! Memory: what the agent's memory cgroup holds serving a record file of 100 to 100k names
-//! (three A records each), the XDP program on lo: the process, and the kernel memory charged to
-//! it (the BPF maps, sized by the names served). knotd serving the same names, in a cgroup
+//! (three A records each; other counts from `HPD_BENCH_MEMORY_NAMES`, say `1000000`), the XDP
+//! program on lo: the process, and the kernel memory charged to it (the BPF maps, sized by the
+//! names served). knotd serving the same names, in a cgroup
 //! of its own, is the peer. The chart's default memory request (from the rendered manifests) is
 //! printed beside them: what a node reserves for the agent before it serves a name.
 
@@ -24,7 +25,7 @@ struct Held {
     peak: u64,
     kernel: u64,
     rss: f64,
-    /// Names one generation of the agent's kernel table holds (0 for knotd).
+    /// Names the agent's kernel table holds in small entries (0 for knotd).
     capacity: u32,
     /// Bytes the kernel table's maps take (the agent's `hostport_dns_xdp_table_bytes`).
     maps: u64,
@@ -43,7 +44,7 @@ fn agent(names: usize) -> Held {
     let cgroup = Cgroup::new("mem-agent", None);
     let agent = Agent::start_in_cgroup(&ns, &cgroup, &records_on_lo(&file));
     let last = list.last().expect("names").clone();
-    eventually("the last name is answered", 120, || {
+    eventually("the last name is answered", 600, || {
         dig(&ns, "127.0.0.1", 1053, &[&last]).answer.len() == 3
     });
     // Settled: the first table written, the file's text gone.
@@ -71,7 +72,7 @@ fn knotd(names: usize) -> Held {
     let addr = "127.0.0.1:1053".parse().expect("an address");
     let server = Knot::start_in_cgroup(&ns, addr, &table, &cgroup);
     let last = list.last().expect("names").clone();
-    eventually("knotd answers the last name", 120, || {
+    eventually("knotd answers the last name", 600, || {
         dig(&ns, "127.0.0.1", 1053, &[&last]).answer.len() == 3
     });
     std::thread::sleep(Duration::from_secs(1));
@@ -96,13 +97,28 @@ fn served_bytes(names: &[String]) -> u64 {
         .sum()
 }
 
+/// The name counts measured: `HPD_BENCH_MEMORY_NAMES` (comma-separated) or 100 to 100k.
+fn name_counts() -> Vec<usize> {
+    let asked: Vec<usize> = std::env::var("HPD_BENCH_MEMORY_NAMES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|count| count.trim().parse().ok())
+        .filter(|count| *count > 0)
+        .collect();
+    if asked.is_empty() {
+        vec![100, 1_000, 10_000, 100_000]
+    } else {
+        asked
+    }
+}
+
 pub fn run() {
     // A round not measured first: the page cache of the binaries (the agent's, knotd's and its
     // libraries) is charged to the cgroup that reads them first, which would add the agent's
     // 30-odd MiB of binary to the first row after a build.
     let _ = (agent(100), knotd(100));
     let mut rows = Vec::new();
-    for names in [100, 1_000, 10_000, 100_000] {
+    for names in name_counts() {
         let ours = agent(names);
         let peer = knotd(names);
         let maps = ours.maps;
