@@ -55,8 +55,9 @@
 //! change of most names of a full table: a zone added or removed renumbers every entry) lets
 //! the names it could not place pass to userspace for one publication and places them in a
 //! *follow-up* publication right after the catch-up, from the slots that catch-up freed. A
-//! name passed is answered by userspace, never wrongly, and only for the few milliseconds
-//! between the two switches. A whole rewrite of the inactive index (the first publication, an
+//! name passed is answered by userspace, never wrongly, as a rule for the few milliseconds
+//! between the two switches (a name that finds no room even then, where a kind is full of
+//! names that took it for lack of their own, waits for a slot a later change frees). A whole rewrite of the inactive index (the first publication, an
 //! adopted pinned table, a zone or admission change, a generation a failed wait left unknown)
 //! is copy-on-write too: a name whose entry in the active index is already what it needs keeps
 //! that slot, so an adopted table or a change of admission writes few entries.
@@ -77,7 +78,8 @@
 //!
 //! Before the first complete generation, `active` is [`NO_GENERATION`] and the program answers
 //! nothing (it passes every packet to userspace). Nothing a reader holds is ever written while it
-//! holds it; the price is that the kernel holds the index twice, and the entries' spare room
+//! holds it; the price is that the kernel holds the index, zones and host set twice, and the
+//! entries' spare room
 //! serves both as growth room and as the slots a change is written into.
 //!
 //! # Sizes
@@ -126,8 +128,8 @@
 //! What a table takes, then: per name its entry (80 bytes for the common
 //! `<value>.<namespace>.<zone>` with a few addresses), and per name and generation a third of a
 //! 64-byte bucket, times the room its class leaves (1.25x to 1.9x). For 100,000 such names that
-//! is about 16 MB, where entries held in both generations with a bucket for every two took 30
-//! (and a single 160-byte kind for both generations 48). Entries of variable length in one byte
+//! is about 16 MB (15.6 MiB), where entries held in both generations with a bucket for every two
+//! took 30 MB (28.3 MiB), and a single 160-byte kind for both generations about 50 MB. Entries of variable length in one byte
 //! arena would save the rest of the rounding (about a quarter more), at the price of an entry
 //! read whose bounds the verifier cannot fix at load time.
 

@@ -111,15 +111,16 @@ pub const GROW_WHEN_FREE_ONE_IN: u32 = 16;
 /// or less: far enough below the growth point that a table does not move back and forth.
 pub const SHRINK_WHEN_ONE_IN: u32 = 8;
 
-/// Index buckets one generation has for every [`INDEX_NAMES_PER_BUCKET`] entries: at three names
-/// a bucket of [`INDEX_WAYS`] ways (the most a table holds before it grows; 2.3 when it has just
-/// grown), a name placed in the emptier of its two candidate buckets finds a free way with all
-/// but negligible probability (the fullest bucket of 2^16 holds about 3 + log2 log2 2^16 = 7
-/// names; simulated, 131,072 names in 43,690 buckets fill none past six). One that does not is
-/// answered by userspace, and so are the misses of its buckets. Any count works (the index maps
-/// a hash onto it by multiplication). Three rather than two: the index is the part of the table
-/// held twice (the entries are shared): 43 bytes an entry over both generations, where a bucket
-/// for every two took 64.
+/// Index buckets one generation has for every [`INDEX_NAMES_PER_BUCKET`] entries: at most 2.8
+/// names a bucket of [`INDEX_WAYS`] ways (a kind grows before it is fifteen sixteenths full),
+/// 1.9 to 2.4 when it has just grown, a name placed in the emptier of its two candidate buckets
+/// finds a free way with all but negligible probability (the fullest bucket of 2^16 holds about
+/// 3 + log2 log2 2^16 = 7 names; simulated, 131,392 names in 43,798 buckets fill none past six,
+/// and a million in 349,632 none past six either). One that does not is answered by userspace,
+/// and so are the misses of its buckets. Any count works (the index maps a hash onto it by
+/// multiplication). Three rather than two: the index is the part of the table held twice (the
+/// entries are shared): 43 bytes an entry over both generations, where a bucket for every two
+/// took 64.
 pub const INDEX_NAMES_PER_BUCKET: u32 = 3;
 
 /// The most index buckets a generation has: a bucket is chosen from 24 bits of the hash.

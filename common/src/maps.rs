@@ -121,6 +121,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_table_maps_take_what_the_capacity_says() {
+        // The maps the agent pins (and checks the program's against) are what `map_bytes`
+        // reports: the entries once, the index, zones and host set for each generation.
+        let table_maps = [INDEX, SMALL, NAMES, BIG, ZONES, HOST];
+        for capacity in [
+            Capacity::DEFAULT,
+            Capacity::of([1024, 256, 64]).with_host(256),
+        ] {
+            let bytes: u64 = pinned_maps(&capacity)
+                .iter()
+                .filter(|(name, _, _)| table_maps.contains(name))
+                .map(|(_, value, entries)| *value as u64 * *entries as u64)
+                .sum();
+            assert_eq!(bytes, capacity.map_bytes());
+        }
+    }
+
+    #[test]
     fn the_fingerprint_changes_with_the_capacity() {
         assert_ne!(
             layout_fingerprint(&Capacity::DEFAULT),

@@ -130,7 +130,8 @@ static HPD_DNS_PORT: u16 = hostport_dns_common::limits::DEFAULT_DNS_PORT;
 #[unsafe(no_mangle)]
 static HPD_UDP_MAX_PAYLOAD: u16 = hostport_dns_common::limits::DEFAULT_UDP_MAX_PAYLOAD;
 
-/// The table maps' sizes per generation; the agent sets it at load time, with the maps.
+/// The table maps' sizes (the entries', and the index's, zones' and host set's per generation);
+/// the agent sets it at load time, with the maps.
 #[unsafe(no_mangle)]
 static HPD_CAPACITY: Capacity = CAPACITY;
 

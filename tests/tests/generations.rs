@@ -574,11 +574,12 @@ fn the_writer_waits_out_runs_held_in_the_generation_it_left() {
 
 /// Entries are written copy-on-write, into slots no index refers to: with room for the names
 /// but not twice over, a change of most of them runs out of free slots. The names it could not
-/// place pass (userspace answers them) until the follow-up publication places them in the slots
+/// place pass (userspace answers them) until a follow-up publication places them in the slots
 /// the catch-up freed; with runs held in the generation left and what it freed poisoned until
-/// the catch-up, no answer is ever wrong.
+/// the catch-up, no answer is ever wrong. (That the follow-up places them all is
+/// `a_change_of_every_name_of_a_full_table_is_placed_before_the_publication_returns`.)
 #[test]
-fn changes_larger_than_the_free_entries_pass_for_a_moment_and_never_answer_wrong() {
+fn changes_larger_than_the_free_entries_are_followed_up_and_never_answer_wrong() {
     require_root();
     let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, POISONING, 4, &TIGHT);
     assert!(tortured.generations > 50, "too few generations");
@@ -719,6 +720,44 @@ fn zones_beyond_the_capacity_are_left_to_userspace_whole() {
     let stats = program.writer.write_names(&table, &[]).expect("a write");
     assert_eq!(stats.names_left_out, 61, "b's 60 names and its apex");
     assert_eq!(stats.names_held, 11);
+}
+
+/// A change of every name of a table that fills most of its entries finds free slots for a
+/// few of them: the others pass to userspace until the follow-up publication places them, in
+/// the slots the change freed, before the publication returns. The kernel then answers every
+/// name with its new address, as userspace does.
+#[test]
+fn a_change_of_every_name_of_a_full_table_is_placed_before_the_publication_returns() {
+    require_root();
+    let zone = ZoneSpec::with_defaults(name("f.example."));
+    let table = |third: u8| {
+        let records: Vec<SourceRecord> = (0..100u8)
+            .map(|i| a_record(&format!("h{i}.f.example."), [198, 18, third, i]))
+            .collect();
+        RecordTable::compile(std::slice::from_ref(&zone), &records).0
+    };
+    // 101 names (the apex too) in 122 entries: 21 free.
+    let capacity = Capacity::of([120, 1, 1]);
+    let mut program = Program::load_table(table(5), &[SERVER_A.parse().expect("v4")], capacity);
+    let next = table(6);
+    let names: Vec<WireName> = next.nodes().map(|(name, _)| name.clone()).collect();
+    let stats = program
+        .writer
+        .write_names(&next, &names)
+        .expect("a publication");
+    assert_eq!(stats.follow_ups, 1, "{stats:?}");
+    assert_eq!(
+        (stats.names_held, stats.names_left_out),
+        (101, 0),
+        "{stats:?}"
+    );
+    for i in 0..100 {
+        let dns = QueryBuilder::new(&format!("h{i}.f.example"), TYPE_A).bytes();
+        let (verdict, out, _) = program.run(&Frame::v4(SERVER_A).build(&dns));
+        assert_eq!(verdict, XDP_TX, "h{i}");
+        let userspace = respond(&dns, Some(&next), Transport::Udp).expect("an answer");
+        assert_eq!(hex(&parse_checked(&out).dns), hex(&userspace.bytes), "h{i}");
+    }
 }
 
 /// A name whose kind of entry is full takes the next larger kind, and is answered from it as

@@ -61,7 +61,7 @@ fn serving(tag: &str, text: &str) -> (Link, TempDir, Agent) {
     (link, dir, agent)
 }
 
-/// Small entries one generation holds (every name here takes one).
+/// Small entries the table holds (every name here takes one).
 fn capacity(agent: &Agent) -> f64 {
     agent.metric("hostport_dns_xdp_table_capacity", &[("entry", "small")])
 }

@@ -39,7 +39,7 @@ pub struct Settings {
     pub pin_dir: Option<PathBuf>,
     pub log: EbpfLogLevel,
     pub clients: ClientPolicyTable,
-    /// Names one generation of the kernel table may grow to (`--kernel-names`): its maps are
+    /// Names each kind of entry of the kernel table may grow to (`--kernel-names`): its maps are
     /// sized by the names served, up to this (`kernel_table_size`).
     pub kernel_names: u32,
     /// The ceiling on UDP answers, which the program's OPT records advertise.

@@ -37,7 +37,7 @@ pub type Load = Box<dyn Fn(Option<PinDir>, Capacity) -> Result<Dataplane, XdpErr
 /// The agent's [`Resize`]: loads a program of the new size the way the first one was loaded.
 pub struct Resizer {
     load: Load,
-    /// Names one generation may grow to (`--kernel-names`).
+    /// Names each kind of entry may grow to (`--kernel-names`).
     limit: u32,
     /// The program answering now (or about to be attached).
     held: Held,

@@ -49,12 +49,13 @@ pub struct Metrics {
     pub xdp_names_written: Counter,
     /// Names in the active generation of the kernel table.
     pub xdp_table_names: Gauge,
-    /// Names one generation of the kernel table holds now, by kind of entry (`small`, `name`,
-    /// `big`: its size follows the names served).
+    /// Names the kernel table holds now, by kind of entry (`small`, `name`, `big`: its size
+    /// follows the names served).
     pub xdp_table_capacity: Family<EntryLabel, Gauge>,
-    /// Bytes of kernel memory the table's maps take, both generations.
+    /// Bytes of kernel memory the table's maps take (the entries once, the index, zones and host
+    /// set for both generations).
     pub xdp_table_bytes: Gauge,
-    /// Names one generation of the kernel table may grow to (`--kernel-names`).
+    /// Names each kind of entry of the kernel table may grow to (`--kernel-names`).
     pub xdp_table_limit: Gauge,
     /// Times the kernel table moved to maps of another size.
     pub xdp_table_resizes: Counter,
@@ -251,17 +252,17 @@ impl Metrics {
         );
         registry.register(
             "xdp_table_capacity",
-            "Names one generation of the kernel table holds now, by kind of entry (80-byte small, 160-byte name, 592-byte big; its maps' size, which follows the names served)",
+            "Names the kernel table holds now, by kind of entry (80-byte small, 160-byte name, 592-byte big; its maps' size, which follows the names served)",
             metrics.xdp_table_capacity.clone(),
         );
         registry.register(
             "xdp_table_bytes",
-            "Bytes of kernel memory the kernel table's maps take, both generations (charged to the agent's memory cgroup)",
+            "Bytes of kernel memory the kernel table's maps take: the entries once, the index, zones and host set for both generations (charged to the agent's memory cgroup)",
             metrics.xdp_table_bytes.clone(),
         );
         registry.register(
             "xdp_table_limit",
-            "Names each kind of entry of one generation of the kernel table may grow to (--kernel-names); zones beyond it are answered by userspace",
+            "Names each kind of entry of the kernel table may grow to (--kernel-names); zones beyond it are answered by userspace",
             metrics.xdp_table_limit.clone(),
         );
         registry.register(

@@ -133,8 +133,8 @@ pub fn run() {
         "(CPU ns/answer: everything on CPU {RESPONDER_CPU}, the writer included, per answer. A change is a new \
          address for one name; a generation is one switch, carrying every change since the last. Switch: \
          from the start of a publication to the new table visible to the program (target p99 <= 500 µs); \
-         the writer then waits out the runs still reading the generation it left and copies the change \
-         into it, which the kernel write column includes.)"
+         the writer then waits out the runs still reading the generation it left and copies the index \
+         buckets the change touched into it, which the kernel write column includes.)"
     );
 }
 

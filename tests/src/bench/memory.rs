@@ -25,7 +25,7 @@ struct Held {
     peak: u64,
     kernel: u64,
     rss: f64,
-    /// Names the agent's kernel table holds in small entries (0 for knotd).
+    /// Entries of every kind the agent's kernel table holds (0 for knotd).
     capacity: u32,
     /// Bytes the kernel table's maps take (the agent's `hostport_dns_xdp_table_bytes`).
     maps: u64,

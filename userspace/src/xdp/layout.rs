@@ -801,11 +801,13 @@ mod tests {
     }
 
     /// Random changes, some of many names at once and some whole rewrites, published into two
-    /// generations that share their entries, with the kernel's view checked against a model:
-    /// while a change is written, the active generation answers exactly as before it (nothing
-    /// it refers to is written); after the switch an existing name is answered with its own
-    /// entry or passed, never NXDOMAIN, and a name that does not exist is never answered; after
-    /// the follow-up publications no name that fits is left passing for lack of room.
+    /// generations that share their entries, in tables too small for their names, with the
+    /// kernel's view checked against a model: while a change is written, the active generation
+    /// answers exactly as before it (nothing it refers to is written); after the switch (and
+    /// the follow-ups that place names that found no room) an existing name is answered with
+    /// its own entry or passed, never NXDOMAIN, and a name that does not exist is never
+    /// answered; names passed for lack of room are counted; every slot is free or held by one
+    /// way of the index, none lost and none shared.
     #[test]
     fn the_kernel_never_answers_wrong_whatever_the_changes() {
         for (hash, buckets, entries) in [
@@ -932,20 +934,28 @@ mod tests {
                     without_room,
                     "step {step}: names passed for lack of an entry are counted"
                 );
-                // Every slot is free or referred to by the index, once: none is lost.
-                let mut referred = [0usize; 3];
+                // Every slot is free or referred to by one way of the index: none is lost, none
+                // is held twice.
+                let mut held: [FxHashSet<u32>; 3] = Default::default();
                 for bucket in view.buckets.iter() {
                     for way in 0..INDEX_WAYS {
                         if bucket.tags[way] != EMPTY_TAG
-                            && let Some((kind, _)) = ref_target(bucket.refs[way])
+                            && let Some((kind, slot)) = ref_target(bucket.refs[way])
                         {
-                            referred[kind as usize] += 1;
+                            assert!(held[kind as usize].insert(slot), "step {step}: shared");
                         }
                     }
                 }
                 for kind in 0..3 {
+                    let free: FxHashSet<u32> = layout.free[kind].iter().copied().collect();
                     assert_eq!(
-                        referred[kind] + layout.free[kind].len(),
+                        free.len(),
+                        layout.free[kind].len(),
+                        "step {step}: freed twice"
+                    );
+                    assert!(free.is_disjoint(&held[kind]), "step {step}: held and free");
+                    assert_eq!(
+                        held[kind].len() + free.len(),
                         entries[kind] as usize,
                         "step {step}: kind {kind}'s slots are all accounted for"
                     );

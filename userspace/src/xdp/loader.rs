@@ -104,7 +104,7 @@ pub struct Dataplane {
     pub pins: Option<PinDir>,
     /// Interfaces to attach to, and how.
     pub interfaces: Vec<String>,
-    /// How much one generation of the table holds (the maps' sizes).
+    /// How much the table holds (the maps' sizes).
     pub capacity: Capacity,
     mode: XdpMode,
     /// The links of the attachments this agent owns (without a pin directory): a resized
