@@ -118,30 +118,22 @@ impl Section {
     }
 
     /// Small entry `index` (entries are shared by both generations: this generation's index
-    /// refers only to slots the writer leaves alone while it is read).
+    /// refers only to slots the writer leaves alone while it is read). The array's own bound is
+    /// the capacity's: no generation offset to keep a slot inside.
     #[inline(always)]
     pub fn small_entry(&self, index: u32) -> Option<&'static SmallEntry> {
-        if index >= self.capacity.small {
-            return None;
-        }
         HPD_SMALL.get(index)
     }
 
     /// Name entry `index`.
     #[inline(always)]
     pub fn name_entry(&self, index: u32) -> Option<&'static NameEntry> {
-        if index >= self.capacity.names {
-            return None;
-        }
         HPD_NAMES.get(index)
     }
 
     /// Big entry `index`.
     #[inline(always)]
     pub fn big_entry(&self, index: u32) -> Option<&'static BigEntry> {
-        if index >= self.capacity.big {
-            return None;
-        }
         HPD_BIG.get(index)
     }
 

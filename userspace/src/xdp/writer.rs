@@ -369,12 +369,12 @@ impl MapWriter {
         const MOST_FOLLOW_UPS: usize = 4;
         while stats.follow_ups < MOST_FOLLOW_UPS {
             let waiting = self.layout.take_promoted();
-            let (Some(table), Some(left)) = (self.table.clone(), self.active) else {
-                return Ok(());
-            };
             if waiting.is_empty() {
                 return Ok(());
             }
+            let (Some(table), Some(left)) = (self.table.clone(), self.active) else {
+                return Ok(());
+            };
             let next = 1 - left;
             let dirty = self.apply(next, &table, waiting, &mut WriteStats::default());
             self.switch(next);
