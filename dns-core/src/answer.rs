@@ -26,8 +26,9 @@ use hostport_dns_common::policy::RateClass;
 use crate::{
     cookies::{CookieState, Cookies},
     dns::{
-        Query, encode,
-        message::{Transport, UdpCeiling, response_to},
+        Query,
+        encode::{self, SrvTargets},
+        message::{SrvTargetCompression, Transport, UdpCeiling, response_to},
     },
     identity::Identity,
     rotation::Rotation,
@@ -49,6 +50,8 @@ pub struct Answer {
     /// The question's type, when the query had a readable question.
     pub qtype: Option<RecordType>,
     pub truncated: bool,
+    /// Its SRV targets are compressed: in full they did not fit (`SrvTargetCompression::ToFit`).
+    pub srv_targets_compressed: bool,
     /// What rate limiting charges it as.
     pub class: RateClass,
     /// What the query's COOKIE option said.
@@ -102,6 +105,7 @@ impl Answer {
             rcode,
             qtype,
             truncated,
+            srv_targets_compressed: false,
             class: RateClass::Error,
             cookie: CookieState::Absent,
             personal: false,
@@ -159,6 +163,8 @@ pub struct Asker<'a> {
     pub identity: Option<&'a Identity>,
     /// The ceiling on UDP answers, advertised in the OPT record.
     pub udp_ceiling: UdpCeiling,
+    /// When SRV targets are compressed.
+    pub srv_targets: SrvTargetCompression,
 }
 
 impl Asker<'_> {
@@ -169,6 +175,7 @@ impl Asker<'_> {
         shape: Shape::Full,
         identity: None,
         udp_ceiling: UdpCeiling::DEFAULT,
+        srv_targets: SrvTargetCompression::ToFit,
     };
 }
 
@@ -236,7 +243,8 @@ pub fn respond_for(
             .udp_ceiling
             .limit(request.edns.as_ref().map(|edns| edns.max_payload())),
     };
-    let mut answer = encode(response, limit, qtype, asker.shape == Shape::Slip);
+    let slip = asker.shape == Shape::Slip;
+    let mut answer = encode(response, limit, qtype, slip, asker.srv_targets);
     answer.class = class;
     answer.cookie = cookie;
     answer.zone = ZoneOf::of(&request, table);
@@ -677,13 +685,31 @@ fn answer_reverse(
 
 /// Encodes the response within `limit` bytes, what the client takes (RFC 2181 §9, RFC 6891
 /// §7): additional records are left out first, a whole RRset at a time from the end, with TC
-/// clear (they are not needed for the answer); only when the answer and authority sections do
-/// not fit is the answer sent truncated: TC=1 and no records.
-fn encode(mut response: Message, limit: usize, qtype: Option<RecordType>, slip: bool) -> Answer {
+/// clear (they are not needed for the answer). When the answer and authority sections do not
+/// fit with SRV targets in full, they are tried with the targets compressed, if `srv_targets`
+/// allows (a truncated answer is an error for HAProxy); only when that does not fit either is
+/// the answer sent truncated: TC=1 and no records.
+fn encode(
+    mut response: Message,
+    limit: usize,
+    qtype: Option<RecordType>,
+    slip: bool,
+    srv_targets: SrvTargetCompression,
+) -> Answer {
     let rcode = response.metadata.response_code;
     // A slip is sent truncated whatever its size.
-    if !slip && let Some(bytes) = fit_additionals(&mut response, limit) {
-        return Answer::new(bytes, rcode, qtype, false);
+    if !slip {
+        if let Some(bytes) = fit_additionals(&mut response, limit, SrvTargets::Full) {
+            return Answer::new(bytes, rcode, qtype, false);
+        }
+        let compress = srv_targets == SrvTargetCompression::ToFit && encode::has_srv(&response);
+        if compress
+            && let Some(bytes) = fit_additionals(&mut response, limit, SrvTargets::Compressed)
+        {
+            let mut answer = Answer::new(bytes, rcode, qtype, false);
+            answer.srv_targets_compressed = true;
+            return answer;
+        }
     }
     response.answers.clear();
     response.authorities.clear();
@@ -704,12 +730,13 @@ fn encode(mut response: Message, limit: usize, qtype: Option<RecordType>, slip: 
 }
 
 /// The response encoded with as many of its additional RRsets as fit in `limit`, whole and in
-/// order (the OPT record is kept apart, always in), or None when even the answer and authority
-/// sections do not fit. The largest number that fits is searched by halving: a 250-target SRV
-/// answer's 500 address RRsets take 10 encodings, not 500.
-fn fit_additionals(response: &mut Message, limit: usize) -> Option<Vec<u8>> {
+/// order (the OPT record is kept apart, always in), its SRV targets written as `targets` says;
+/// or None, the response unchanged, when even the answer and authority sections do not fit.
+/// The largest number that fits is searched by halving: a 250-target SRV answer's 500 address
+/// RRsets take 10 encodings, not 500.
+fn fit_additionals(response: &mut Message, limit: usize, targets: SrvTargets) -> Option<Vec<u8>> {
     let fits = |response: &Message| {
-        encode::to_vec(response)
+        encode::to_vec_with(response, targets)
             .ok()
             .filter(|bytes| !bytes.is_empty() && bytes.len() <= limit)
     };
@@ -718,9 +745,12 @@ fn fit_additionals(response: &mut Message, limit: usize) -> Option<Vec<u8>> {
     }
     let additionals = std::mem::take(&mut response.additionals);
     let ends = rrset_ends(&additionals);
+    let Some(mut best) = fits(response) else {
+        response.additionals = additionals;
+        return None;
+    };
     // Invariant: the first `fitting` RRsets fit (with `best` their encoding); `ends.len()`
     // (all of them) did not.
-    let mut best = fits(response)?;
     let (mut fitting, mut too_many) = (0, ends.len());
     while too_many - fitting > 1 {
         let middle = (fitting + too_many) / 2;
@@ -796,6 +826,7 @@ mod tests {
                 shape,
                 identity: Some(&identity),
                 udp_ceiling: UdpCeiling::DEFAULT,
+                srv_targets: SrvTargetCompression::ToFit,
             };
             let answer = respond_for(
                 &Query::read(NINE_QUESTIONS),
@@ -880,5 +911,140 @@ mod tests {
                 "no cookie echoed: which one would it be?"
             );
         }
+    }
+
+    const SRV_ZONE: &str = "prod.coreha.example.";
+    const SRV_NAME: &str = "_https._tcp.default-nginx.ingress.prod.coreha.example.";
+
+    /// The SRV records of a fleet of `nodes` dual-stack nodes, with every target's addresses.
+    fn srv_fleet(nodes: usize) -> RecordTable {
+        let zone = crate::zone::ZoneSpec::with_defaults(Name::from_ascii(SRV_ZONE).expect("zone"));
+        let owner = Name::from_ascii(SRV_NAME).expect("a name");
+        let mut records = Vec::new();
+        for i in 0..nodes {
+            let target = Name::from_ascii(format!("cp-{i}.nodes.{SRV_ZONE}")).expect("a target");
+            let srv = crate::records::Srv {
+                priority: 0,
+                weight: 1,
+                port: 443,
+                target: crate::dns::WireName::from_name(&target),
+            };
+            records.push(crate::records::SourceRecord::new(
+                &owner,
+                None,
+                crate::records::RecordData::Srv(srv),
+            ));
+            let v4 = std::net::Ipv4Addr::new(198, 18, 1 + (i / 250) as u8, 1 + (i % 250) as u8);
+            let v6 = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, i as u16);
+            for address in [IpAddr::V4(v4), IpAddr::V6(v6)] {
+                records.push(crate::records::SourceRecord::new(
+                    &target,
+                    None,
+                    address.into(),
+                ));
+            }
+        }
+        RecordTable::compile(&[zone], &records).0
+    }
+
+    /// The UDP answer to `_https._tcp.…` SRV offering `offer` bytes, with SRV targets `srv`.
+    fn srv_answer(table: &RecordTable, offer: u16, srv_targets: SrvTargetCompression) -> Answer {
+        let mut query = Message::new(0x4d2, op::MessageType::Query, OpCode::Query);
+        query.add_query(op::Query::query(
+            Name::from_ascii(SRV_NAME).expect("a name"),
+            RecordType::SRV,
+        ));
+        let mut edns = op::Edns::new();
+        edns.set_max_payload(offer);
+        query.set_edns(edns);
+        let bytes = query.to_vec().expect("a query");
+        let asker = Asker {
+            srv_targets,
+            ..Asker::ANONYMOUS
+        };
+        respond_for(&Query::read(&bytes), Some(table), Transport::Udp, &asker).expect("an answer")
+    }
+
+    /// How many times `labels` are spelled out in `bytes`.
+    fn spelled(bytes: &[u8], labels: &[u8]) -> usize {
+        bytes.windows(labels.len()).filter(|w| *w == labels).count()
+    }
+
+    /// The targets' common part (`nodes.prod.coreha.example`), in full.
+    const TARGETS_SUFFIX: &[u8] = b"\x05nodes\x04prod\x06coreha\x07example\x00";
+
+    #[test]
+    fn srv_targets_are_compressed_only_where_in_full_they_would_be_truncated() {
+        // 250 nodes: in full the SRV records take over 8192 bytes; compressed they fit.
+        let fleet = srv_fleet(250);
+        let never = srv_answer(&fleet, 8192, SrvTargetCompression::Never);
+        assert!(never.truncated && !never.srv_targets_compressed);
+        let to_fit = srv_answer(&fleet, 8192, SrvTargetCompression::ToFit);
+        assert!(!to_fit.truncated && to_fit.srv_targets_compressed);
+        assert!(to_fit.bytes.len() <= 8192, "{}", to_fit.bytes.len());
+        assert_eq!(spelled(&to_fit.bytes, b"\x05nodes"), 1, "`nodes` once");
+        assert_eq!(
+            spelled(&to_fit.bytes, TARGETS_SUFFIX),
+            0,
+            "pointers to the zone"
+        );
+        let message = Message::from_vec(&to_fit.bytes).expect("it parses");
+        assert!(!message.metadata.truncation);
+        let targets: Vec<String> = message
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::SRV(srv) if srv.port == 443 => Some(srv.target.to_ascii()),
+                _ => None,
+            })
+            .collect();
+        let mut expected: Vec<String> = (0..250)
+            .map(|i| format!("cp-{i}.nodes.{SRV_ZONE}"))
+            .collect();
+        let mut read = targets.clone();
+        read.sort();
+        expected.sort();
+        assert_eq!(read, expected, "every target, whole");
+        // Additional records that fit beside them, each a whole RRset, owned by a target.
+        assert!(!message.additionals.is_empty());
+        assert_eq!(message.additionals.len() % 2, 0, "A and AAAA together");
+        for record in &message.additionals {
+            assert!(targets.contains(&record.name.to_ascii()), "{record:?}");
+        }
+
+        // 150 nodes fit in full (their addresses left out first): RFC 2782's bytes, whatever
+        // the setting.
+        let fleet = srv_fleet(150);
+        let never = srv_answer(&fleet, 8192, SrvTargetCompression::Never);
+        let to_fit = srv_answer(&fleet, 8192, SrvTargetCompression::ToFit);
+        assert!(!to_fit.truncated && !to_fit.srv_targets_compressed);
+        assert_eq!(to_fit.bytes, never.bytes);
+        assert_eq!(
+            spelled(&to_fit.bytes, TARGETS_SUFFIX),
+            150,
+            "every target in full"
+        );
+
+        // Past what even compressed targets fit: truncated, as before.
+        let too_many = srv_answer(&srv_fleet(400), 8192, SrvTargetCompression::ToFit);
+        assert!(too_many.truncated && !too_many.srv_targets_compressed);
+        let message = Message::from_vec(&too_many.bytes).expect("it parses");
+        assert!(message.answers.is_empty());
+    }
+
+    #[test]
+    fn a_small_offer_gets_compressed_srv_targets_too_when_in_full_they_do_not_fit() {
+        // 12 SRV records in full take about 600 bytes: over 512, under 512 compressed (the
+        // answer encoded here, not by hickory-proto, though it is small).
+        let fleet = srv_fleet(12);
+        let never = srv_answer(&fleet, 512, SrvTargetCompression::Never);
+        assert!(never.truncated);
+        let to_fit = srv_answer(&fleet, 512, SrvTargetCompression::ToFit);
+        assert!(!to_fit.truncated && to_fit.srv_targets_compressed);
+        assert!(to_fit.bytes.len() <= 512);
+        let message = Message::from_vec(&to_fit.bytes).expect("it parses");
+        assert_eq!(message.answers.len(), 12);
+        assert_eq!(message.metadata.id, 0x4d2);
+        assert_eq!(message.edns.map(|e| e.max_payload()), Some(8192));
     }
 }

@@ -5,7 +5,14 @@
 
 use hickory_proto::op::Message;
 use hostport_dns::sources::file;
-use hostport_dns_core::{answer::respond, dns::message::Transport, table::RecordTable};
+use hostport_dns_core::{
+    answer::{Asker, respond_for},
+    dns::{
+        Query,
+        message::{SrvTargetCompression, Transport},
+    },
+    table::RecordTable,
+};
 use hostport_dns_tests::packet::QueryBuilder;
 
 /// What the client offers (EDNS), as the README's columns.
@@ -76,20 +83,31 @@ fn table(names: &Names, nodes: usize) -> RecordTable {
 enum Mode {
     A,
     Aaaa,
-    /// The SRV records whole (their targets' addresses as many as fit).
+    /// The SRV records whole, their targets in full (`--srv-target-compression never`; their
+    /// targets' addresses as many as fit).
+    SrvInFull,
+    /// The SRV records whole, their targets compressed where in full they do not fit (the
+    /// default).
     Srv,
     /// The SRV records and every target's addresses.
     SrvWithAdditional,
 }
 
 impl Mode {
-    const ALL: [Mode; 4] = [Mode::A, Mode::Aaaa, Mode::Srv, Mode::SrvWithAdditional];
+    const ALL: [Mode; 5] = [
+        Mode::A,
+        Mode::Aaaa,
+        Mode::SrvInFull,
+        Mode::Srv,
+        Mode::SrvWithAdditional,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Mode::A => "A",
             Mode::Aaaa => "AAAA",
-            Mode::Srv => "SRV",
+            Mode::SrvInFull => "SRV, targets in full (`never`)",
+            Mode::Srv => "SRV (default: targets compressed where in full they do not fit)",
             Mode::SrvWithAdditional => "SRV with every target's A and AAAA",
         }
     }
@@ -102,10 +120,21 @@ fn fits(names: &Names, mode: Mode, nodes: usize, size: u16) -> bool {
     let (qname, qtype) = match mode {
         Mode::A => (name, TYPE_A),
         Mode::Aaaa => (name, TYPE_AAAA),
-        Mode::Srv | Mode::SrvWithAdditional => (format!("_https._tcp.{name}"), TYPE_SRV),
+        Mode::SrvInFull | Mode::Srv | Mode::SrvWithAdditional => {
+            (format!("_https._tcp.{name}"), TYPE_SRV)
+        }
     };
     let query = QueryBuilder::new(&qname, qtype).edns(size, false).bytes();
-    let answer = respond(&query, Some(&table), Transport::Udp).expect("an answer");
+    let srv_targets = match mode {
+        Mode::SrvInFull => SrvTargetCompression::Never,
+        _ => SrvTargetCompression::default(),
+    };
+    let asker = Asker {
+        srv_targets,
+        ..Asker::ANONYMOUS
+    };
+    let answer =
+        respond_for(&Query::read(&query), Some(&table), Transport::Udp, &asker).expect("an answer");
     assert!(answer.bytes.len() <= usize::from(size), "over the offer");
     let message = Message::from_vec(&answer.bytes).expect("it parses");
     if message.metadata.truncation {

@@ -91,24 +91,56 @@ fn set(addresses: impl IntoIterator<Item = String>) -> BTreeSet<String> {
     addresses.into_iter().collect()
 }
 
-/// HAProxy fills all 250 slots of a 250-node dual-stack fleet, asking A only and AAAA first, the
-/// agent's XDP program attached (it passes such sets up; userspace sends them whole), and two
-/// slots hold a stable pair while the fleet does not change.
-#[test]
-fn haproxy_fills_every_slot_for_a_250_node_dual_stack_fleet_with_xdp_on() {
+/// HAProxy (the seed's configuration: `accepted_payload_size 8192`) in every mode against a
+/// 250-node dual-stack fleet: A only, AAAA first and SRV (`_https._tcp.<name>`) each fill all
+/// 250 slots. SRV records of 250 nodes do not fit 8192 bytes with their targets in full: the
+/// agent's default sends them compressed rather than truncated (a truncated answer is an error
+/// for HAProxy: it filled no slot). Returns the SRV-mode HAProxy, once full.
+fn every_mode_fills_250_slots(link: &Link, agent: &Agent) -> Haproxy {
     let nodes = 250;
-    let (link, _api, agent, _dir) = fleet("hpfl250", nodes, &["--xdp-mode", "native"]);
-    let ipv4 = haproxy(&link, NAME, nodes, Some("ipv4"));
-    let aaaa_first = haproxy(&link, NAME, nodes, None);
-    let pair = haproxy(&link, NAME, 2, None);
-    let all_v4 = set((0..nodes).map(v4));
-    let all_v6 = set((0..nodes).map(v6));
+    let srv = haproxy(link, &format!("_https._tcp.{NAME}"), nodes, None);
+    let ipv4 = haproxy(link, NAME, nodes, Some("ipv4"));
+    let aaaa_first = haproxy(link, NAME, nodes, None);
     eventually("HAProxy (ipv4) to fill its 250 slots", 30, || {
-        set(ipv4.backend_addresses()) == all_v4
+        set(ipv4.backend_addresses()) == set((0..nodes).map(v4))
     });
     eventually("HAProxy (AAAA first) to fill its 250 slots", 30, || {
-        set(aaaa_first.backend_addresses()) == all_v6
+        set(aaaa_first.backend_addresses()) == set((0..nodes).map(v6))
     });
+    eventually("HAProxy (SRV) to fill its 250 slots", 45, || {
+        srv.backend_endpoints().len() == nodes
+    });
+    let endpoints = set(srv.backend_endpoints());
+    assert!(
+        endpoints.iter().all(|e| e.ends_with(":443")),
+        "ports from the SRV records: {endpoints:?}"
+    );
+    // Each node once, by one of its addresses (from the additional section, or asked for).
+    let nodes_seen: BTreeSet<usize> = endpoints
+        .iter()
+        .filter_map(|e| {
+            (0..nodes).find(|i| *e == format!("{}:443", v4(*i)) || *e == format!("{}:443", v6(*i)))
+        })
+        .collect();
+    assert_eq!(nodes_seen.len(), nodes, "{endpoints:?}");
+    assert_eq!(agent.metric("hostport_dns_truncated", &[]), 0.0);
+    assert!(
+        agent.metric("hostport_dns_srv_targets_compressed", &[]) > 0.0,
+        "the SRV answer went with its targets compressed"
+    );
+    srv
+}
+
+/// Every mode fills every slot of a 250-node fleet with the agent's defaults and its XDP
+/// program attached (it passes such sets up; userspace sends them whole), and two slots hold a
+/// stable pair while the fleet does not change.
+#[test]
+fn haproxy_fills_every_slot_for_a_250_node_dual_stack_fleet_in_every_mode_with_xdp_on() {
+    let nodes = 250;
+    let (link, _api, agent, _dir) = fleet("hpfl250", nodes, &["--xdp-mode", "native"]);
+    let pair = haproxy(&link, NAME, 2, None);
+    every_mode_fills_250_slots(&link, &agent);
+    let all_v6 = set((0..nodes).map(v6));
     eventually("HAProxy to fill its two slots", 30, || {
         pair.backend_addresses().len() == 2
     });
@@ -132,54 +164,140 @@ fn haproxy_fills_every_slot_for_a_250_node_dual_stack_fleet_with_xdp_on() {
     assert_eq!(agent.metric("hostport_dns_truncated", &[]), 0.0);
 }
 
-/// SRV mode (`_https._tcp.<name>`): the SRV records of 150 nodes fit 8192 bytes (their targets
-/// written in full), the addresses that fit come in the additional section, and HAProxy fills
-/// all 150 slots with address and port; so do A only and AAAA first. XDP off: the userspace
-/// path alone.
+/// The same with XDP off: the userspace path alone.
 #[test]
-fn haproxy_fills_every_slot_for_a_150_node_fleet_in_every_mode_with_xdp_off() {
-    let nodes = 150;
-    let (link, _api, agent, _dir) = fleet("hpfls", nodes, &["--xdp-mode", "off"]);
-    let srv = haproxy(&link, &format!("_https._tcp.{NAME}"), nodes, None);
-    let ipv4 = haproxy(&link, NAME, nodes, Some("ipv4"));
-    let aaaa_first = haproxy(&link, NAME, nodes, None);
-    eventually("HAProxy (SRV) to fill its 150 slots", 45, || {
-        srv.backend_endpoints().len() == nodes
-    });
-    eventually(
-        "HAProxy (ipv4, AAAA first) to fill their 150 slots",
-        30,
-        || {
-            set(ipv4.backend_addresses()) == set((0..nodes).map(v4))
-                && set(aaaa_first.backend_addresses()) == set((0..nodes).map(v6))
-        },
-    );
-    let endpoints = set(srv.backend_endpoints());
-    assert!(
-        endpoints.iter().all(|e| e.ends_with(":443")),
-        "ports from the SRV records: {endpoints:?}"
-    );
-    // Each node once, by one of its addresses.
-    let nodes_seen: BTreeSet<usize> = endpoints
-        .iter()
-        .filter_map(|e| {
-            (0..nodes).find(|i| *e == format!("{}:443", v4(*i)) || *e == format!("{}:443", v6(*i)))
-        })
-        .collect();
-    assert_eq!(nodes_seen.len(), nodes, "{endpoints:?}");
-    assert_eq!(agent.metric("hostport_dns_truncated", &[]), 0.0);
+fn haproxy_fills_every_slot_for_a_250_node_dual_stack_fleet_in_every_mode_with_xdp_off() {
+    let (link, _api, agent, _dir) = fleet("hpfls", 250, &["--xdp-mode", "off"]);
+    every_mode_fills_250_slots(&link, &agent);
 }
 
-/// SRV mode past what 8192 bytes hold (an SRV target is written in full: about 160 nodes
-/// here): the operator raises HAProxy's `accepted_payload_size` and the agent's
-/// `--udp-max-payload` together, as deploy/README.md says, and a 250-node fleet fills every slot.
+/// The raw UDP answer to `_https._tcp.<name>` SRV offering `offer` bytes.
+fn srv_bytes(link: &Link, offer: u16) -> Vec<u8> {
+    let query = QueryBuilder::new(&format!("_https._tcp.{NAME}"), 33)
+        .edns(offer, false)
+        .bytes();
+    let server = format!("{}:1053", link.server.ipv4);
+    udp_exchange(&link.client_ns, server.parse().expect("an address"), query).expect("an answer")
+}
+
+/// How many SRV targets (`cp-N.nodes.<zone>`) are written in full in `bytes`.
+fn targets_in_full(bytes: &[u8]) -> usize {
+    let suffix = b"\x05nodes\x04prod\x06coreha\x07example\x00";
+    bytes.windows(suffix.len()).filter(|w| w == suffix).count()
+}
+
+/// SRV targets go compressed only where in full they would be truncated: 250 nodes offered
+/// 16384 bytes (the ceiling raised to it) get them in full (RFC 2782); offered 8192,
+/// compressed, and dig and kdig read every target back. 150 nodes fit 8192 in full.
 #[test]
-fn haproxy_in_srv_mode_fills_every_slot_for_250_nodes_with_both_sizes_raised() {
+fn srv_targets_are_compressed_only_where_in_full_they_would_be_truncated() {
+    let nodes = 250;
+    let (link, api, agent, _dir) = fleet(
+        "srvcmp",
+        nodes,
+        &["--xdp-mode", "off", "--udp-max-payload", "16384"],
+    );
+    let question = format!("_https._tcp.{NAME}");
+    let expected: BTreeSet<String> = (0..nodes)
+        .map(|i| format!("0 1 443 cp-{i}.nodes.{ZONE}."))
+        .collect();
+    // `+noadditional`: dig 9.18's YAML loses the header of a printout this long.
+    eventually("the fleet's 250 SRV records", 30, || {
+        let answer = dig(
+            &link.client_ns,
+            link.server.ipv4,
+            1053,
+            &[
+                &question,
+                "SRV",
+                "+bufsize=8192",
+                "+ignore",
+                "+noadditional",
+            ],
+        );
+        !answer.has_flag("tc") && answer.answer.len() == nodes
+    });
+    let compressed = || agent.metric("hostport_dns_srv_targets_compressed", &[]);
+    let before = compressed();
+    assert!(before > 0.0, "dig's answers at 8192 went compressed");
+    let raised = srv_bytes(&link, 16384);
+    assert_eq!(targets_in_full(&raised), nodes, "in full where they fit");
+    assert_eq!(compressed(), before, "not counted as compressed");
+    let seed = srv_bytes(&link, 8192);
+    assert_eq!(compressed(), before + 1.0);
+    assert!(seed.len() <= 8192, "{}", seed.len());
+    assert_eq!(targets_in_full(&seed), 0, "compressed");
+    for server in [link.server.ipv4, link.server.ipv6] {
+        let by_dig = dig(
+            &link.client_ns,
+            server,
+            1053,
+            &[
+                &question,
+                "SRV",
+                "+bufsize=8192",
+                "+ignore",
+                "+noadditional",
+            ],
+        );
+        assert!(!by_dig.has_flag("tc"), "over {server}: {by_dig:?}");
+        let targets: BTreeSet<String> = by_dig.answer.iter().map(|r| r.data.clone()).collect();
+        assert_eq!(targets, expected, "dig over {server}");
+        let by_kdig = hostport_dns_tests::clients::kdig(
+            &link.client_ns,
+            server,
+            1053,
+            &[&question, "SRV", "+bufsize=8192", "+ignore"],
+        );
+        assert!(!by_kdig.has_flag("tc"), "over {server}: {by_kdig:?}");
+        let targets: BTreeSet<String> = by_kdig.answer.iter().map(|r| r.data.clone()).collect();
+        assert_eq!(targets, expected, "kdig over {server}: {by_kdig:?}");
+    }
+    // A hundred nodes go: the 150 left fit 8192 in full.
+    for i in 150..nodes {
+        api.delete(Kind::Pod, "ingress", &format!("nginx-{i}"));
+    }
+    eventually("the fleet to shrink to 150", 30, || {
+        let answer = dig(
+            &link.client_ns,
+            link.server.ipv4,
+            1053,
+            &[
+                &question,
+                "SRV",
+                "+bufsize=8192",
+                "+ignore",
+                "+noadditional",
+            ],
+        );
+        answer.answer.len() == 150
+    });
+    assert_eq!(
+        targets_in_full(&srv_bytes(&link, 8192)),
+        150,
+        "in full again"
+    );
+}
+
+/// SRV mode with targets never compressed (`--srv-target-compression never`, RFC 2782
+/// always): past what 8192 bytes hold in full (about 160 nodes here) the operator raises
+/// HAProxy's `accepted_payload_size` and the agent's `--udp-max-payload` together, as
+/// deploy/README.md says, and a 250-node fleet fills every slot; with the seed's 8192, the same
+/// SRV answer is truncated.
+#[test]
+fn with_srv_targets_never_compressed_haproxy_fills_250_slots_with_both_sizes_raised() {
     let nodes = 250;
     let (link, _api, agent, _dir) = fleet(
         "hpfls16",
         nodes,
-        &["--xdp-mode", "native", "--udp-max-payload", "16384"],
+        &[
+            "--xdp-mode",
+            "native",
+            "--udp-max-payload",
+            "16384",
+            "--srv-target-compression",
+            "never",
+        ],
     );
     let srv = Haproxy::start_offering(
         &link.client_ns,
@@ -193,7 +311,6 @@ fn haproxy_in_srv_mode_fills_every_slot_for_250_nodes_with_both_sizes_raised() {
         srv.backend_endpoints().len() == nodes
     });
     assert_eq!(agent.metric("hostport_dns_truncated", &[]), 0.0);
-    // With the seed's 8192, the same SRV answer does not fit: TC=1, whole over TCP.
     let seed = dig(
         &link.client_ns,
         link.server.ipv4,
@@ -207,6 +324,10 @@ fn haproxy_in_srv_mode_fills_every_slot_for_250_nodes_with_both_sizes_raised() {
         ],
     );
     assert!(seed.has_flag("tc") && seed.answer.is_empty(), "{seed:?}");
+    assert_eq!(
+        agent.metric("hostport_dns_srv_targets_compressed", &[]),
+        0.0
+    );
 }
 
 /// Pods joining and leaving a 300-node fleet: HAProxy (A) follows within its poll and the

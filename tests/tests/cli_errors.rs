@@ -198,6 +198,36 @@ fn a_udp_ceiling_outside_512_to_65507_is_refused_on_the_command_line_and_in_the_
 }
 
 #[test]
+fn an_unknown_srv_target_compression_is_refused_on_the_command_line_and_in_the_file() {
+    let out = Command::new(binary())
+        .args(["run", "--srv-target-compression", "always"])
+        .output()
+        .expect("run the agent");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("invalid value 'always' for '--srv-target-compression")
+            && stderr.contains("never, to-fit"),
+        "{stderr}"
+    );
+    let dir = TempDir::new("srvcompress");
+    let config = dir.write("config.yaml", "srvTargetCompression: always\nzones: []\n");
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&config)
+        .output()
+        .expect("run check-config");
+    assert_one_error_line(&out, "srvTargetCompression");
+    let good = dir.write("good.yaml", "srvTargetCompression: never\nzones: []\n");
+    let out = Command::new(binary())
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("run check-config");
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
 fn check_config_accepts_a_valid_configuration_and_names_the_first_error() {
     let dir = TempDir::new("checkconfig");
     let valid = "zones:\n  - name: ingress.example.com\npods:\n  - zone: ingress.example.com\n    labelKey: ingress.cluster/name\nendpointSlices:\n  - zone: ingress.example.com\n    hostnames: [api]\n    service: default/kubernetes\n";

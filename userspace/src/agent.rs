@@ -24,7 +24,11 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
-use hostport_dns_core::{cookies::Cookies, dns::message::UdpCeiling, identity::Identity};
+use hostport_dns_core::{
+    cookies::Cookies,
+    dns::message::{SrvTargetCompression, UdpCeiling},
+    identity::Identity,
+};
 
 use crate::{
     agent_config::{self, AgentConfig},
@@ -73,6 +77,14 @@ fn udp_ceiling(args: &RunArgs, config: Option<&AgentConfig>) -> anyhow::Result<U
     }
 }
 
+/// When SRV targets are compressed: the command line's, else the configuration file's, else
+/// `to-fit`.
+fn srv_targets(args: &RunArgs, config: Option<&AgentConfig>) -> SrvTargetCompression {
+    args.srv_target_compression
+        .or_else(|| config.and_then(|c| c.srv_target_compression))
+        .unwrap_or_default()
+}
+
 pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     // Everything that can be wrong with the input is found before anything is bound or attached.
     let mut sources = Sources::load(&args)?;
@@ -114,7 +126,8 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     let shared = Shared::with_transfers(
         Gate::new(client_policy.clone(), cookies)
             .with_identity(identity)
-            .with_udp_ceiling(udp_ceiling),
+            .with_udp_ceiling(udp_ceiling)
+            .with_srv_targets(srv_targets(&args, sources.config.as_ref())),
         transfers
             .clone()
             .map(|t| t as Arc<dyn crate::server::zone_transfers::ZoneTransfers>),

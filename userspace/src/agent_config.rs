@@ -33,7 +33,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use hostport_dns_core::{
-    dns::message::UdpCeiling,
+    dns::message::{SrvTargetCompression, UdpCeiling},
     table::{Network, ReverseConfig},
     zone::{ZoneSpec, check_zones_do_not_overlap},
 };
@@ -75,6 +75,8 @@ pub struct AgentConfig {
     pub outputs: OutputsConfig,
     /// The ceiling on UDP answers, when the file sets one.
     pub udp_max_payload: Option<UdpCeiling>,
+    /// When SRV targets are compressed, when the file says.
+    pub srv_target_compression: Option<SrvTargetCompression>,
 }
 
 impl AgentConfig {
@@ -124,6 +126,12 @@ struct ConfigFile {
     /// it. `--udp-max-payload` overrides it.
     #[serde(default)]
     udp_max_payload: Option<u16>,
+    /// When SRV targets are compressed: `to-fit` (the default: in full whenever the SRV records
+    /// fit so, compressed where the alternative is a truncated answer) or `never` (RFC 2782
+    /// always: truncated when they do not fit). `--srv-target-compression` overrides it.
+    #[serde(default)]
+    #[schemars(with = "Option<schema::SrvTargetCompression>")]
+    srv_target_compression: Option<String>,
     /// Which nodes' pods leave the answers made from pods (API-server records keep every
     /// server).
     #[serde(default)]
@@ -180,6 +188,14 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
         udp_max_payload: file
             .udp_max_payload
             .map(|bytes| UdpCeiling::new(bytes).map_err(|e| format!("udpMaxPayload: {e}")))
+            .transpose()
+            .map_err(invalid)?,
+        srv_target_compression: file
+            .srv_target_compression
+            .map(|text| {
+                text.parse::<SrvTargetCompression>()
+                    .map_err(|e| format!("srvTargetCompression: {e}"))
+            })
             .transpose()
             .map_err(invalid)?,
         ..AgentConfig::default()
@@ -317,6 +333,27 @@ mod tests {
         ] {
             assert!(definitions.contains_key(name), "{name}");
         }
+    }
+
+    #[test]
+    fn srv_target_compression_is_read_and_checked() {
+        let read = |text: &str| parse_str(text).map(|c| c.srv_target_compression);
+        assert_eq!(
+            read("srvTargetCompression: never\n").ok(),
+            Some(Some(SrvTargetCompression::Never))
+        );
+        assert_eq!(
+            read("srvTargetCompression: to-fit\n").ok(),
+            Some(Some(SrvTargetCompression::ToFit))
+        );
+        assert_eq!(read("zones: []\n").ok(), Some(None));
+        let error = read("srvTargetCompression: always\n")
+            .expect_err("not a choice")
+            .to_string();
+        assert!(
+            error.contains("srvTargetCompression") && error.contains("to-fit"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -2,8 +2,12 @@
 
 use std::{net::IpAddr, path::PathBuf};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{
+    Args, Parser, Subcommand, ValueEnum,
+    builder::{PossibleValuesParser, TypedValueParser},
+};
 use hostport_dns_common::limits::DEFAULT_DNS_PORT;
+use hostport_dns_core::dns::message::SrvTargetCompression;
 
 use crate::xdp::XdpMode;
 
@@ -162,6 +166,14 @@ pub struct RunArgs {
     /// day 2020).
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(512..=65_507))]
     pub udp_max_payload: Option<u16>,
+    /// When SRV targets are compressed. RFC 2782 writes them in full, which puts about 160
+    /// short-named nodes' SRV records in 8192 bytes; past that, `to-fit` (the default) sends
+    /// them compressed rather than truncated (a truncated answer is an error for HAProxy, whose
+    /// SRV mode then fills no slot). Answers that fit in full are sent in full. `never`: always
+    /// in full, truncated when they do not fit. Overrides the configuration file's
+    /// `srvTargetCompression`.
+    #[arg(long, value_name = "WHEN", value_parser = srv_target_compression())]
+    pub srv_target_compression: Option<SrvTargetCompression>,
     /// Logs from the XDP program itself (off: every logged packet costs time).
     #[arg(long, value_enum, default_value = "off")]
     pub ebpf_log_level: crate::xdp::EbpfLogLevel,
@@ -221,6 +233,11 @@ fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
     let ip: IpAddr = host.parse().map_err(|_| bad())?;
     let port: u16 = port.parse().map_err(|_| bad())?;
     Ok(std::net::SocketAddr::new(ip, port))
+}
+
+/// `--srv-target-compression`: one of its names, which `--help` lists.
+fn srv_target_compression() -> impl TypedValueParser<Value = SrvTargetCompression> {
+    PossibleValuesParser::new(SrvTargetCompression::NAMES).try_map(|name| name.parse())
 }
 
 #[cfg(test)]

@@ -110,3 +110,10 @@ string_schema!(
     "A TSIG key's name, as the secondary names it.",
     { "minLength": 1, "maxLength": 254 }
 );
+
+string_schema!(
+    /// `SrvTargetCompression::from_str`.
+    SrvTargetCompression,
+    "When SRV targets are compressed: to-fit (in full whenever the SRV records fit so; compressed where the alternative is a truncated answer) or never (RFC 2782 always: truncated when they do not fit).",
+    { "enum": ["never", "to-fit"] }
+);

@@ -539,6 +539,14 @@ impl Collector for LiveCollector {
         )?;
         ConstCounter::new(self.shared.stats.truncated())
             .encode(truncated.encode_family(&[("proto", "udp")])?)?;
+        let mut srv_compressed = encoder.encode_descriptor(
+            "srv_targets_compressed",
+            "Answers sent with their SRV targets compressed because in full they did not fit",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        ConstCounter::new(self.shared.stats.srv_targets_compressed())
+            .encode(srv_compressed.encode_family(&NO_LABELS)?)?;
         let mut cache_bytes = encoder.encode_descriptor(
             "answer_cache_bytes",
             "Bytes the userspace answer caches hold, over all threads",

@@ -12,6 +12,9 @@
 //! (the question, the owners and SRV targets before), SRV targets in full (RFC 2782;
 //! hickory-proto writes them canonically too). Small answers, and any other shape, are left to
 //! hickory-proto, so that the bytes the XDP program must match never change.
+//!
+//! [`SrvTargets::Compressed`] writes SRV targets compressed too: the answer's last resort before
+//! TC=1 (see `answer::encode`), for fleets whose SRV records do not fit otherwise.
 
 use std::collections::HashMap;
 
@@ -34,21 +37,46 @@ const SRV_FIXED_LEN: usize = 6;
 /// The highest offset a compression pointer reaches (14 bits).
 const MAX_POINTER_TARGET: usize = 0x3fff;
 
+/// How SRV targets are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SrvTargets {
+    /// In full, as RFC 2782 says ("name compression is not to be used for this field").
+    Full,
+    /// Compressed like owners: a label or two and a pointer. RFC 2052 had SRV targets
+    /// compressed, and RFC 3597 §4 asks receivers to decompress them still; HAProxy, dig, kdig,
+    /// c-ares and Go's resolver do.
+    Compressed,
+}
+
 /// The response's wire bytes.
 pub fn to_vec(message: &Message) -> Result<Vec<u8>, ProtoError> {
-    if is_large_answer(message) {
-        large_answer(message)
+    to_vec_with(message, SrvTargets::Full)
+}
+
+/// The response's wire bytes, its SRV targets written as `targets` says.
+pub fn to_vec_with(message: &Message, targets: SrvTargets) -> Result<Vec<u8>, ProtoError> {
+    let records = message.answers.len() + message.additionals.len();
+    let large = records > LARGE_RESPONSE_RECORDS;
+    let srv_to_compress = targets == SrvTargets::Compressed && has_srv(message);
+    if (large || srv_to_compress) && is_encodable_here(message) {
+        large_answer(message, targets)
     } else {
         message.to_vec()
     }
 }
 
-/// An answer of many address or SRV records, with one question and no authority records or
+/// Whether the answer section holds SRV records.
+pub fn has_srv(message: &Message) -> bool {
+    message
+        .answers
+        .iter()
+        .any(|r| r.record_type() == RecordType::SRV)
+}
+
+/// An answer of address or SRV records, with one question and no authority records or
 /// signature: what this encoder writes.
-fn is_large_answer(message: &Message) -> bool {
-    let records = message.answers.len() + message.additionals.len();
-    records > LARGE_RESPONSE_RECORDS
-        && message.queries.len() == 1
+fn is_encodable_here(message: &Message) -> bool {
+    message.queries.len() == 1
         && message.authorities.is_empty()
         && message.signature.is_none()
         && message
@@ -58,7 +86,7 @@ fn is_large_answer(message: &Message) -> bool {
             .all(|r| rdata_bytes(r).is_some())
 }
 
-fn large_answer(message: &Message) -> Result<Vec<u8>, ProtoError> {
+fn large_answer(message: &Message, targets: SrvTargets) -> Result<Vec<u8>, ProtoError> {
     // The header, the question and the OPT record, as hickory-proto writes them.
     let mut skeleton = message.clone();
     skeleton.answers.clear();
@@ -78,15 +106,26 @@ fn large_answer(message: &Message) -> Result<Vec<u8>, ProtoError> {
         out.extend_from_slice(&u16::from(record.record_type()).to_be_bytes());
         out.extend_from_slice(&u16::from(record.dns_class).to_be_bytes());
         out.extend_from_slice(&record.ttl.to_be_bytes());
-        let rdlength = u16::try_from(rdata.len()).map_err(|_| ProtoError::from("rdata"))?;
-        out.extend_from_slice(&rdlength.to_be_bytes());
+        let rdlength_at = out.len();
+        out.extend_from_slice(&[0, 0]);
         let rdata_at = out.len();
-        out.extend_from_slice(&rdata);
-        // An SRV target is written in full, and later owners (its addresses) point at it.
         if record.record_type() == RecordType::SRV {
-            let target = &rdata[SRV_FIXED_LEN..];
-            names.remember(target, rdata_at + SRV_FIXED_LEN, target.len());
+            // Later owners (the target's addresses) point at the target, however written.
+            let (fixed, target) = rdata.split_at(SRV_FIXED_LEN.min(rdata.len()));
+            out.extend_from_slice(fixed);
+            match targets {
+                SrvTargets::Full => {
+                    names.remember(target, out.len(), target.len());
+                    out.extend_from_slice(target);
+                }
+                SrvTargets::Compressed => names.write(&mut out, target),
+            }
+        } else {
+            out.extend_from_slice(&rdata);
         }
+        let rdlength =
+            u16::try_from(out.len() - rdata_at).map_err(|_| ProtoError::from("rdata"))?;
+        out[rdlength_at..rdata_at].copy_from_slice(&rdlength.to_be_bytes());
     }
     out.extend_from_slice(&skeleton[question_end..]);
     let count = |n: usize| u16::try_from(n).map_err(|_| ProtoError::from("too many records"));
@@ -225,7 +264,7 @@ mod tests {
         let qname = name("_https._tcp.ing.Prod.example.");
         let small = srv_answer(&qname, 10);
         assert_eq!(
-            large_answer(&small).expect("encoded"),
+            large_answer(&small, SrvTargets::Full).expect("encoded"),
             small.to_vec().expect("encoded by hickory")
         );
     }
@@ -257,5 +296,31 @@ mod tests {
         assert_eq!(read.answers, srv.answers);
         assert_eq!(read.additionals, srv.additionals);
         assert!(bytes.len() < srv.to_vec().expect("hickory").len());
+
+        // Targets compressed: the same records read back, each target a label and a pointer.
+        let compressed = to_vec_with(&srv, SrvTargets::Compressed).expect("encoded");
+        let read = Message::from_vec(&compressed).expect("it parses");
+        assert_eq!(read.answers, srv.answers);
+        assert_eq!(read.additionals, srv.additionals);
+        let shorter_by = bytes.len() - compressed.len();
+        // `cp-N` stays; `nodes.Prod.example` (20 bytes with the root) becomes a pointer (2), in
+        // all but the first target, which points at the question's `Prod.example` instead.
+        assert_eq!(shorter_by, 249 * (20 - 2) + (14 - 2), "{shorter_by}");
+    }
+
+    #[test]
+    fn a_small_answer_with_srv_targets_to_compress_is_encoded_here() {
+        let srv = srv_answer(&name("_https._tcp.ing.Prod.example."), 3);
+        let full = to_vec(&srv).expect("encoded");
+        assert_eq!(
+            full,
+            srv.to_vec().expect("hickory"),
+            "in full: hickory's bytes"
+        );
+        let compressed = to_vec_with(&srv, SrvTargets::Compressed).expect("encoded");
+        assert!(compressed.len() < full.len());
+        let read = Message::from_vec(&compressed).expect("it parses");
+        assert_eq!(read.answers, srv.answers);
+        assert_eq!(read.additionals, srv.additionals);
     }
 }

@@ -53,6 +53,46 @@ impl Default for UdpCeiling {
     }
 }
 
+/// When SRV targets are compressed (`--srv-target-compression`). RFC 2782 writes them in full,
+/// which puts about 160 short-named nodes in 8192 bytes; a load balancer in SRV mode takes a
+/// truncated answer as an error and fills no slot. Compressed, a target takes its first label
+/// and a pointer, and 250 nodes fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SrvTargetCompression {
+    /// Always in full: an answer whose SRV records do not fit is truncated (TC=1).
+    Never,
+    /// In full whenever the SRV records fit so (their targets' addresses left out first);
+    /// compressed only where the alternative is TC=1.
+    #[default]
+    ToFit,
+}
+
+impl SrvTargetCompression {
+    /// The names operators write.
+    pub const NAMES: [&'static str; 2] = ["never", "to-fit"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Never => "never",
+            Self::ToFit => "to-fit",
+        }
+    }
+}
+
+impl std::str::FromStr for SrvTargetCompression {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "never" => Ok(Self::Never),
+            "to-fit" => Ok(Self::ToFit),
+            other => Err(format!(
+                "SRV target compression {other:?} is neither \"never\" nor \"to-fit\""
+            )),
+        }
+    }
+}
+
 /// A response skeleton: ID and opcode kept, QR and AA set, RD and CD copied, the question and an
 /// OPT record (if the query had one, advertising `ceiling`) echoed. Transfers start from it too.
 pub fn response_to(request: &Message, ceiling: UdpCeiling) -> Message {
@@ -78,6 +118,18 @@ pub fn response_to(request: &Message, ceiling: UdpCeiling) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn srv_target_compression_reads_the_names_it_writes_and_nothing_else() {
+        for mode in [SrvTargetCompression::Never, SrvTargetCompression::ToFit] {
+            assert_eq!(mode.name().parse(), Ok(mode));
+            assert!(SrvTargetCompression::NAMES.contains(&mode.name()));
+        }
+        for bad in ["", "always", "To-Fit", "tofit"] {
+            let error = bad.parse::<SrvTargetCompression>().expect_err("refused");
+            assert!(error.contains("\"to-fit\""), "{error}");
+        }
+    }
 
     #[test]
     fn a_udp_answer_takes_what_the_client_offers_within_512_and_the_ceiling() {

@@ -11,7 +11,7 @@ use hostport_dns_core::{
     cookies::{CookieState, Cookies},
     dns::{
         Query,
-        message::{Transport, UdpCeiling},
+        message::{SrvTargetCompression, Transport, UdpCeiling},
     },
     identity::Identity,
 };
@@ -37,6 +37,8 @@ pub struct Gate {
     pub identity: Option<Identity>,
     /// The ceiling on UDP answers (`--udp-max-payload`).
     pub udp_ceiling: UdpCeiling,
+    /// When SRV targets are compressed (`--srv-target-compression`).
+    pub srv_targets: SrvTargetCompression,
 }
 
 impl Gate {
@@ -52,12 +54,19 @@ impl Gate {
             cookies,
             identity: None,
             udp_ceiling: UdpCeiling::DEFAULT,
+            srv_targets: SrvTargetCompression::default(),
         }
     }
 
     /// Answers over UDP up to `ceiling`, and advertises it.
     pub fn with_udp_ceiling(mut self, ceiling: UdpCeiling) -> Self {
         self.udp_ceiling = ceiling;
+        self
+    }
+
+    /// Compresses SRV targets as `srv_targets` says.
+    pub fn with_srv_targets(mut self, srv_targets: SrvTargetCompression) -> Self {
+        self.srv_targets = srv_targets;
         self
     }
 
@@ -98,6 +107,7 @@ impl Gate {
             shape: Shape::Full,
             identity: self.identity.as_ref(),
             udp_ceiling: self.udp_ceiling,
+            srv_targets: self.srv_targets,
         };
         if !grants.allowed {
             if self.policy.config.outside == Outside::Drop {

@@ -196,6 +196,7 @@ impl Shared {
                 let asker = answer::Asker {
                     shape,
                     udp_ceiling: self.gate.udp_ceiling,
+                    srv_targets: self.gate.srv_targets,
                     ..answer::Asker::ANONYMOUS
                 };
                 answer::respond_for(query, table.as_deref(), transport, &asker).map(|a| a.bytes)

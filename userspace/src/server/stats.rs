@@ -138,6 +138,7 @@ pub struct ServerStats {
     /// Answered requests by transport, zone slot and query type.
     requests: [[[AtomicU64; QTYPES.len()]; ZONE_SLOTS]; TRANSPORTS.len()],
     truncated: AtomicU64,
+    srv_targets_compressed: AtomicU64,
     tcp_open: AtomicU64,
     tcp_closed: [AtomicU64; TcpClose::ALL.len()],
     /// Per transport: from the query read to its answer made, in nanoseconds.
@@ -153,6 +154,7 @@ impl Default for ServerStats {
             answers: Default::default(),
             requests: std::array::from_fn(|_| std::array::from_fn(|_| Default::default())),
             truncated: AtomicU64::new(0),
+            srv_targets_compressed: AtomicU64::new(0),
             tcp_open: AtomicU64::new(0),
             tcp_closed: Default::default(),
             duration: std::array::from_fn(|_| AtomicHistogram::new(&DURATION_BOUNDS, 1e-9)),
@@ -170,6 +172,9 @@ impl ServerStats {
         self.requests[t][zone_slot(answer.zone)][qtype].fetch_add(1, Relaxed);
         if answer.truncated {
             self.truncated.fetch_add(1, Relaxed);
+        }
+        if answer.srv_targets_compressed {
+            self.srv_targets_compressed.fetch_add(1, Relaxed);
         }
     }
 
@@ -263,6 +268,11 @@ impl ServerStats {
 
     pub fn truncated(&self) -> u64 {
         self.truncated.load(Relaxed)
+    }
+
+    /// Answers sent with their SRV targets compressed (in full they did not fit).
+    pub fn srv_targets_compressed(&self) -> u64 {
+        self.srv_targets_compressed.load(Relaxed)
     }
 
     pub fn tcp_opened(&self) {
