@@ -244,7 +244,8 @@ pub fn respond_for(
             .limit(request.edns.as_ref().map(|edns| edns.max_payload())),
     };
     let slip = asker.shape == Shape::Slip;
-    let mut answer = encode(response, limit, qtype, slip, asker.srv_targets);
+    let compress_srv = asker.srv_targets.allows(transport, limit);
+    let mut answer = encode(response, limit, qtype, slip, compress_srv);
     answer.class = class;
     answer.cookie = cookie;
     answer.zone = ZoneOf::of(&request, table);
@@ -686,15 +687,15 @@ fn answer_reverse(
 /// Encodes the response within `limit` bytes, what the client takes (RFC 2181 §9, RFC 6891
 /// §7): additional records are left out first, a whole RRset at a time from the end, with TC
 /// clear (they are not needed for the answer). When the answer and authority sections do not
-/// fit with SRV targets in full, they are tried with the targets compressed, if `srv_targets`
-/// allows (a truncated answer is an error for HAProxy); only when that does not fit either is
-/// the answer sent truncated: TC=1 and no records.
+/// fit with SRV targets in full, they are tried with the targets compressed, if `compress_srv`
+/// (`SrvTargetCompression::allows`: a truncated answer is an error for HAProxy); only when
+/// that does not fit either is the answer sent truncated: TC=1 and no records.
 fn encode(
     mut response: Message,
     limit: usize,
     qtype: Option<RecordType>,
     slip: bool,
-    srv_targets: SrvTargetCompression,
+    compress_srv: bool,
 ) -> Answer {
     let rcode = response.metadata.response_code;
     // A slip is sent truncated whatever its size.
@@ -702,8 +703,8 @@ fn encode(
         if let Some(bytes) = fit_additionals(&mut response, limit, SrvTargets::Full) {
             return Answer::new(bytes, rcode, qtype, false);
         }
-        let compress = srv_targets == SrvTargetCompression::ToFit && encode::has_srv(&response);
-        if compress
+        if compress_srv
+            && encode::can_compress_srv_targets(&response)
             && let Some(bytes) = fit_additionals(&mut response, limit, SrvTargets::Compressed)
         {
             let mut answer = Answer::new(bytes, rcode, qtype, false);
@@ -947,8 +948,14 @@ mod tests {
         RecordTable::compile(&[zone], &records).0
     }
 
-    /// The UDP answer to `_https._tcp.…` SRV offering `offer` bytes, with SRV targets `srv`.
-    fn srv_answer(table: &RecordTable, offer: u16, srv_targets: SrvTargetCompression) -> Answer {
+    /// The answer to `_https._tcp.…` SRV over `transport` offering `offer` bytes, with SRV
+    /// targets as `srv_targets` says.
+    fn srv_answer_over(
+        table: &RecordTable,
+        transport: Transport,
+        offer: u16,
+        srv_targets: SrvTargetCompression,
+    ) -> Answer {
         let mut query = Message::new(0x4d2, op::MessageType::Query, OpCode::Query);
         query.add_query(op::Query::query(
             Name::from_ascii(SRV_NAME).expect("a name"),
@@ -960,9 +967,45 @@ mod tests {
         let bytes = query.to_vec().expect("a query");
         let asker = Asker {
             srv_targets,
+            udp_ceiling: UdpCeiling::new(16384).expect("a ceiling"),
             ..Asker::ANONYMOUS
         };
-        respond_for(&Query::read(&bytes), Some(table), Transport::Udp, &asker).expect("an answer")
+        respond_for(&Query::read(&bytes), Some(table), transport, &asker).expect("an answer")
+    }
+
+    fn srv_answer(table: &RecordTable, offer: u16, srv_targets: SrvTargetCompression) -> Answer {
+        srv_answer_over(table, Transport::Udp, offer, srv_targets)
+    }
+
+    /// The SRV targets of an answer (`nodes` of them, `cp-N.nodes.<zone>`, read back whole),
+    /// after checking that every target in the additional section has its A and AAAA.
+    fn srv_targets_read(message: &Message, nodes: usize) -> Vec<String> {
+        let mut targets: Vec<String> = message
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::SRV(srv) if srv.port == 443 => Some(srv.target.to_ascii()),
+                _ => None,
+            })
+            .collect();
+        targets.sort();
+        let mut expected: Vec<String> = (0..nodes)
+            .map(|i| format!("cp-{i}.nodes.{SRV_ZONE}"))
+            .collect();
+        expected.sort();
+        assert_eq!(targets, expected, "every target, whole");
+        for record in &message.additionals {
+            let owner = record.name.to_ascii();
+            assert!(targets.contains(&owner), "{record:?}");
+            let types: Vec<RecordType> = message
+                .additionals
+                .iter()
+                .filter(|r| r.name.to_ascii() == owner)
+                .map(|r| r.record_type())
+                .collect();
+            assert_eq!(types, [RecordType::A, RecordType::AAAA], "{owner}");
+        }
+        targets
     }
 
     /// How many times `labels` are spelled out in `bytes`.
@@ -990,27 +1033,16 @@ mod tests {
         );
         let message = Message::from_vec(&to_fit.bytes).expect("it parses");
         assert!(!message.metadata.truncation);
-        let targets: Vec<String> = message
-            .answers
-            .iter()
-            .filter_map(|r| match &r.data {
-                RData::SRV(srv) if srv.port == 443 => Some(srv.target.to_ascii()),
-                _ => None,
-            })
-            .collect();
-        let mut expected: Vec<String> = (0..250)
-            .map(|i| format!("cp-{i}.nodes.{SRV_ZONE}"))
-            .collect();
-        let mut read = targets.clone();
-        read.sort();
-        expected.sort();
-        assert_eq!(read, expected, "every target, whole");
-        // Additional records that fit beside them, each a whole RRset, owned by a target.
-        assert!(!message.additionals.is_empty());
-        assert_eq!(message.additionals.len() % 2, 0, "A and AAAA together");
-        for record in &message.additionals {
-            assert!(targets.contains(&record.name.to_ascii()), "{record:?}");
-        }
+        srv_targets_read(&message, 250);
+        assert!(!message.additionals.is_empty(), "the addresses that fit");
+        // Offered 16384, the same records fit in full.
+        let raised = srv_answer(&fleet, 16384, SrvTargetCompression::ToFit);
+        assert!(!raised.truncated && !raised.srv_targets_compressed);
+        assert_eq!(spelled(&raised.bytes, TARGETS_SUFFIX), 250);
+        // Over TCP, in full.
+        let tcp = srv_answer_over(&fleet, Transport::Tcp, 8192, SrvTargetCompression::ToFit);
+        assert!(!tcp.truncated && !tcp.srv_targets_compressed);
+        assert_eq!(spelled(&tcp.bytes, TARGETS_SUFFIX), 250);
 
         // 150 nodes fit in full (their addresses left out first): RFC 2782's bytes, whatever
         // the setting.
@@ -1033,18 +1065,26 @@ mod tests {
     }
 
     #[test]
-    fn a_small_offer_gets_compressed_srv_targets_too_when_in_full_they_do_not_fit() {
-        // 12 SRV records in full take about 600 bytes: over 512, under 512 compressed (the
-        // answer encoded here, not by hickory-proto, though it is small).
-        let fleet = srv_fleet(12);
-        let never = srv_answer(&fleet, 512, SrvTargetCompression::Never);
-        assert!(never.truncated);
-        let to_fit = srv_answer(&fleet, 512, SrvTargetCompression::ToFit);
+    fn a_client_offering_1232_or_less_gets_srv_targets_in_full_or_truncated() {
+        // 30 SRV records take about 1,600 bytes in full, about 800 compressed.
+        let fleet = srv_fleet(30);
+        for offer in [512, 1232] {
+            let answer = srv_answer(&fleet, offer, SrvTargetCompression::ToFit);
+            assert!(
+                answer.truncated && !answer.srv_targets_compressed,
+                "{offer}"
+            );
+        }
+        // Offering more, a small answer too is encoded with its targets compressed (here, not by
+        // hickory-proto), and reads back whole.
+        let to_fit = srv_answer(&fleet, 1400, SrvTargetCompression::ToFit);
         assert!(!to_fit.truncated && to_fit.srv_targets_compressed);
-        assert!(to_fit.bytes.len() <= 512);
+        assert!(to_fit.bytes.len() <= 1400, "{}", to_fit.bytes.len());
         let message = Message::from_vec(&to_fit.bytes).expect("it parses");
-        assert_eq!(message.answers.len(), 12);
+        srv_targets_read(&message, 30);
         assert_eq!(message.metadata.id, 0x4d2);
-        assert_eq!(message.edns.map(|e| e.max_payload()), Some(8192));
+        assert_eq!(message.edns.map(|e| e.max_payload()), Some(16384));
+        let never = srv_answer(&fleet, 1400, SrvTargetCompression::Never);
+        assert!(never.truncated);
     }
 }

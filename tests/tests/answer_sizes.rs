@@ -86,8 +86,8 @@ enum Mode {
     /// The SRV records whole, their targets in full (`--srv-target-compression never`; their
     /// targets' addresses as many as fit).
     SrvInFull,
-    /// The SRV records whole, their targets compressed where in full they do not fit (the
-    /// default).
+    /// The SRV records whole, their targets compressed where in full they do not fit a client
+    /// offering more than 1232 bytes (`to-fit`, the default).
     Srv,
     /// The SRV records and every target's addresses.
     SrvWithAdditional,
@@ -107,7 +107,7 @@ impl Mode {
             Mode::A => "A",
             Mode::Aaaa => "AAAA",
             Mode::SrvInFull => "SRV, targets in full (`never`)",
-            Mode::Srv => "SRV (default: targets compressed where in full they do not fit)",
+            Mode::Srv => "SRV, `to-fit` (the default)",
             Mode::SrvWithAdditional => "SRV with every target's A and AAAA",
         }
     }

@@ -127,8 +127,9 @@ struct ConfigFile {
     #[serde(default)]
     udp_max_payload: Option<u16>,
     /// When SRV targets are compressed: `to-fit` (the default: in full whenever the SRV records
-    /// fit so, compressed where the alternative is a truncated answer) or `never` (RFC 2782
-    /// always: truncated when they do not fit). `--srv-target-compression` overrides it.
+    /// fit so, compressed where the alternative is a truncated answer to a client offering more
+    /// than 1232 bytes over UDP) or `never` (RFC 2782 always: truncated when they do not fit).
+    /// `--srv-target-compression` overrides it.
     #[serde(default)]
     #[schemars(with = "Option<schema::SrvTargetCompression>")]
     srv_target_compression: Option<String>,

@@ -114,6 +114,6 @@ string_schema!(
 string_schema!(
     /// `SrvTargetCompression::from_str`.
     SrvTargetCompression,
-    "When SRV targets are compressed: to-fit (in full whenever the SRV records fit so; compressed where the alternative is a truncated answer) or never (RFC 2782 always: truncated when they do not fit).",
+    "When SRV targets are compressed: to-fit (in full whenever the SRV records fit so; compressed where the alternative is a truncated answer to a client offering more than 1232 bytes over UDP) or never (RFC 2782 always: truncated when they do not fit).",
     { "enum": ["never", "to-fit"] }
 );

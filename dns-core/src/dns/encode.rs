@@ -58,15 +58,20 @@ pub fn to_vec_with(message: &Message, targets: SrvTargets) -> Result<Vec<u8>, Pr
     let records = message.answers.len() + message.additionals.len();
     let large = records > LARGE_RESPONSE_RECORDS;
     let srv_to_compress = targets == SrvTargets::Compressed && has_srv(message);
-    if (large || srv_to_compress) && is_encodable_here(message) {
+    if (large || srv_to_compress) && encodable_here(message) {
         large_answer(message, targets)
     } else {
         message.to_vec()
     }
 }
 
-/// Whether the answer section holds SRV records.
-pub fn has_srv(message: &Message) -> bool {
+/// Whether [`SrvTargets::Compressed`] makes `message` any smaller: its answer section holds SRV
+/// records, and it is encoded here.
+pub fn can_compress_srv_targets(message: &Message) -> bool {
+    has_srv(message) && encodable_here(message)
+}
+
+fn has_srv(message: &Message) -> bool {
     message
         .answers
         .iter()
@@ -75,7 +80,7 @@ pub fn has_srv(message: &Message) -> bool {
 
 /// An answer of address or SRV records, with one question and no authority records or
 /// signature: what this encoder writes.
-fn is_encodable_here(message: &Message) -> bool {
+fn encodable_here(message: &Message) -> bool {
     message.queries.len() == 1
         && message.authorities.is_empty()
         && message.signature.is_none()

@@ -3,7 +3,7 @@
 
 use hickory_proto::op::{Edns, Message, MessageType};
 use hostport_dns_common::limits::{
-    CLASSIC_UDP_PAYLOAD, DEFAULT_UDP_MAX_PAYLOAD, MAX_UDP_MAX_PAYLOAD,
+    CLASSIC_UDP_PAYLOAD, DEFAULT_UDP_MAX_PAYLOAD, FLAG_DAY_UDP_PAYLOAD, MAX_UDP_MAX_PAYLOAD,
 };
 
 /// How the answer travels: UDP answers are limited to what the client accepts.
@@ -54,15 +54,16 @@ impl Default for UdpCeiling {
 }
 
 /// When SRV targets are compressed (`--srv-target-compression`). RFC 2782 writes them in full,
-/// which puts about 160 short-named nodes in 8192 bytes; a load balancer in SRV mode takes a
-/// truncated answer as an error and fills no slot. Compressed, a target takes its first label
-/// and a pointer, and 250 nodes fit.
+/// which puts about 187 short-named nodes in 8192 bytes; a load balancer in SRV mode takes a
+/// truncated answer as an error (HAProxy has no TCP fallback) and fills no slot. Compressed, a
+/// target takes its first label and a pointer, and about 305 fit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SrvTargetCompression {
     /// Always in full: an answer whose SRV records do not fit is truncated (TC=1).
     Never,
     /// In full whenever the SRV records fit so (their targets' addresses left out first);
-    /// compressed only where the alternative is TC=1.
+    /// compressed where the alternative is TC=1 to a client that asked for more than a DNS
+    /// flag day datagram (see [`SrvTargetCompression::allows`]).
     #[default]
     ToFit,
 }
@@ -76,6 +77,19 @@ impl SrvTargetCompression {
             Self::Never => "never",
             Self::ToFit => "to-fit",
         }
+    }
+
+    /// Whether an answer of at most `limit` bytes over `transport` may carry compressed SRV
+    /// targets: with `ToFit`, over UDP, to a client offering more than 1232 bytes. A client
+    /// that asks for a large datagram wants the fleet in one (HAProxy's `accepted_payload_size
+    /// 8192`: a truncated answer is an outage for it). A client offering 1232 or less (stub
+    /// resolvers: glibc, Go, c-ares) retries over TCP, where the targets go in full; and some
+    /// of them reject compressed SRV targets (c-ares 1.34.7 and 1.34.8, Go before x/net
+    /// 0.21), so it is sent TC=1 as RFC 2782 has it.
+    pub fn allows(self, transport: Transport, limit: usize) -> bool {
+        self == Self::ToFit
+            && transport == Transport::Udp
+            && limit > usize::from(FLAG_DAY_UDP_PAYLOAD)
     }
 }
 
@@ -129,6 +143,17 @@ mod tests {
             let error = bad.parse::<SrvTargetCompression>().expect_err("refused");
             assert!(error.contains("\"to-fit\""), "{error}");
         }
+    }
+
+    #[test]
+    fn srv_targets_may_be_compressed_only_over_udp_to_clients_offering_more_than_1232() {
+        let to_fit = SrvTargetCompression::ToFit;
+        assert!(to_fit.allows(Transport::Udp, 1233));
+        assert!(to_fit.allows(Transport::Udp, 8192));
+        assert!(!to_fit.allows(Transport::Udp, 1232));
+        assert!(!to_fit.allows(Transport::Udp, 512));
+        assert!(!to_fit.allows(Transport::Tcp, usize::from(u16::MAX)));
+        assert!(!SrvTargetCompression::Never.allows(Transport::Udp, 8192));
     }
 
     #[test]
