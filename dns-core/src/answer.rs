@@ -271,13 +271,20 @@ fn rotates(request: &Message, table: Option<&RecordTable>) -> bool {
         .is_some_and(|zone| zone.spec.rotate)
 }
 
-/// Whether `bytes` answer a question in a rotating zone with more than one record (whose order
-/// may then follow the ID).
+/// Whether `bytes` answer a question in a rotating zone with more than one record whose order
+/// may then follow the ID: addresses (A, AAAA, or what ANY found). Other records (SRV, NS) are
+/// never rotated, and their answer is the same for every ID.
 fn rotates_records(bytes: &[u8], request: &Message, table: Option<&RecordTable>) -> bool {
     let answers = bytes
         .get(6..8)
         .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
-    answers > 1 && rotates(request, table)
+    let addresses = request.queries.first().is_some_and(|q| {
+        matches!(
+            q.query_type,
+            RecordType::A | RecordType::AAAA | RecordType::ANY
+        )
+    });
+    answers > 1 && addresses && rotates(request, table)
 }
 
 /// What a response counts as for rate limiting.
@@ -919,7 +926,14 @@ mod tests {
 
     /// The SRV records of a fleet of `nodes` dual-stack nodes, with every target's addresses.
     fn srv_fleet(nodes: usize) -> RecordTable {
-        let zone = crate::zone::ZoneSpec::with_defaults(Name::from_ascii(SRV_ZONE).expect("zone"));
+        srv_fleet_in(nodes, false)
+    }
+
+    /// [`srv_fleet`] in a zone that rotates answers, or not.
+    fn srv_fleet_in(nodes: usize, rotate: bool) -> RecordTable {
+        let mut zone =
+            crate::zone::ZoneSpec::with_defaults(Name::from_ascii(SRV_ZONE).expect("zone"));
+        zone.rotate = rotate;
         let owner = Name::from_ascii(SRV_NAME).expect("a name");
         let mut records = Vec::new();
         for i in 0..nodes {
@@ -1093,6 +1107,15 @@ mod tests {
         assert!(answer.bytes.len() > 0x3fff, "{}", answer.bytes.len());
         let message = Message::from_vec(&answer.bytes).expect("it parses");
         srv_targets_read(&message, 1500);
+    }
+
+    #[test]
+    fn an_srv_answer_in_a_rotating_zone_is_the_same_for_every_id_and_cached() {
+        let table = srv_fleet_in(250, true);
+        let answer = srv_answer(&table, 8192, SrvTargetCompression::ToFit);
+        assert!(answer.srv_targets_compressed && !answer.truncated);
+        assert!(answer.rotation.is_none(), "SRV records do not rotate");
+        assert!(!answer.personal, "the same bytes for every ID: cached");
     }
 
     #[test]
