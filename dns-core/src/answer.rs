@@ -979,9 +979,11 @@ mod tests {
         edns.set_max_payload(offer);
         query.set_edns(edns);
         let bytes = query.to_vec().expect("a query");
+        // A ceiling above the offers the tests make (up to 16384), or the offer itself.
+        let ceiling = UdpCeiling::new(offer.max(16384)).expect("a ceiling");
         let asker = Asker {
             srv_targets,
-            udp_ceiling: UdpCeiling::new(16384).expect("a ceiling"),
+            udp_ceiling: ceiling,
             ..Asker::ANONYMOUS
         };
         respond_for(&Query::read(&bytes), Some(table), transport, &asker).expect("an answer")
@@ -1088,21 +1090,7 @@ mod tests {
         // 65507, compressed: names past offset 0x3fff cannot be pointed at, so the targets
         // after them point at earlier ones, and every one reads back whole.
         let fleet = srv_fleet(1500);
-        let mut query = Message::new(0x4d2, op::MessageType::Query, OpCode::Query);
-        query.add_query(op::Query::query(
-            Name::from_ascii(SRV_NAME).expect("a name"),
-            RecordType::SRV,
-        ));
-        let mut edns = op::Edns::new();
-        edns.set_max_payload(65507);
-        query.set_edns(edns);
-        let bytes = query.to_vec().expect("a query");
-        let asker = Asker {
-            udp_ceiling: UdpCeiling::new(65507).expect("a ceiling"),
-            ..Asker::ANONYMOUS
-        };
-        let answer = respond_for(&Query::read(&bytes), Some(&fleet), Transport::Udp, &asker)
-            .expect("an answer");
+        let answer = srv_answer(&fleet, 65507, SrvTargetCompression::ToFit);
         assert!(!answer.truncated && answer.srv_targets_compressed);
         assert!(answer.bytes.len() > 0x3fff, "{}", answer.bytes.len());
         let message = Message::from_vec(&answer.bytes).expect("it parses");
