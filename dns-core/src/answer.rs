@@ -56,7 +56,8 @@ pub struct Answer {
     pub class: RateClass,
     /// What the query's COOKIE option said.
     pub cookie: CookieState,
-    /// Made for this client alone (it carries a server cookie): never cached.
+    /// Made for this client alone (it carries a server cookie, or its order follows its ID and
+    /// cannot be rotated in place): never cached.
     pub personal: bool,
     /// The zone the question fell in, for metrics.
     pub zone: ZoneOf,
@@ -245,6 +246,8 @@ pub fn respond_for(
     };
     let slip = asker.shape == Shape::Slip;
     let compress_srv = asker.srv_targets.allows(transport, limit);
+    // What `rotated` turns by the ID: an answer section of addresses alone.
+    let addresses = are_addresses(&response.answers);
     let mut answer = encode(response, limit, qtype, slip, compress_srv);
     answer.class = class;
     answer.cookie = cookie;
@@ -254,7 +257,8 @@ pub fn respond_for(
     if rotates(&request, table) && !answer.truncated {
         answer.rotation = Rotation::find(&answer.bytes);
     }
-    let unrotatable = answer.rotation.is_none() && rotates_records(&answer.bytes, &request, table);
+    let unrotatable =
+        answer.rotation.is_none() && addresses && rotates_records(&answer.bytes, &request, table);
     // Made for this client alone: it carries a server cookie, or its order follows its ID and
     // cannot be rotated in place.
     answer.personal = (cookie.client_cookie().is_some() && asker.cookies.is_some()) || unrotatable;
@@ -271,20 +275,22 @@ fn rotates(request: &Message, table: Option<&RecordTable>) -> bool {
         .is_some_and(|zone| zone.spec.rotate)
 }
 
-/// Whether `bytes` answer a question in a rotating zone with more than one record whose order
-/// may then follow the ID: addresses (A, AAAA, or what ANY found). Other records (SRV, NS) are
-/// never rotated, and their answer is the same for every ID.
+/// Whether `bytes` answer a question in a rotating zone with more than one record (whose order
+/// may then follow the ID, if they are addresses: see [`are_addresses`]).
 fn rotates_records(bytes: &[u8], request: &Message, table: Option<&RecordTable>) -> bool {
     let answers = bytes
         .get(6..8)
         .map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
-    let addresses = request.queries.first().is_some_and(|q| {
-        matches!(
-            q.query_type,
-            RecordType::A | RecordType::AAAA | RecordType::ANY
-        )
-    });
-    answers > 1 && addresses && rotates(request, table)
+    answers > 1 && rotates(request, table)
+}
+
+/// Whether an answer section is addresses alone (A and AAAA), the only records [`rotated`] turns
+/// by the ID: an SRV or NS answer is the same for every ID.
+fn are_addresses(answers: &[Record]) -> bool {
+    !answers.is_empty()
+        && answers
+            .iter()
+            .all(|r| matches!(r.record_type(), RecordType::A | RecordType::AAAA))
 }
 
 /// What a response counts as for rate limiting.
@@ -592,10 +598,7 @@ fn answer_in_zone(
 /// The answer's A or AAAA records from the address `id % count` on, wrapping around, when the
 /// zone rotates answers (the kernel writes them in the same order); other records as they are.
 fn rotated(mut answers: Vec<Record>, zone: &Zone, id: u16) -> Vec<Record> {
-    let addresses = answers
-        .iter()
-        .all(|r| matches!(r.record_type(), RecordType::A | RecordType::AAAA));
-    if zone.spec.rotate && addresses && !answers.is_empty() {
+    if zone.spec.rotate && are_addresses(&answers) {
         let first = usize::from(id) % answers.len();
         answers.rotate_left(first);
     }
@@ -970,15 +973,7 @@ mod tests {
         offer: u16,
         srv_targets: SrvTargetCompression,
     ) -> Answer {
-        let mut query = Message::new(0x4d2, op::MessageType::Query, OpCode::Query);
-        query.add_query(op::Query::query(
-            Name::from_ascii(SRV_NAME).expect("a name"),
-            RecordType::SRV,
-        ));
-        let mut edns = op::Edns::new();
-        edns.set_max_payload(offer);
-        query.set_edns(edns);
-        let bytes = query.to_vec().expect("a query");
+        let bytes = srv_query(0x4d2, offer).to_vec().expect("a query");
         // A ceiling above the offers the tests make (up to 16384), or the offer itself.
         let ceiling = UdpCeiling::new(offer.max(16384)).expect("a ceiling");
         let asker = Asker {
@@ -987,6 +982,19 @@ mod tests {
             ..Asker::ANONYMOUS
         };
         respond_for(&Query::read(&bytes), Some(table), transport, &asker).expect("an answer")
+    }
+
+    /// `_https._tcp.…` SRV with ID `id`, offering `offer` bytes.
+    fn srv_query(id: u16, offer: u16) -> Message {
+        let mut query = Message::new(id, op::MessageType::Query, OpCode::Query);
+        query.add_query(op::Query::query(
+            Name::from_ascii(SRV_NAME).expect("a name"),
+            RecordType::SRV,
+        ));
+        let mut edns = op::Edns::new();
+        edns.set_max_payload(offer);
+        query.set_edns(edns);
+        query
     }
 
     fn srv_answer(table: &RecordTable, offer: u16, srv_targets: SrvTargetCompression) -> Answer {
@@ -1100,10 +1108,21 @@ mod tests {
     #[test]
     fn an_srv_answer_in_a_rotating_zone_is_the_same_for_every_id_and_cached() {
         let table = srv_fleet_in(250, true);
-        let answer = srv_answer(&table, 8192, SrvTargetCompression::ToFit);
-        assert!(answer.srv_targets_compressed && !answer.truncated);
-        assert!(answer.rotation.is_none(), "SRV records do not rotate");
-        assert!(!answer.personal, "the same bytes for every ID: cached");
+        assert!(
+            rotates(&srv_query(1, 8192), Some(&table)),
+            "the zone rotates"
+        );
+        let answer_to = |id: u16| {
+            let query = srv_query(id, 8192).to_vec().expect("a query");
+            respond(&query, Some(&table), Transport::Udp).expect("an answer")
+        };
+        let (one, two) = (answer_to(1), answer_to(2));
+        assert!(one.srv_targets_compressed && !one.truncated);
+        assert_eq!(one.bytes[2..], two.bytes[2..], "the same but for the ID");
+        for answer in [one, two] {
+            assert!(answer.rotation.is_none(), "SRV records do not rotate");
+            assert!(!answer.personal, "the same bytes for every ID: cached");
+        }
     }
 
     #[test]

@@ -188,8 +188,8 @@ fn targets_in_full(bytes: &[u8]) -> usize {
 
 /// SRV targets go compressed only where in full they would be truncated: 250 nodes offered
 /// 16384 bytes (the ceiling raised to it) get them in full (RFC 2782); offered 8192,
-/// compressed, and dig and kdig read every target back; offered 1232, truncated. 150 nodes fit
-/// 8192 in full.
+/// compressed, and dig and kdig read every target back. 150 nodes fit 8192 in full. 30 nodes
+/// offered 1232 are truncated (a stub resolver's size), offered 1400 compressed.
 #[test]
 fn srv_targets_are_compressed_only_where_in_full_they_would_be_truncated() {
     let nodes = 250;
@@ -227,11 +227,6 @@ fn srv_targets_are_compressed_only_where_in_full_they_would_be_truncated() {
     assert_eq!(compressed(), before + 1.0);
     assert!(seed.len() <= 8192, "{}", seed.len());
     assert_eq!(targets_in_full(&seed), 0, "compressed");
-    // Offered 1232 (what stub resolvers offer; some reject compressed SRV targets): truncated,
-    // for the targets in full over TCP.
-    let stub = srv_bytes(&link, 1232);
-    assert_ne!(stub[2] & 0x02, 0, "TC=1");
-    assert_eq!(compressed(), before + 1.0, "not compressed");
     for server in [link.server.ipv4, link.server.ipv6] {
         let by_dig = dig_srv(server);
         assert!(!by_dig.has_flag("tc"), "over {server}: {by_dig:?}");
@@ -260,6 +255,23 @@ fn srv_targets_are_compressed_only_where_in_full_they_would_be_truncated() {
         150,
         "in full again"
     );
+    // 30 nodes: about 1,600 bytes in full, 800 compressed. Offered 1232 (what stub resolvers
+    // offer; some reject compressed SRV targets), truncated, for the targets in full over TCP;
+    // offered 1400, compressed.
+    for i in 30..150 {
+        api.delete(Kind::Pod, "ingress", &format!("nginx-{i}"));
+    }
+    eventually("the fleet to shrink to 30", 30, || {
+        dig_srv(link.server.ipv4).answer.len() == 30
+    });
+    let before = compressed();
+    let stub = srv_bytes(&link, 1232);
+    assert_ne!(stub[2] & 0x02, 0, "TC=1");
+    assert_eq!(compressed(), before, "not compressed");
+    let above = srv_bytes(&link, 1400);
+    assert_eq!(above[2] & 0x02, 0, "not truncated");
+    assert_eq!(targets_in_full(&above), 0, "compressed");
+    assert_eq!(compressed(), before + 1.0);
 }
 
 /// SRV mode with targets never compressed (`--srv-target-compression never`, RFC 2782

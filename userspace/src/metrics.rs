@@ -541,7 +541,7 @@ impl Collector for LiveCollector {
             .encode(truncated.encode_family(&[("proto", "udp")])?)?;
         let mut srv_compressed = encoder.encode_descriptor(
             "srv_targets_compressed",
-            "Answers sent with their SRV targets compressed because in full they did not fit",
+            "Answers sent with their SRV targets compressed because in full they did not fit (UDP, offers over 1232 bytes)",
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;

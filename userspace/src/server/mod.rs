@@ -23,7 +23,10 @@ use self::zone_transfers::{SignedAnswer, ZoneTransfers};
 
 use hostport_dns_core::{
     answer,
-    dns::{Query, WireName, message::Transport},
+    dns::{
+        Query, WireName,
+        message::{SrvTargetCompression, Transport},
+    },
     table::RecordTable,
 };
 
@@ -196,7 +199,9 @@ impl Shared {
                 let asker = answer::Asker {
                     shape,
                     udp_ceiling: self.gate.udp_ceiling,
-                    srv_targets: self.gate.srv_targets,
+                    // The signer encodes the answer again (hickory-proto: SRV targets in full),
+                    // so one that fits only with its targets compressed goes as a slip.
+                    srv_targets: SrvTargetCompression::Never,
                     ..answer::Asker::ANONYMOUS
                 };
                 answer::respond_for(query, table.as_deref(), transport, &asker).map(|a| a.bytes)
