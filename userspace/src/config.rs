@@ -169,10 +169,11 @@ pub struct RunArgs {
     /// When SRV targets are compressed. RFC 2782 writes them in full, which puts about 187
     /// short-named nodes' SRV records in 8192 bytes; past that, `to-fit` (the default) sends
     /// them compressed rather than truncated to a client offering more than 1232 bytes over UDP,
-    /// within a ceiling above 1232 (a truncated answer is an error for HAProxy, whose SRV mode then fills no slot). Answers
-    /// that fit in full, TCP answers and answers to clients offering 1232 or less (which retry
-    /// over TCP) keep their targets in full. `never`: always in full, truncated when they do
-    /// not fit. Overrides the configuration file's `srvTargetCompression`.
+    /// within a ceiling above 1232 (a truncated answer is an error for HAProxy, whose SRV mode
+    /// then fills no slot). Answers that fit in full, TCP answers and answers to clients
+    /// offering 1232 or less (which retry over TCP) keep their targets in full. `never`: always
+    /// in full, truncated when they do not fit. Overrides the configuration file's
+    /// `srvTargetCompression`.
     #[arg(long, value_name = "WHEN", value_parser = srv_target_compression())]
     pub srv_target_compression: Option<SrvTargetCompression>,
     /// Logs from the XDP program itself (off: every logged packet costs time).

@@ -43,8 +43,8 @@ pub enum SrvTargets {
     /// In full, as RFC 2782 says ("name compression is not to be used for this field").
     Full,
     /// Compressed like owners: a label or two and a pointer. RFC 2052 had SRV targets
-    /// compressed, and RFC 3597 §4 asks receivers to decompress them still; HAProxy, dig, kdig,
-    /// c-ares and Go's resolver do.
+    /// compressed, and RFC 3597 §4 asks receivers to decompress them still; HAProxy, dig and
+    /// kdig do, some stub resolvers do not (`SrvTargetCompression::allows` says who gets them).
     Compressed,
 }
 
