@@ -1,6 +1,6 @@
 //! The test bed's build only: keeps a run inside its read section for a while, when the test
 //! asks for it (`HPD_HOLD`), so that a writer that does not wait for readers is caught reading
-//! generations it rewrites (`tests/tests/generations.rs`).
+//! generations it rewrites (`tests/tests/integration/generations.rs`).
 
 use crate::HPD_HOLD;
 

@@ -141,7 +141,7 @@ static HPD_CAPACITY: Capacity = CAPACITY;
 static HPD_HOLD: u32 = 0;
 
 // Inlined into the entry the macro makes: the program must stay one function (no BPF-to-BPF
-// call; `tests/tests/xdp_calls.rs`), which LLVM's size heuristics would not always give.
+// call; `tests/tests/integration/xdp_calls.rs`), which LLVM's size heuristics would not always give.
 #[xdp]
 #[inline(always)]
 pub fn hostport_dns_xdp(ctx: XdpContext) -> u32 {

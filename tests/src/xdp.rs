@@ -282,3 +282,84 @@ fn run_times(program: &Xdp, frame: &[u8], runs: usize) -> Vec<Duration> {
         })
         .collect()
 }
+
+/// How a test drives many runs of one frame from a CPU without a system call between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepeatedRuns {
+    /// BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES: each repeat starts from the frame as
+    /// given, and XDP_TX frames leave through the context's interface.
+    LiveFrames,
+    /// One plain run a system call (a plain run with `repeat > 1` hands each repeat the frame
+    /// the previous one left: after an answer, a response, not the query).
+    OneAtATime,
+}
+
+/// Finds out whether this kernel lets this process run `program` on live frames: some refuse it
+/// (EPERM on 6.18 for a root without `cap_sys_resource`, as on this project's CI machines), and
+/// a test that needs many runs must then make them one at a time. Says which, and why.
+pub fn repeated_runs(program: &Xdp, frame: &[u8], ctx: &[u8]) -> RepeatedRuns {
+    let probe = program.test_run(TestRunOptions {
+        data_in: Some(frame),
+        ctx_in: Some(ctx),
+        repeat: 1,
+        attrs: aya::programs::TestRunAttrs::new().xdp_live_frames(1),
+        ..Default::default()
+    });
+    match probe {
+        Ok(_) => RepeatedRuns::LiveFrames,
+        Err(error) => {
+            let errno = os_error(&error);
+            let refused = [libc::EPERM, libc::EACCES, libc::EINVAL, libc::EOPNOTSUPP];
+            assert!(
+                errno.is_some_and(|e| refused.contains(&e)),
+                "BPF_PROG_TEST_RUN with live frames failed otherwise than by a refusal: {error:?}"
+            );
+            println!(
+                "this kernel refuses live-frame test runs ({}): runs one at a time instead",
+                std::io::Error::from_raw_os_error(errno.unwrap_or_default())
+            );
+            RepeatedRuns::OneAtATime
+        }
+    }
+}
+
+/// Runs `program` on `frame` (with the context `ctx`) about `runs` times, as `how` says.
+pub fn run_repeatedly(program: &Xdp, frame: &[u8], ctx: &[u8], runs: u32, how: RepeatedRuns) {
+    match how {
+        RepeatedRuns::LiveFrames => {
+            program
+                .test_run(TestRunOptions {
+                    data_in: Some(frame),
+                    ctx_in: Some(ctx),
+                    repeat: runs,
+                    attrs: aya::programs::TestRunAttrs::new().xdp_live_frames(64),
+                    ..Default::default()
+                })
+                .expect("BPF_PROG_TEST_RUN with live frames");
+        }
+        RepeatedRuns::OneAtATime => {
+            for _ in 0..runs {
+                program
+                    .test_run(TestRunOptions {
+                        data_in: Some(frame),
+                        ctx_in: Some(ctx),
+                        repeat: 1,
+                        ..Default::default()
+                    })
+                    .expect("BPF_PROG_TEST_RUN");
+            }
+        }
+    }
+}
+
+/// The errno in an error's chain of sources, if any.
+fn os_error(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error();
+        }
+        cause = e.source();
+    }
+    None
+}

@@ -122,7 +122,7 @@ struct CachedZone {
 }
 
 /// Ways to make the writer misbehave, for the tests that must catch it (`tests/tests/
-/// generations.rs`). Never set by the agent.
+/// integration/generations.rs`). Never set by the agent.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TestHooks {

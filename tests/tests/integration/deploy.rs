@@ -144,7 +144,7 @@ fn the_plain_manifests_parse_as_typed_kubernetes_objects() {
         )
     );
     assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
-    // The runtime's default seccomp profile, on the pod and its container (deploy/README.md says
+    // The runtime's default seccomp profile, on the pod and its container (docs/src/install.md says
     // which runtimes let bpf() through it with CAP_BPF).
     let runtime_default = |profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>| {
         profile.is_some_and(|p| p.type_ == "RuntimeDefault")
@@ -1611,11 +1611,11 @@ fn the_chart_schedules_on_control_planes_of_kubeadm_k3s_and_rke2_and_nowhere_els
     );
 }
 
-/// The host ports of the components that run on control-plane nodes, from deploy/README.md's
+/// The host ports of the components that run on control-plane nodes, from docs/src/install.md's
 /// table (the list operators read is the one checked).
 fn documented_host_ports() -> BTreeSet<u16> {
     let readme =
-        std::fs::read_to_string(workspace_root().join("deploy/README.md")).expect("README");
+        std::fs::read_to_string(workspace_root().join("docs/src/install.md")).expect("README");
     let section = readme
         .split_once("\n### Host ports on control-plane nodes\n")
         .expect("a host ports section")
@@ -2062,21 +2062,22 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-/// Every alert names a runbook: a section of deploy/README.md that exists.
+/// Every alert names a runbook: a section of docs/src/troubleshooting.md that exists.
 #[test]
-fn every_alert_links_a_runbook_section_of_the_deploy_readme() {
+fn every_alert_links_a_runbook_section_of_the_guide() {
     let rules: Value = serde_yaml_ng::from_str(
         &std::fs::read_to_string(chart().join("rules/hostport-dns.rules.yaml")).expect("rules"),
     )
     .expect("YAML");
-    let readme =
-        std::fs::read_to_string(workspace_root().join("deploy/README.md")).expect("README");
+    let readme = std::fs::read_to_string(workspace_root().join("docs/src/troubleshooting.md"))
+        .expect("README");
     let anchors: BTreeSet<String> = readme
         .lines()
         .filter_map(|l| l.strip_prefix('#'))
         .map(|l| anchor(l.trim_start_matches('#')))
         .collect();
-    const BASE: &str = "https://github.com/hostport-dns/hostport-dns/blob/main/deploy/README.md#";
+    const BASE: &str =
+        "https://github.com/hostport-dns/hostport-dns/blob/main/docs/src/troubleshooting.md#";
     let mut alerts = 0;
     for group in rules["groups"].as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {
@@ -2089,7 +2090,7 @@ fn every_alert_links_a_runbook_section_of_the_deploy_readme() {
                 .unwrap_or_else(|| panic!("{alert} has no runbook_url"));
             let fragment = url
                 .strip_prefix(BASE)
-                .unwrap_or_else(|| panic!("{alert}: {url} is not in deploy/README.md"));
+                .unwrap_or_else(|| panic!("{alert}: {url} is not in docs/src/troubleshooting.md"));
             assert_eq!(
                 fragment,
                 format!("runbook-{}", alert.to_lowercase()),
@@ -2097,7 +2098,7 @@ fn every_alert_links_a_runbook_section_of_the_deploy_readme() {
             );
             assert!(
                 anchors.contains(fragment),
-                "{alert}: no section #{fragment} in deploy/README.md"
+                "{alert}: no section #{fragment} in docs/src/troubleshooting.md"
             );
         }
     }

@@ -1120,7 +1120,7 @@ fn watches_select_by_label_and_ask_for_bookmarks() {
         "{requests:?}"
     );
     // The default `nodes` rules (nodes on their way out leave the pod answers) watch Nodes
-    // once, all of them; tests/tests/node_life.rs shows there is none without rules.
+    // once, all of them; tests/tests/integration/node_life.rs shows there is none without rules.
     let node_watches = requests
         .iter()
         .filter(|r| r.starts_with("GET Node") && r.contains("watch=true"))

@@ -986,12 +986,12 @@ fn the_deploy_guides_secondaries_get_only_the_notifies_they_take() {
     }
 }
 
-/// The secondaries' configurations deploy/README.md shows ("Secondary configurations": Knot,
+/// The secondaries' configurations docs/src/secondaries.md shows ("Secondary configurations": Knot,
 /// BIND, NSD, in that order), made to run here: the guide's two control-plane nodes become the
 /// agents on 127.0.0.1 ports 1053 and 1054, its zones the test's, its secret the test key.
 fn guide_secondaries(key: &TsigKey) -> [String; 3] {
-    let path = workspace_root().join("deploy/README.md");
-    let text = std::fs::read_to_string(&path).expect("deploy/README.md");
+    let path = workspace_root().join("docs/src/secondaries.md");
+    let text = std::fs::read_to_string(&path).expect("docs/src/secondaries.md");
     let section = text
         .split_once("### Secondary configurations")
         .and_then(|(_, rest)| rest.split_once("\n## "))

@@ -1,7 +1,7 @@
 //! How many nodes one UDP answer holds, per mode and size, measured on the answer path itself
-//! and checked against the table deploy/README.md gives operators (between the
+//! and checked against the table docs/src/clients.md gives operators (between the
 //! `answer-sizes` markers): a change of encoding or truncation that moves a figure fails here
-//! until the table says so. `cargo test --test answer_sizes -- --nocapture` prints the table.
+//! until the table says so. `cargo xtask test -- answer_sizes:: --nocapture` prints the table.
 
 use hickory_proto::op::Message;
 use hostport_dns::sources::file;
@@ -191,11 +191,11 @@ fn measured_table() -> Vec<String> {
 
 fn documented_table() -> Vec<String> {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/README.md"))
-            .expect("deploy/README.md");
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/clients.md"))
+            .expect("docs/src/clients.md");
     let start = readme
         .find("<!-- answer-sizes -->")
-        .expect("the answer-sizes table in deploy/README.md");
+        .expect("the answer-sizes table in docs/src/clients.md");
     let end = readme
         .find("<!-- /answer-sizes -->")
         .expect("the table's end marker");
@@ -214,6 +214,6 @@ fn the_documented_fleet_sizes_are_what_one_udp_answer_holds() {
     assert_eq!(
         documented_table(),
         measured,
-        "deploy/README.md's table of nodes per answer is not what the answers hold"
+        "docs/src/clients.md's table of nodes per answer is not what the answers hold"
     );
 }

@@ -1,5 +1,5 @@
 //! Fleets larger than one 1232-byte answer holds. HAProxy as operators run it: the
-//! configuration deploy/README.md gives (`accepted_payload_size 8192`, `server-template`), a
+//! configuration docs/src/clients.md gives (`accepted_payload_size 8192`, `server-template`), a
 //! (fake) API server with a DaemonSet ingress on every dual-stack node, the agent with its
 //! default ceiling. A truncated answer is an error for HAProxy: each slot filled here is one the
 //! 1232-byte cap left empty (it filled none past 70 nodes). And knotd, at its highest ceiling,
@@ -277,7 +277,7 @@ fn srv_targets_are_compressed_only_where_in_full_they_would_be_truncated() {
 /// SRV mode with targets never compressed (`--srv-target-compression never`, RFC 2782
 /// always): past what 8192 bytes hold in full (about 160 nodes here) the operator raises
 /// HAProxy's `accepted_payload_size` and the agent's `--udp-max-payload` together, as
-/// deploy/README.md says, and a 250-node fleet fills every slot; with the seed's 8192, the same
+/// docs/src/clients.md says, and a 250-node fleet fills every slot; with the seed's 8192, the same
 /// SRV answer is truncated.
 #[test]
 fn with_srv_targets_never_compressed_haproxy_fills_250_slots_with_both_sizes_raised() {

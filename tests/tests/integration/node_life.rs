@@ -459,8 +459,8 @@ fn a_forbidden_node_watch_keeps_the_pod_answers_and_says_why() {
     eventually("ready", 10, || c.agent.http_get("/readyz").0 == 200);
 }
 
-/// deploy/README's load balancer in one zone: its zone's name in the slots, the whole fleet as
-/// `backup`; a node moving zones moves between them.
+/// docs/src/node-life.md's load balancer in one zone: its zone's name in the slots, the whole
+/// fleet as `backup`; a node moving zones moves between them.
 #[test]
 fn haproxy_in_one_zone_takes_that_zones_nodes_with_the_fleet_as_backup() {
     let bed = LinkBed::new(

@@ -248,7 +248,7 @@ const EDNS: &[Option<(u16, bool, u8)>] = &[
     Some((1232, false, 1)),
 ];
 
-/// Whether the kernel's rules (ebpf/, deploy/README.md) give this UDP query to XDP: A or AAAA,
+/// Whether the kernel's rules (ebpf/, docs/src/clients.md) give this UDP query to XDP: A or AAAA,
 /// EDNS absent or version 0, in a zone, at a name whose sets hold at most 16 records; a negative
 /// answer unless the question ends in a name the SOA names (whose compression userspace decides).
 fn xdp_answers(name: &str, qtype: u16, edns: Option<(u16, bool, u8)>) -> bool {
