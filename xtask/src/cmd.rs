@@ -153,6 +153,68 @@ pub fn build_tree() -> anyhow::Result<PathBuf> {
     Ok(agent_binary())
 }
 
+/// [`build_tree`] with clippy run on the workspace's crates as they compile (clippy's driver as
+/// `RUSTC_WORKSPACE_WRAPPER`, the dependencies compiled by rustc alone): the lint of the tree and
+/// its build in one pass, where `cargo clippy` would compile every dependency once more (in
+/// check mode). The lints are warnings here, so one of them does not stop the tests; returns the
+/// agent and how many warnings the workspace's crates had (what `clippy -D warnings` fails on).
+/// Cargo replays a fresh crate's warnings, so a second run counts them again.
+///
+/// [`linted`] gives later commands of the tree (the test listing) the same wrapper, or cargo
+/// would compile the workspace's crates again.
+pub fn build_tree_linted() -> anyhow::Result<(PathBuf, usize)> {
+    let mut build = linted(in_tree(cargo_in_agent_tree("build")));
+    build
+        .args(["--all-targets", "--message-format=json-diagnostic-rendered-ansi"])
+        .stdout(Stdio::piped());
+    let mut child = build
+        .spawn()
+        .with_context(|| format!("cannot start {}", describe(&build)))?;
+    let stdout = child.stdout.take().context("cargo's output")?;
+    let mut warnings = 0;
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+        let line = line.context("read cargo's output")?;
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
+            println!("{line}");
+            continue;
+        };
+        if message["reason"] != "compiler-message" {
+            continue;
+        }
+        let diagnostic = &message["message"];
+        if let Some(rendered) = diagnostic["rendered"].as_str() {
+            eprint!("{rendered}");
+        }
+        if diagnostic["level"] == "warning" {
+            warnings += 1;
+        }
+    }
+    let status = child.wait().context("wait for cargo build")?;
+    if !status.success() {
+        bail!("{} failed ({status})", describe(&build));
+    }
+    Ok((agent_binary(), warnings))
+}
+
+/// `cargo` with clippy's driver around rustc for the workspace's crates (see
+/// [`build_tree_linted`]).
+pub fn linted(mut cargo: Command) -> Command {
+    cargo
+        .env("RUSTC_WORKSPACE_WRAPPER", clippy_driver())
+        // What `cargo clippy -- ...` hands its driver: none, the lints' own levels.
+        .env_remove("CLIPPY_ARGS");
+    cargo
+}
+
+/// The clippy driver of the toolchain running this cargo (beside it), else the one on PATH.
+fn clippy_driver() -> PathBuf {
+    std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .and_then(|cargo| cargo.parent().map(|dir| dir.join("clippy-driver")))
+        .filter(|driver| driver.exists())
+        .unwrap_or_else(|| PathBuf::from("clippy-driver"))
+}
+
 /// Where a binary of the agent's tree lands.
 pub fn agent_tree_binary(name: &str) -> PathBuf {
     workspace_root()

@@ -31,7 +31,7 @@ pub enum Arch {
 
 impl Arch {
     /// The Rust target triple.
-    fn target(self) -> &'static str {
+    pub fn target(self) -> &'static str {
         match self {
             Self::Amd64 => "x86_64-unknown-linux-gnu",
             Self::Arm64 => "aarch64-unknown-linux-gnu",
@@ -83,7 +83,10 @@ pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
         // The agent's own tree is already static: the image ships the agent the tests run.
         cmd::build_tree()?
     } else {
-        cross_build_static_agent(arch)?
+        let agent = cross_build_static_agent(arch)?;
+        // Built is not run: the other architecture's agent answers a query before it ships.
+        crate::emulated::answers_under_emulation(arch, &agent)?;
+        agent
     };
     package(arch, &agent)
 }

@@ -4,6 +4,8 @@
 mod bench;
 mod cmd;
 mod deploy;
+mod docs;
+mod emulated;
 // The XDP object's build, shared with the agent's build script (a test builds it for aarch64).
 #[cfg(test)]
 #[path = "../../ebpf/build_object.rs"]
@@ -14,6 +16,7 @@ mod run;
 mod schema;
 mod setup;
 mod test;
+mod test_binaries;
 
 use clap::{Parser, Subcommand};
 
@@ -62,6 +65,9 @@ enum Task {
     /// Regenerate the chart's values schema from the agent's configuration schema
     /// (`hostport-dns config-schema`).
     Schema,
+    /// Build the operator's guide (mdBook, docs/) into target/book, its configuration and flags
+    /// reference generated anew from the agent's own types.
+    Docs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,6 +89,7 @@ fn main() -> std::process::ExitCode {
         Task::Image(args) => image::build(args.arch).map(drop),
         Task::Manifests => deploy::manifests(),
         Task::Schema => schema::run(),
+        Task::Docs => docs::run(),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,19 +1,16 @@
 //! `cargo xtask test` and `cargo xtask lint`.
 
-use std::{
-    io::{BufRead, BufReader},
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Args;
 
 use crate::{cmd, setup};
 
 #[derive(Args)]
 pub struct TestArgs {
-    /// Arguments passed to `cargo test` (after `--`), e.g. a test name filter.
+    /// Arguments passed to every test binary (after `--`), e.g. a name filter (`transfer::`)
+    /// or `--nocapture`.
     #[arg(last = true)]
     cargo_test_args: Vec<String>,
 }
@@ -39,26 +36,34 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
 /// that one failure shows them all.
 fn run_phases(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<()> {
     phases.time("setup", setup::run)?;
-    if let Err(error) = phases.time("lint (fmt, clippy)", lint) {
+    if let Err(error) = phases.time("lint (fmt, eBPF)", lint_without_the_tree) {
         eprintln!("xtask: lint failed: {error:#}");
         phases.failures.push("lint".into());
     }
-    // One build of the agent's tree: the agent, the test binaries and the drivers, with one
-    // resolution of features, so that `cargo test` below compiles nothing more.
-    let agent = phases.time("build (agent, tests)", cmd::build_tree)?;
+    // One build of the agent's tree, clippy on the workspace's crates as they compile: the
+    // agent, the test binaries and the drivers, with one resolution of features, so that the
+    // test listing below compiles nothing more.
+    let (agent, warnings) = phases.time("build (tree, clippy)", cmd::build_tree_linted)?;
+    if warnings > 0 {
+        eprintln!("xtask: clippy: {warnings} warnings in the workspace's crates (above)");
+        phases.failures.push(format!("lint (clippy: {warnings} warnings)"));
+    }
     // The container image, which a test unpacks and runs the agent from: the same binary.
     let image = phases.time("package the image", || {
         crate::image::package(crate::image::Arch::of_host()?, &agent)
     })?;
-    let failed = phases.time("cargo test", || {
-        run_tests(
-            cmd::in_tree(cmd::cargo_in_agent_tree("test"))
-                .arg("--no-fail-fast")
-                .args(&args.cargo_test_args)
-                .env("HOSTPORT_DNS_BIN", &agent)
-                .env("HOSTPORT_DNS_IMAGE", &image)
-                .env("HOSTPORT_DNS_HELM", setup::helm_path()),
-        )
+    let failed = phases.time("tests", || {
+        let binaries = crate::test_binaries::list(
+            cmd::linted(cmd::in_tree(cmd::cargo_in_agent_tree("test"))).arg("--no-run"),
+        )?;
+        let env = [
+            ("HOSTPORT_DNS_BIN", agent.clone()),
+            ("HOSTPORT_DNS_IMAGE", image.clone()),
+            ("HOSTPORT_DNS_HELM", setup::helm_path()),
+        ];
+        let outcomes = crate::test_binaries::run_in_lanes(&binaries, &args.cargo_test_args, &env);
+        print_binary_times(&outcomes);
+        Ok(failures_of(&outcomes))
     })?;
     phases.failures.extend(failed);
     // A filtered run is someone looking at some tests: the fuzz slice is for whole runs.
@@ -108,92 +113,62 @@ impl Phases {
     }
 }
 
-/// Runs `cargo test` (with `--no-fail-fast`), its output passed through as it comes; returns
-/// the failed tests as `<binary>: <test>`, and each binary that failed without naming a test
-/// (a crash, a build error).
-fn run_tests(cargo: &mut Command) -> anyhow::Result<Vec<String>> {
-    let (reader, writer) = std::io::pipe().context("a pipe for cargo test's output")?;
-    cargo
-        .stdout(
-            writer
-                .try_clone()
-                .context("a pipe for cargo test's output")?,
-        )
-        .stderr(writer);
-    let mut child = cargo
-        .spawn()
-        .with_context(|| format!("cannot start {}", cmd::describe(cargo)))?;
-    // Our copies of the pipe's writing end go with `cargo`'s: dropped so the reader ends.
-    drop(std::mem::replace(cargo, Command::new("true")));
-    let mut failures = TestFailures::default();
-    for line in BufReader::new(reader).lines() {
-        let line = line.context("read cargo test's output")?;
-        println!("{line}");
-        failures.read(&line);
+/// Each binary's run time, longest first: where the test phase's time goes.
+fn print_binary_times(outcomes: &[crate::test_binaries::Outcome]) {
+    let mut times: Vec<_> = outcomes.iter().map(|o| (o.took, &o.binary.name)).collect();
+    times.sort_by(|a, b| b.cmp(a));
+    eprintln!("\nxtask test: wall time per test binary (two lanes side by side)");
+    for (took, name) in times {
+        eprintln!("  {:>7.1} s  {name}", took.as_secs_f64());
     }
-    let status = child.wait().context("wait for cargo test")?;
-    let alone = failures.binaries_without_a_named_test();
-    let mut failed = failures.tests;
-    failed.extend(alone);
-    if !status.success() && failed.is_empty() {
-        failed.push(format!("cargo test ({status})"));
-    }
-    Ok(failed)
 }
 
-/// What `cargo test`'s output says failed.
+/// The failed tests as `<binary>: <test>`, and each binary that failed without naming a test
+/// (a crash, a panic outside a test).
+fn failures_of(outcomes: &[crate::test_binaries::Outcome]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for outcome in outcomes {
+        let mut failures = TestFailures {
+            binary: outcome.binary.name.clone(),
+            ..TestFailures::default()
+        };
+        for line in &outcome.lines {
+            failures.read(line);
+        }
+        if !outcome.success && failures.tests.is_empty() {
+            failed.push(format!(
+                "{} ({}: no test named: it crashed)",
+                outcome.binary.name, outcome.status
+            ));
+        }
+        failed.extend(failures.tests);
+    }
+    failed
+}
+
+/// What one test binary's output says failed.
 #[derive(Default)]
 struct TestFailures {
-    /// The binary running now (`tests/node_life.rs`, `unittests src/lib.rs (hostport-dns)`).
+    /// The binary (`unittests src/lib.rs (hostport-dns)`).
     binary: String,
     tests: Vec<String>,
-    /// Binaries cargo names as failed (`-p hostport-dns-tests --test node_life`).
-    binaries: Vec<String>,
 }
 
 impl TestFailures {
     fn read(&mut self, line: &str) {
-        let trimmed = line.trim();
-        if let Some(running) = trimmed.strip_prefix("Running ") {
-            self.binary = running.split(" (").next().unwrap_or(running).to_owned();
-        } else if let Some(test) = trimmed
+        if let Some(test) = line
+            .trim()
             .strip_prefix("test ")
             .and_then(|t| t.strip_suffix(" ... FAILED"))
         {
             self.tests.push(format!("{}: {test}", self.binary));
-        } else if trimmed.starts_with('`') && trimmed.ends_with('`') && trimmed.contains("-p ") {
-            // `error: N targets failed:` lists each as `-p <package> --test <name>`.
-            self.binaries.push(trimmed.trim_matches('`').to_owned());
-        } else if let Some(target) = trimmed
-            .strip_prefix("error: test failed, to rerun pass `")
-            .and_then(|t| t.strip_suffix('`'))
-        {
-            self.binaries.push(target.to_owned());
         }
-    }
-
-    /// The failed binaries none of whose tests were named FAILED (a crash, a timeout).
-    fn binaries_without_a_named_test(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for target in &self.binaries {
-            let name = target.rsplit(' ').next().unwrap_or(target);
-            let named = self
-                .tests
-                .iter()
-                .any(|t| t.split(':').next().is_some_and(|b| b.contains(name)));
-            if !named && !out.contains(target) {
-                out.push(format!(
-                    "{target} (no test named: it crashed or did not build)"
-                ));
-            }
-        }
-        out
     }
 }
 
+/// `cargo xtask lint`: the format check, clippy on the tree (in check mode: no build) and on the
+/// eBPF crate.
 pub fn lint() -> anyhow::Result<()> {
-    cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
-    // In the agent's tree: the build scripts and proc macros it compiles serve the build too.
     cmd::run(cmd::cargo_in_agent_tree("clippy").args([
         "--workspace",
         "--exclude",
@@ -203,6 +178,13 @@ pub fn lint() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ]))?;
+    lint_without_the_tree()
+}
+
+/// The format check and the eBPF crate's clippy: what `cargo xtask test` lints apart from the
+/// tree, whose clippy runs in its build ([`cmd::build_tree_linted`]).
+fn lint_without_the_tree() -> anyhow::Result<()> {
+    cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
     // The eBPF crate only builds for the BPF target, with the nightly; both of its objects.
     for features in [None, Some("testbed")] {
         let mut clippy = std::process::Command::new("rustup");
@@ -234,24 +216,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failed_tests_are_named_with_their_binary_and_crashed_binaries_alone() {
-        let mut failures = TestFailures::default();
+    fn failed_tests_are_named_with_their_binary() {
+        let mut failures = TestFailures {
+            binary: "tests/integration/main.rs (hostport-dns-tests)".into(),
+            ..TestFailures::default()
+        };
         for line in [
-            "     Running tests/node_life.rs (target/release/deps/node_life-3a29)",
-            "test a_node_leaves ... ok",
-            "test a_node_returns ... FAILED",
-            "     Running tests/restart.rs (target/release/deps/restart-11)",
-            "error: test failed, to rerun pass `-p hostport-dns-tests --test node_life`",
-            "error: test failed, to rerun pass `-p hostport-dns-tests --test restart`",
-            "error: 2 targets failed:",
-            "    `-p hostport-dns-tests --test node_life`",
+            "test node_life::a_node_leaves ... ok",
+            "test node_life::a_node_returns ... FAILED",
+            "test result: FAILED. 1 passed; 1 failed; 0 ignored",
         ] {
             failures.read(line);
         }
-        assert_eq!(failures.tests, ["tests/node_life.rs: a_node_returns"]);
         assert_eq!(
-            failures.binaries_without_a_named_test(),
-            ["-p hostport-dns-tests --test restart (no test named: it crashed or did not build)"]
+            failures.tests,
+            ["tests/integration/main.rs (hostport-dns-tests): node_life::a_node_returns"]
         );
     }
 }
