@@ -86,6 +86,18 @@ impl Knot {
         Self::start_zones(ns, addr, &zones, xdp_interface)
     }
 
+    /// [`Knot::start_with`], or why knotd did not come up, in its own words (knotd 3.2's XDP
+    /// program, for one, fails the verifier of kernel 6.18).
+    pub fn try_start_with(
+        ns: &NetNs,
+        addr: SocketAddr,
+        table: &RecordTable,
+        xdp_interface: Option<&str>,
+    ) -> Result<Self, String> {
+        let zones = zone_files(table);
+        Self::try_start_in(ns, addr, &zones, xdp_interface, ("", &[]), None)
+    }
+
     /// knotd serving zone files given as text, (apex, zone file) each: a reference written
     /// independently of hostport-dns's compiler.
     pub fn start_zones(
@@ -133,9 +145,21 @@ impl Knot {
         addr: SocketAddr,
         zones: &[(String, String)],
         xdp_interface: Option<&str>,
-        (modules, zone_modules): (&str, &[&str]),
+        modules: (&str, &[&str]),
         cgroup: Option<&crate::cgroup::Cgroup>,
     ) -> Self {
+        Self::try_start_in(ns, addr, zones, xdp_interface, modules, cgroup)
+            .unwrap_or_else(|reason| panic!("{reason}"))
+    }
+
+    fn try_start_in(
+        ns: &NetNs,
+        addr: SocketAddr,
+        zones: &[(String, String)],
+        xdp_interface: Option<&str>,
+        (modules, zone_modules): (&str, &[&str]),
+        cgroup: Option<&crate::cgroup::Cgroup>,
+    ) -> Result<Self, String> {
         let dir = TempDir::new("knot");
         let xdp = match xdp_interface {
             Some(iface) => format!(
@@ -177,14 +201,17 @@ impl Knot {
             }
             None => ns.command("knotd"),
         };
+        // Its errors (the log above: errors only, to stderr) kept, to say why it did not start.
+        let log_path = dir.path.join("knotd.log");
+        let log = std::fs::File::create(&log_path).expect("knotd's log file");
         let child = command
             .arg("-c")
             .arg(&conf_path)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start knotd");
-        let knot = Self {
+        let mut knot = Self {
             child,
             _dir: dir,
             addr,
@@ -192,10 +219,19 @@ impl Knot {
         let probe = QueryBuilder::new(&zones[0].0, 6).bytes();
         let deadline = Instant::now() + Duration::from_secs(20);
         while udp_exchange(ns, addr, probe.clone()).is_none() {
-            assert!(Instant::now() < deadline, "knotd did not start");
+            let exited = knot.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let said: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+                let how = exited.map_or("did not answer in 20 s".into(), |s| format!("exited ({s})"));
+                return Err(format!(
+                    "knotd did not start: it {how}; it said: {}",
+                    said[said.len().saturating_sub(3)..].join(" / ")
+                ));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
-        knot
+        Ok(knot)
     }
 }
 

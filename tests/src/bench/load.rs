@@ -41,7 +41,8 @@ pub fn kxdpgun(
     kxdpgun_from(ns, ifname, server, port, queries, qps, seconds, cpu, None)
 }
 
-/// [`kxdpgun`] with its source addresses spread over `sources` (a prefix: spoofed sources).
+/// [`kxdpgun`] with its source addresses spread over `sources` (a prefix: spoofed sources). A
+/// run that cannot be made (see [`try_kxdpgun_from`]) is reported on stderr and counts nothing.
 #[allow(clippy::too_many_arguments)]
 pub fn kxdpgun_from(
     ns: &NetNs,
@@ -54,26 +55,57 @@ pub fn kxdpgun_from(
     cpu: usize,
     sources: Option<&str>,
 ) -> Load {
+    try_kxdpgun_from(ns, ifname, server, port, queries, qps, seconds, cpu, sources)
+        .unwrap_or_else(|reason| {
+            eprintln!("kxdpgun: {reason}");
+            Load {
+                seconds: seconds as f64,
+                ..Load::default()
+            }
+        })
+}
+
+/// [`kxdpgun_from`], or why it measured nothing: kxdpgun failed (its AF_XDP socket refused on
+/// this kernel or interface), or no answer came back to it.
+#[allow(clippy::too_many_arguments)]
+pub fn try_kxdpgun_from(
+    ns: &NetNs,
+    ifname: &str,
+    server: &str,
+    port: u16,
+    queries: &Path,
+    qps: u64,
+    seconds: u64,
+    cpu: usize,
+    sources: Option<&str>,
+) -> Result<Load, String> {
     let mut cmd = ns.command("kxdpgun");
     if let Some(sources) = sources {
         cmd.args(["-l", sources]);
     }
-    let out = sh(cmd.args([
-        "-t",
-        &seconds.to_string(),
-        "-Q",
-        &qps.to_string(),
-        "-F",
-        &cpu.to_string(),
-        "-I",
-        ifname,
-        "-p",
-        &port.to_string(),
-        "-i",
-        queries.to_str().expect("UTF-8"),
-        server,
-    ]));
+    let out = cmd
+        .args([
+            "-t",
+            &seconds.to_string(),
+            "-Q",
+            &qps.to_string(),
+            "-F",
+            &cpu.to_string(),
+            "-I",
+            ifname,
+            "-p",
+            &port.to_string(),
+            "-i",
+            queries.to_str().expect("UTF-8"),
+            server,
+        ])
+        .output()
+        .map_err(|e| format!("cannot run kxdpgun: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
+    let said = || last_lines(&String::from_utf8_lossy(&out.stderr), &text);
+    if !out.status.success() {
+        return Err(format!("kxdpgun failed ({}): {}", out.status, said()));
+    }
     let number_after = |label: &str| -> u64 {
         text.lines()
             .find_map(|l| l.trim().strip_prefix(label))
@@ -81,10 +113,34 @@ pub fn kxdpgun_from(
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     };
-    Load {
+    let load = Load {
         sent: number_after("total queries:"),
         answered: number_after("total replies:"),
         seconds: seconds as f64,
+    };
+    match (load.sent, load.answered) {
+        (0, _) => Err(format!("kxdpgun sent nothing: {}", said())),
+        (sent, 0) => Err(format!(
+            "kxdpgun sent {sent} queries and received no reply on its AF_XDP socket: {}",
+            said()
+        )),
+        _ => Ok(load),
+    }
+}
+
+/// The last few lines a tool wrote (stderr first), on one line, for a report.
+fn last_lines(stderr: &str, stdout: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .chain(stdout.lines())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = &lines[lines.len().saturating_sub(3)..];
+    if tail.is_empty() {
+        "(it said nothing)".into()
+    } else {
+        tail.join(" / ")
     }
 }
 

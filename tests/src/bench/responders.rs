@@ -69,13 +69,15 @@ impl Running {
     }
 }
 
+/// Starts `kind`, or says why it cannot run here (knotd's XDP mode on a kernel whose verifier
+/// rejects its program).
 pub fn start(
     kind: Kind,
     link: &Link,
     dir: &TempDir,
     records_yaml: &str,
     table: &RecordTable,
-) -> Running {
+) -> Result<Running, String> {
     let server: SocketAddr = SocketAddr::new(link.server.ipv4.parse().expect("an address"), PORT);
     let records = dir.write("records.yaml", records_yaml);
     let records = records.to_str().expect("UTF-8");
@@ -118,7 +120,7 @@ pub fn start(
         }
         Kind::KnotXdp | Kind::KnotUdp => {
             let iface = (kind == Kind::KnotXdp).then_some(link.server.ifname.as_str());
-            let k = Knot::start_with(&link.server_ns, server, table, iface);
+            let k = Knot::try_start_with(&link.server_ns, server, table, iface)?;
             running.pids.push(k.pid());
             running._knot = Some(k);
         }
@@ -131,7 +133,7 @@ pub fn start(
             running._program = Some(attach_reflector(&link.server_ns, &link.server.ifname))
         }
     }
-    running
+    Ok(running)
 }
 
 fn attach_reflector(ns: &NetNs, ifname: &str) -> Ebpf {

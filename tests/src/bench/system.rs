@@ -174,3 +174,23 @@ pub fn memory_mib(pid: u32) -> Memory {
         rss: field("VmRSS:"),
     }
 }
+
+/// The CPU, its SRSO state and the kernel, for a benchmark's title: figures compare only
+/// within one run, on one machine, and some machines of this kind carry the SRSO mitigation
+/// (every call and return mispredicted) while others do not.
+pub fn cpu_description() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|rest| rest.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        })
+        .unwrap_or_else(|| "an unknown CPU".into());
+    let srso =
+        std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/spec_rstack_overflow")
+            .map_or_else(|_| "not reported".into(), |s| s.trim().to_owned());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "?".into(), |s| s.trim().to_owned());
+    format!("{model}, SRSO: {srso}, kernel {kernel}")
+}

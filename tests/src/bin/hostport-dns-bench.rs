@@ -54,7 +54,6 @@ fn main() {
 }
 
 struct Measured {
-    kind: Kind,
     load: Load,
     responder_cpu: f64,
     /// The XDP program on the server interface, if any: its own run time and run count during
@@ -80,18 +79,23 @@ impl Measured {
     }
 }
 
-/// Starts `kind` on a fresh link, pins it, runs `generate`, and measures the responder CPU.
+/// A row that could not be measured here, and why.
+type Outcome = Result<Measured, String>;
+
+/// Starts `kind` on a fresh link, pins it, runs `generate`, and measures the responder CPU; or
+/// why that cannot be done on this machine (the responder cannot start, the generator measures
+/// nothing).
 fn measure(
     kind: Kind,
     records_yaml: &str,
     table: &RecordTable,
-    generate: impl FnOnce(&Link) -> Load,
-) -> Measured {
+    generate: impl FnOnce(&Link) -> Result<Load, String>,
+) -> Outcome {
     let link = Link::bare("bench");
     system::threaded_napi(&link.server_ns, &link.server.ifname);
     system::threaded_napi(&link.client_ns, &link.client.ifname);
     let dir = TempDir::new("bench");
-    let running = responders::start(kind, &link, &dir, records_yaml, table);
+    let running = responders::start(kind, &link, &dir, records_yaml, table)?;
     for pid in running
         .pids
         .iter()
@@ -105,7 +109,7 @@ fn measure(
     let stats = system::ProgramStats::enable();
     let program_before = program.and_then(system::program_run_stats);
     let before = system::cpu_busy_seconds(RESPONDER_CPU);
-    let load = generate(&link);
+    let load = generate(&link)?;
     let responder_cpu = system::cpu_busy_seconds(RESPONDER_CPU) - before;
     let program_after = program.and_then(system::program_run_stats);
     drop(stats);
@@ -114,13 +118,35 @@ fn measure(
     let xdp_program = program_before
         .zip(program_after)
         .map(|((t0, n0), (t1, n1))| (t1.saturating_sub(t0), n1.saturating_sub(n0)));
-    Measured {
-        kind,
+    Ok(Measured {
         load,
         responder_cpu,
         xdp_program,
         fallbacks,
+    })
+}
+
+/// dnsperf's figures, or why there are none (no answer at all).
+fn answered(load: Load, generator: &str) -> Result<Load, String> {
+    if load.answered == 0 {
+        Err(format!("{generator} sent {} queries and got no answer", load.sent))
+    } else {
+        Ok(load)
     }
+}
+
+/// The rows that could not be measured, each with its reason, under a table.
+fn print_not_measured<'a>(rows: impl IntoIterator<Item = (String, &'a Outcome)>) {
+    for (label, outcome) in rows {
+        if let Err(reason) = outcome {
+            println!("  {label}: not measured here: {reason}");
+        }
+    }
+}
+
+/// A figure of a measured row, "not run" for a row that could not be.
+fn cell(outcome: &Outcome, figure: impl FnOnce(&Measured) -> String) -> String {
+    outcome.as_ref().map_or_else(|_| "not run".into(), figure)
 }
 
 fn pin_client_napi_soon(link: &Link) {
@@ -154,11 +180,11 @@ fn xdp() {
         Kind::KnotUdp,
         Kind::Nsd,
     ];
-    let mut results = Vec::new();
+    let mut results: Vec<(Kind, Outcome)> = Vec::new();
     for kind in kinds {
         let measured = measure(kind, &records, &table, |link| {
             pin_client_napi_soon(link);
-            load::kxdpgun(
+            load::try_kxdpgun_from(
                 &link.client_ns,
                 &link.client.ifname,
                 link.server.ipv4,
@@ -167,35 +193,47 @@ fn xdp() {
                 offered,
                 seconds,
                 GENERATOR_CPU,
+                None,
             )
         });
-        results.push(measured);
+        results.push((kind, measured));
     }
-    let knot_xdp = results
-        .iter()
-        .find(|m| m.kind == Kind::KnotXdp)
-        .map(Measured::cpu_ns_per_answer);
+    let find = |kind| {
+        results
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .and_then(|(_, m)| m.as_ref().ok())
+    };
+    let knot_xdp = find(Kind::KnotXdp).map(Measured::cpu_ns_per_answer);
+    let knot_udp = find(Kind::KnotUdp).map(Measured::cpu_ns_per_answer);
+    let ratio = |m: &Measured, peer: Option<f64>| {
+        peer.map_or("-".into(), |k| format!("{:.2}", m.cpu_ns_per_answer() / k))
+    };
     let rows: Vec<Vec<String>> = results
         .iter()
-        .map(|m| {
+        .map(|(kind, m)| {
             vec![
-                m.kind.label().to_owned(),
-                format!("{:.0}", m.load.sent as f64 / seconds as f64),
-                format!("{:.0}", m.load.answered_per_second()),
-                format!("{:.1} %", m.load.loss() * 100.0),
-                format!("{:.2}", m.responder_cpu),
-                format!("{:.0}", m.cpu_ns_per_answer()),
-                knot_xdp.map_or("-".into(), |k| format!("{:.2}", m.cpu_ns_per_answer() / k)),
-                m.xdp_program_ns_per_packet()
-                    .map_or("-".into(), |ns| format!("{ns:.0}")),
-                m.fallbacks.map_or("-".into(), |n| format!("{n:.0}")),
+                kind.label().to_owned(),
+                cell(m, |m| format!("{:.0}", m.load.sent as f64 / seconds as f64)),
+                cell(m, |m| format!("{:.0}", m.load.answered_per_second())),
+                cell(m, |m| format!("{:.1} %", m.load.loss() * 100.0)),
+                cell(m, |m| format!("{:.2}", m.responder_cpu)),
+                cell(m, |m| format!("{:.0}", m.cpu_ns_per_answer())),
+                cell(m, |m| ratio(m, knot_xdp)),
+                cell(m, |m| ratio(m, knot_udp)),
+                cell(m, |m| {
+                    m.xdp_program_ns_per_packet()
+                        .map_or("-".into(), |ns| format!("{ns:.0}"))
+                }),
+                cell(m, |m| m.fallbacks.map_or("-".into(), |n| format!("{n:.0}"))),
             ]
         })
         .collect();
     print_table(
         &format!(
             "kxdpgun on CPU {GENERATOR_CPU}, {offered} q/s offered for {seconds} s, 1000 names x 3 A; responder and its \
-             receive thread on CPU {RESPONDER_CPU}"
+             receive thread on CPU {RESPONDER_CPU}; {}",
+            system::cpu_description()
         ),
         &[
             "responder",
@@ -205,32 +243,37 @@ fn xdp() {
             "CPU s",
             "CPU ns/answer",
             "vs knotd XDP",
+            "vs knotd UDP",
             "XDP program ns/packet",
             "grown at tail",
         ],
         &rows,
     );
+    print_not_measured(results.iter().map(|(k, m)| (k.label().to_owned(), m)));
     println!(
         "(CPU ns/answer: everything on the responder's CPU, driver work included, per answer. XDP program \
          ns/packet: the program alone, per packet it saw, from the kernel's BPF statistics, whose clock \
          reads add a few tens of ns: the reflector shows that floor. knotd's XDP program only redirects \
          to its sockets; its DNS work is in the CPU column.)"
     );
-    let find = |kind| results.iter().find(|m| m.kind == kind);
-    if let (Some(ours), Some(knot), Some(reflector)) =
-        (find(Kind::HostportXdp), knot_xdp, find(Kind::Reflector))
-    {
+    if let (Some(ours), Some(reflector)) = (find(Kind::HostportXdp), find(Kind::Reflector)) {
         let loaded = ours.xdp_program_ns_per_packet().unwrap_or(f64::NAN);
+        let against = |peer: Option<f64>, name: &str| {
+            peer.map_or(format!("{name}: not measured"), |k| {
+                format!("{:.2} x {name}'s", ours.cpu_ns_per_answer() / k)
+            })
+        };
         println!(
             "\nSummary: the program's own work on an A hit {} ns (target <= 60), {} ns alone; under load \
              {loaded:.0} ns a packet, {:.2} x its unloaded figure (target <= 1.3); CPU per answer {:.2} x \
-             the reflector's (target <= 1.05) and {:.2} x knotd XDP mode's; answered {:.1} % of what was \
+             the reflector's (target <= 1.05), {} and {}; answered {:.1} % of what was \
              sent; {} answers grown at the tail (target 0)",
             kernel_a_hit.work,
             kernel_a_hit.own,
             loaded / kernel_a_hit.own as f64,
             ours.cpu_ns_per_answer() / reflector.cpu_ns_per_answer(),
-            ours.cpu_ns_per_answer() / knot,
+            against(knot_xdp, "knotd XDP mode"),
+            against(knot_udp, "knotd kernel UDP"),
             (1.0 - ours.load.loss()) * 100.0,
             ours.fallbacks.unwrap_or(f64::NAN)
         );
@@ -238,16 +281,25 @@ fn xdp() {
     big_answer();
 }
 
-/// Answered/s, loss, CPU ns per answer, and the rate and CPU against knotd's (`knot_rate`
-/// answers/s, `knot_cpu` ns per answer), as the userspace tables show them.
-fn against_knot(m: &Measured, knot_rate: f64, knot_cpu: f64) -> [String; 5] {
+/// Answered/s, loss, CPU ns per answer, and the rate and CPU against knotd's (`knot`: answers/s
+/// and ns per answer, if knotd was measured), as the userspace tables show them.
+fn against_knot(m: &Outcome, knot: Option<(f64, f64)>) -> [String; 5] {
+    let ratio = |f: &dyn Fn((f64, f64)) -> f64| knot.map_or("-".into(), |k| format!("{:.2}", f(k)));
     [
-        format!("{:.0}", m.load.answered_per_second()),
-        format!("{:.1} %", m.load.loss() * 100.0),
-        format!("{:.0}", m.cpu_ns_per_answer()),
-        format!("{:.2}", m.load.answered_per_second() / knot_rate),
-        format!("{:.2}", m.cpu_ns_per_answer() / knot_cpu),
+        cell(m, |m| format!("{:.0}", m.load.answered_per_second())),
+        cell(m, |m| format!("{:.1} %", m.load.loss() * 100.0)),
+        cell(m, |m| format!("{:.0}", m.cpu_ns_per_answer())),
+        cell(m, |m| ratio(&|(rate, _)| m.load.answered_per_second() / rate)),
+        cell(m, |m| ratio(&|(_, cpu)| m.cpu_ns_per_answer() / cpu)),
     ]
+}
+
+/// knotd's answers/s and CPU ns per answer, from the measured rows.
+fn knot_figures(rows: &[(Kind, Outcome)]) -> Option<(f64, f64)> {
+    rows.iter()
+        .find(|(k, _)| *k == Kind::KnotUdp)
+        .and_then(|(_, m)| m.as_ref().ok())
+        .map(|m| (m.load.answered_per_second(), m.cpu_ns_per_answer()))
 }
 
 /// Nodes of the big answer's fleet.
@@ -269,27 +321,23 @@ fn big_answer() {
     let dir = TempDir::new("bench-big");
     let queries = dir.write("queries.txt", "fleet.bench.example A\n");
     let seconds = 5;
-    let measured: Vec<Measured> = [Kind::HostportXdp, Kind::KnotUdp]
+    let measured: Vec<(Kind, Outcome)> = [Kind::HostportXdp, Kind::KnotUdp]
         .into_iter()
         .map(|kind| {
-            measure(kind, &records, &table, |link| {
-                load::dnsperf_edns(&link.client_ns, link.server.ipv4, PORT, &queries, seconds)
-            })
+            let m = measure(kind, &records, &table, |link| {
+                let load =
+                    load::dnsperf_edns(&link.client_ns, link.server.ipv4, PORT, &queries, seconds);
+                answered(load, "dnsperf")
+            });
+            (kind, m)
         })
         .collect();
-    let knot = measured
-        .iter()
-        .find(|m| m.kind == Kind::KnotUdp)
-        .map_or(f64::NAN, Measured::cpu_ns_per_answer);
-    let knot_rate = measured
-        .iter()
-        .find(|m| m.kind == Kind::KnotUdp)
-        .map_or(f64::NAN, |m| m.load.answered_per_second());
+    let knot = knot_figures(&measured);
     let rows: Vec<Vec<String>> = measured
         .iter()
-        .map(|m| {
-            let mut row = vec![m.kind.label().to_owned()];
-            row.extend(against_knot(m, knot_rate, knot));
+        .map(|(kind, m)| {
+            let mut row = vec![kind.label().to_owned()];
+            row.extend(against_knot(m, knot));
             row
         })
         .collect();
@@ -308,6 +356,7 @@ fn big_answer() {
         ],
         &rows,
     );
+    print_not_measured(measured.iter().map(|(k, m)| (k.label().to_owned(), m)));
 }
 
 fn userspace() {
@@ -319,54 +368,57 @@ fn userspace() {
     let seconds = 5;
     let kinds = [Kind::HostportUserspace, Kind::KnotUdp, Kind::Nsd];
     let mut rows = Vec::new();
-    let mut knot_udp: Option<(f64, f64)> = None;
-    let mut measured_all = Vec::new();
+    let mut not_measured = Vec::new();
     for (generator, mode, clients) in [
         ("dnsperf UDP", "udp", 1u32),
         ("dnsperf TCP, 100 connections", "tcp", 100),
         ("kxdpgun UDP", "xdp", 0),
     ] {
-        for kind in kinds {
-            let m = measure(kind, &records, &table, |link| {
-                if mode == "xdp" {
-                    pin_client_napi_soon(link);
-                    load::kxdpgun(
-                        &link.client_ns,
-                        &link.client.ifname,
-                        link.server.ipv4,
-                        PORT,
-                        &queries,
-                        1_000_000,
-                        seconds,
-                        GENERATOR_CPU,
-                    )
-                } else {
-                    load::dnsperf(
-                        &link.client_ns,
-                        link.server.ipv4,
-                        PORT,
-                        &queries,
-                        mode,
-                        clients,
-                        seconds,
-                    )
-                }
-            });
-            if kind == Kind::KnotUdp {
-                knot_udp = Some((m.load.answered_per_second(), m.cpu_ns_per_answer()));
-            }
-            measured_all.push((generator, m));
-        }
-        for (gen_name, m) in measured_all.drain(..) {
-            let (knot_rate, knot_cpu) = knot_udp.unwrap_or((f64::NAN, f64::NAN));
-            let mut row = vec![gen_name.to_owned(), m.kind.label().to_owned()];
-            row.extend(against_knot(&m, knot_rate, knot_cpu));
+        let measured: Vec<(Kind, Outcome)> = kinds
+            .into_iter()
+            .map(|kind| {
+                let m = measure(kind, &records, &table, |link| {
+                    if mode == "xdp" {
+                        pin_client_napi_soon(link);
+                        load::try_kxdpgun_from(
+                            &link.client_ns,
+                            &link.client.ifname,
+                            link.server.ipv4,
+                            PORT,
+                            &queries,
+                            1_000_000,
+                            seconds,
+                            GENERATOR_CPU,
+                            None,
+                        )
+                    } else {
+                        let load = load::dnsperf(
+                            &link.client_ns,
+                            link.server.ipv4,
+                            PORT,
+                            &queries,
+                            mode,
+                            clients,
+                            seconds,
+                        );
+                        answered(load, "dnsperf")
+                    }
+                });
+                (kind, m)
+            })
+            .collect();
+        let knot = knot_figures(&measured);
+        for (kind, m) in measured {
+            let mut row = vec![generator.to_owned(), kind.label().to_owned()];
+            row.extend(against_knot(&m, knot));
             rows.push(row);
+            not_measured.push((format!("{generator}, {}", kind.label()), m));
         }
     }
     print_table(
         &format!(
-            "Userspace servers, {seconds} s per run, 1000 names x 3 A; responder on CPU {RESPONDER_CPU}"
+            "Userspace servers, {seconds} s per run, 1000 names x 3 A; responder on CPU {RESPONDER_CPU}; {}",
+            system::cpu_description()
         ),
         &[
             "load",
@@ -379,4 +431,5 @@ fn userspace() {
         ],
         &rows,
     );
+    print_not_measured(not_measured.iter().map(|(label, m)| (label.clone(), m)));
 }
