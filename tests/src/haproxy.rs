@@ -44,7 +44,7 @@ impl Haproxy {
         Self::start_config(ns, nameserver, name, slots, resolve_prefer, payload, "")
     }
 
-    /// As deploy/README's per-zone load balancer: slots `srv1`.. on `name` (a zone's name),
+    /// As docs/src/node-life.md's per-zone load balancer: slots `srv1`.. on `name` (a zone's name),
     /// and as many `backup` slots `all1`.. on `backup` (the whole fleet's name), IPv4.
     pub fn start_with_backup(
         ns: &NetNs,

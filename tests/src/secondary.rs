@@ -71,8 +71,9 @@ impl Secondary {
     }
 
     /// A secondary listening on `addr` with `conf` as the operator writes it (keys, primaries,
-    /// zones: deploy/README.md's examples) after the server settings this adds (listen address,
-    /// directories, logs); relative zone files land in its directory. `zone` is one it serves.
+    /// zones: docs/src/secondaries.md's examples) after the server settings this adds (listen
+    /// address, directories, logs); relative zone files land in its directory. `zone` is one it
+    /// serves.
     pub fn start_configured(
         flavor: Flavor,
         ns: &NetNs,
@@ -334,7 +335,7 @@ fn bind_server(dir: &std::path::Path, addr: SocketAddr) -> String {
 }
 
 /// BIND 9: each zone a secondary of every primary with the key, NOTIFY accepted only signed
-/// with it (the configuration deploy/README.md shows).
+/// with it (the configuration docs/src/secondaries.md shows).
 fn bind_zones(
     dir: &std::path::Path,
     primaries: &[SocketAddr],

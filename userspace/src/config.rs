@@ -68,6 +68,13 @@ pub enum Command {
     /// Print the configuration file's JSON Schema (draft-07; the chart's values schema embeds
     /// it).
     ConfigSchema,
+    /// Write the operator's guide's generated reference pages (configuration keys, flags) into
+    /// DIR: what `cargo xtask docs` runs.
+    #[command(hide = true)]
+    DocsReference {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Clone, Debug, Args)]

@@ -21,6 +21,7 @@ pub mod ops;
 pub mod outputs;
 pub mod persist;
 pub mod publisher;
+pub mod reference;
 pub mod serials;
 pub mod server;
 pub mod sources;

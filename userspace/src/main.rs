@@ -42,6 +42,7 @@ fn main() -> std::process::ExitCode {
             println!("{:#}", hostport_dns::agent_config::json_schema());
             Ok(())
         }
+        Command::DocsReference { dir } => write_reference(&dir),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -63,6 +64,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // waits for the pin directory, a transfer's maker): the stop is done, what is left is cut.
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result
+}
+
+/// `hostport-dns docs-reference DIR`: the generated pages of the operator's guide.
+fn write_reference(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (name, text) in hostport_dns::reference::pages() {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn init_logging(filter: &str, format: LogFormat) {
