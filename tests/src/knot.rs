@@ -223,7 +223,8 @@ impl Knot {
             if exited.is_some() || Instant::now() >= deadline {
                 let said = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let said: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
-                let how = exited.map_or("did not answer in 20 s".into(), |s| format!("exited ({s})"));
+                let how =
+                    exited.map_or("did not answer in 20 s".into(), |s| format!("exited ({s})"));
                 return Err(format!(
                     "knotd did not start: it {how}; it said: {}",
                     said[said.len().saturating_sub(3)..].join(" / ")

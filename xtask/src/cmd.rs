@@ -165,7 +165,10 @@ pub fn build_tree() -> anyhow::Result<PathBuf> {
 pub fn build_tree_linted() -> anyhow::Result<(PathBuf, usize)> {
     let mut build = linted(in_tree(cargo_in_agent_tree("build")));
     build
-        .args(["--all-targets", "--message-format=json-diagnostic-rendered-ansi"])
+        .args([
+            "--all-targets",
+            "--message-format=json-diagnostic-rendered-ansi",
+        ])
         .stdout(Stdio::piped());
     let mut child = build
         .spawn()

@@ -32,8 +32,8 @@ fn mdbook() -> anyhow::Result<PathBuf> {
     let root = setup::cache_dir().join("mdbook");
     let binary = root.join("bin/mdbook");
     let wanted = format!("mdbook v{MDBOOK_VERSION}");
-    let installed = cmd::output(Command::new(&binary).arg("--version"))
-        .is_ok_and(|v| v.trim() == wanted);
+    let installed =
+        cmd::output(Command::new(&binary).arg("--version")).is_ok_and(|v| v.trim() == wanted);
     if !installed {
         println!("docs: building mdBook {MDBOOK_VERSION} (once)");
         cmd::run(

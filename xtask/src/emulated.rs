@@ -82,7 +82,13 @@ fn install_emulator(emulator: &str) -> anyhow::Result<()> {
     println!("setup: installing qemu-user-static (running the image's other-architecture agent)");
     cmd::run(
         Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends", "qemu-user-static"])
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "qemu-user-static",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
 }
@@ -110,7 +116,10 @@ fn ask(server: SocketAddr) -> anyhow::Result<u16> {
     socket.send_to(&query, server)?;
     let mut answer = [0u8; 1500];
     let (len, _) = socket.recv_from(&mut answer)?;
-    let header = answer.get(..12).filter(|_| len >= 12).context("a short answer")?;
+    let header = answer
+        .get(..12)
+        .filter(|_| len >= 12)
+        .context("a short answer")?;
     if header[..2] != id.to_be_bytes() || header[2] & 0x80 == 0 {
         bail!("not an answer to the query");
     }

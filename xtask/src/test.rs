@@ -46,7 +46,9 @@ fn run_phases(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<()> {
     let (agent, warnings) = phases.time("build (tree, clippy)", cmd::build_tree_linted)?;
     if warnings > 0 {
         eprintln!("xtask: clippy: {warnings} warnings in the workspace's crates (above)");
-        phases.failures.push(format!("lint (clippy: {warnings} warnings)"));
+        phases
+            .failures
+            .push(format!("lint (clippy: {warnings} warnings)"));
     }
     // The container image, which a test unpacks and runs the agent from: the same binary.
     let image = phases.time("package the image", || {

@@ -55,14 +55,16 @@ pub fn kxdpgun_from(
     cpu: usize,
     sources: Option<&str>,
 ) -> Load {
-    try_kxdpgun_from(ns, ifname, server, port, queries, qps, seconds, cpu, sources)
-        .unwrap_or_else(|reason| {
-            eprintln!("kxdpgun: {reason}");
-            Load {
-                seconds: seconds as f64,
-                ..Load::default()
-            }
-        })
+    try_kxdpgun_from(
+        ns, ifname, server, port, queries, qps, seconds, cpu, sources,
+    )
+    .unwrap_or_else(|reason| {
+        eprintln!("kxdpgun: {reason}");
+        Load {
+            seconds: seconds as f64,
+            ..Load::default()
+        }
+    })
 }
 
 /// [`kxdpgun_from`], or why it measured nothing: kxdpgun failed (its AF_XDP socket refused on

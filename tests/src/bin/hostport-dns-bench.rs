@@ -129,7 +129,10 @@ fn measure(
 /// dnsperf's figures, or why there are none (no answer at all).
 fn answered(load: Load, generator: &str) -> Result<Load, String> {
     if load.answered == 0 {
-        Err(format!("{generator} sent {} queries and got no answer", load.sent))
+        Err(format!(
+            "{generator} sent {} queries and got no answer",
+            load.sent
+        ))
     } else {
         Ok(load)
     }
@@ -289,7 +292,9 @@ fn against_knot(m: &Outcome, knot: Option<(f64, f64)>) -> [String; 5] {
         cell(m, |m| format!("{:.0}", m.load.answered_per_second())),
         cell(m, |m| format!("{:.1} %", m.load.loss() * 100.0)),
         cell(m, |m| format!("{:.0}", m.cpu_ns_per_answer())),
-        cell(m, |m| ratio(&|(rate, _)| m.load.answered_per_second() / rate)),
+        cell(m, |m| {
+            ratio(&|(rate, _)| m.load.answered_per_second() / rate)
+        }),
         cell(m, |m| ratio(&|(_, cpu)| m.cpu_ns_per_answer() / cpu)),
     ]
 }

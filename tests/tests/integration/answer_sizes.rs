@@ -190,9 +190,11 @@ fn measured_table() -> Vec<String> {
 }
 
 fn documented_table() -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/clients.md"))
-            .expect("docs/src/clients.md");
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/src/clients.md"
+    ))
+    .expect("docs/src/clients.md");
     let start = readme
         .find("<!-- answer-sizes -->")
         .expect("the answer-sizes table in docs/src/clients.md");

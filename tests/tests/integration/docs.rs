@@ -86,14 +86,13 @@ fn the_link_checker_finds_what_is_broken() {
     let text = "[a](missing.md) `[b](inline.md)` [c](https://example.org) [d](#here)\n\
                 ```\n[e](in-a-block.md)\n```\n## Here it is\n";
     assert_eq!(links(text), ["missing.md", "#here"]);
-    assert_eq!(anchors("## Here it is\n## `x.y` (z)\n## Here it is\n"), [
-        "here-it-is",
-        "here-it-is-1",
-        "xy-z"
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect::<BTreeSet<_>>());
+    assert_eq!(
+        anchors("## Here it is\n## `x.y` (z)\n## Here it is\n"),
+        ["here-it-is", "here-it-is-1", "xy-z"]
+            .into_iter()
+            .map(String::from)
+            .collect::<BTreeSet<_>>()
+    );
 }
 
 /// Every `.md` file below `dir`.
