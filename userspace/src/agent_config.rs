@@ -100,12 +100,17 @@ impl AgentConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 #[schemars(title = "hostport-dns configuration file")]
 struct ConfigFile {
+    /// The zones served: each apex with its SOA, TTL and static records.
     #[serde(default)]
     zones: Vec<ZoneEntry>,
     #[serde(default)]
     kubernetes: KubernetesAccess,
+    /// Pods as records: the Ready pods carrying a label key, as `<label value>.<namespace>` in a
+    /// zone.
     #[serde(default)]
     pods: Vec<PodEntry>,
+    /// EndpointSlices as records: configured names for a Service's endpoints (`default/kubernetes`:
+    /// the API servers).
     #[serde(default)]
     endpoint_slices: Vec<EndpointSliceEntry>,
     #[serde(default)]

@@ -310,7 +310,9 @@ pub fn flags() -> String {
     for command in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
         let _ = write!(page, "\n## `hostport-dns {}`\n\n", command.get_name());
         if let Some(about) = command.get_long_about().or(command.get_about()) {
-            let _ = writeln!(page, "{}\n", one_line(&about.to_string()));
+            let about = one_line(&about.to_string());
+            let stop = if about.ends_with('.') { "" } else { "." };
+            let _ = writeln!(page, "{about}{stop}\n");
         }
         let args: Vec<&clap::Arg> = command
             .get_arguments()
@@ -402,6 +404,10 @@ fn meaning(arg: &clap::Arg) -> String {
         .filter(|v| !v.is_hide_set())
         .map(|v| format!("`{}`", v.get_name()))
         .collect();
+    // clap drops a help text's final period.
+    if !text.is_empty() && !text.ends_with(['.', ':', '?', '!']) {
+        text.push('.');
+    }
     if !possible.is_empty() && arg.get_action().takes_values() {
         let _ = write!(text, " Values: {}.", possible.join(", "));
     }

@@ -76,8 +76,11 @@ struct NameServerEntry {
 struct SoaEntry {
     mname: Option<RelativeName>,
     rname: Option<RelativeName>,
+    /// Seconds between a secondary's checks of the serial; default 3600.
     refresh: Option<i32>,
+    /// Seconds before a secondary retries a failed check; default 600.
     retry: Option<i32>,
+    /// Seconds a secondary keeps serving without reaching the primary; default 86400.
     expire: Option<i32>,
     minimum: Option<Ttl>,
 }

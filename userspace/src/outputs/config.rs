@@ -128,6 +128,7 @@ pub(crate) struct ExternalDnsEntry {
     /// service account's).
     #[schemars(with = "Option<schema::Namespace>")]
     namespace: Option<String>,
+    /// The outputs written: each an `endpointSlices` or a `pods` output, in a zone.
     #[schemars(length(min = 1))]
     outputs: Vec<ExternalDnsOutputEntry>,
 }

@@ -18,8 +18,9 @@ pub struct KubernetesAccess {
     pub token_file: Option<PathBuf>,
     /// CA bundle for `apiServer`.
     pub ca_file: Option<PathBuf>,
-    /// Client certificate and key for `apiServer`.
+    /// Client certificate for `apiServer` (with `clientKeyFile`).
     pub client_cert_file: Option<PathBuf>,
+    /// The client certificate's key.
     pub client_key_file: Option<PathBuf>,
     /// The name the API servers' certificate is checked against (and sent as SNI), instead of
     /// the host of the URL: the node-local API server's certificate rarely names 127.0.0.1, and

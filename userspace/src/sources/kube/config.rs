@@ -215,14 +215,23 @@ pub(crate) struct EndpointSliceEntry {
     #[serde(default = "default_service")]
     #[schemars(with = "schema::ServiceRef")]
     service: String,
+    /// The slices' address family: `IPv4` (A records) or `IPv6` (AAAA records).
     #[serde(default)]
     address_type: AddressType,
+    /// Where an endpoint's addresses come from: the slice itself, or the addresses of the
+    /// endpoint's node (`node-internal`, `node-external`, `node-public`: its first address outside
+    /// private and special ranges); the node is the endpoint's `nodeName`, else the node that
+    /// lists the endpoint's address.
     #[serde(default)]
     address_source: AddressSource,
+    /// Also serving-but-terminating endpoints.
     #[serde(default)]
     serving_terminating: bool,
+    /// Keep the last non-empty answer when nothing resolves (metric
+    /// `hostport_dns_kept_last_answer`).
     #[serde(default = "yes")]
     keep_last_non_empty: bool,
+    /// The records' TTL in seconds; default the zone's.
     ttl: Option<u32>,
     /// Probe each endpoint (API server) over TLS and leave those failing out of the answer;
     /// absent: no probe.
