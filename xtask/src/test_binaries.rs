@@ -18,6 +18,12 @@ use anyhow::{Context, bail};
 
 use crate::cmd;
 
+/// Test threads of the integration binary. Its tests mostly wait (on agents starting, packets,
+/// peers in namespaces), so more than libtest's one a CPU: on a 2-core machine its run took
+/// 427 s with 2 threads, 274 s with 4 and 207 s with 8 (both cores then ~94 % busy); 6 leaves
+/// the machine some room for the tests that measure a swap or a flood under load.
+pub const INTEGRATION_THREADS: usize = 6;
+
 /// One test executable, as cargo built it.
 #[derive(Clone, Debug)]
 pub struct TestBinary {
@@ -182,6 +188,10 @@ fn spawn_merged(
 ) -> anyhow::Result<(std::process::Child, impl Read)> {
     let (reader, writer) = std::io::pipe().context("a pipe for a test binary's output")?;
     let mut command = Command::new(&binary.executable);
+    // A thread count given on the command line wins.
+    if binary.integration && !args.iter().any(|a| a.starts_with("--test-threads")) {
+        command.arg(format!("--test-threads={INTEGRATION_THREADS}"));
+    }
     command
         .args(args)
         .current_dir(&binary.package_dir)
