@@ -6,6 +6,7 @@ pub mod agent;
 pub mod agent_config;
 pub mod atomic_file;
 pub mod clients;
+pub mod commands;
 pub mod config;
 pub mod config_schema;
 pub mod exposition;
