@@ -156,15 +156,58 @@ pub fn dnsperf(
     clients: u32,
     seconds: u64,
 ) -> Load {
-    dnsperf_with(ns, server, port, queries, (mode, clients), seconds, &[])
+    dnsperf_with(
+        ns,
+        server,
+        port,
+        queries,
+        (mode, clients),
+        seconds,
+        &[],
+        None,
+    )
+}
+
+/// [`dnsperf`] over UDP with `clients` clients, pinned to `cpu`: the load for kernel paths where
+/// kxdpgun cannot run (its AF_XDP program fails the verifier of kernel 6.18).
+pub fn dnsperf_on_cpu(
+    ns: &NetNs,
+    server: &str,
+    port: u16,
+    queries: &Path,
+    clients: u32,
+    seconds: u64,
+    cpu: usize,
+) -> Load {
+    let cpu = cpu.to_string();
+    dnsperf_with(
+        ns,
+        server,
+        port,
+        queries,
+        ("udp", clients),
+        seconds,
+        &[],
+        Some(&cpu),
+    )
 }
 
 /// [`dnsperf`] with EDNS (`-e`: dnsperf offers 4096 bytes), as load balancers ask for big
 /// answers.
 pub fn dnsperf_edns(ns: &NetNs, server: &str, port: u16, queries: &Path, seconds: u64) -> Load {
-    dnsperf_with(ns, server, port, queries, ("udp", 1), seconds, &["-e"])
+    dnsperf_with(
+        ns,
+        server,
+        port,
+        queries,
+        ("udp", 1),
+        seconds,
+        &["-e"],
+        None,
+    )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn dnsperf_with(
     ns: &NetNs,
     server: &str,
@@ -173,8 +216,17 @@ fn dnsperf_with(
     (mode, clients): (&str, u32),
     seconds: u64,
     extra: &[&str],
+    cpu: Option<&str>,
 ) -> Load {
-    let out = sh(ns.command("dnsperf").args(extra).args([
+    let mut command = match cpu {
+        Some(cpu) => {
+            let mut pinned = ns.command("taskset");
+            pinned.args(["-c", cpu, "dnsperf"]);
+            pinned
+        }
+        None => ns.command("dnsperf"),
+    };
+    let out = sh(command.args(extra).args([
         "-s",
         server,
         "-p",
