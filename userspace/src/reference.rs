@@ -97,18 +97,7 @@ fn walk(
     if depth >= MAX_DEPTH || reference.as_ref().is_some_and(|r| !seen.insert(r.clone())) {
         return;
     }
-    if let Some(properties) = inner.get("properties").and_then(Value::as_object) {
-        for (name, property) in properties {
-            walk(
-                definitions,
-                property,
-                &format!("{key}.{name}"),
-                depth + 1,
-                seen,
-                rows,
-            );
-        }
-    }
+    walk_properties(definitions, &inner, key, depth, seen, rows);
     if let Some(items) = inner.get("items").filter(|i| i.is_object())
         && has_keys(definitions, items)
     {
@@ -142,17 +131,24 @@ fn walk_keys(
 ) {
     let (resolved, _) = resolve(definitions, schema);
     let inner = value_schema(definitions, &resolved);
-    if let Some(properties) = inner.get("properties").and_then(Value::as_object) {
-        for (name, property) in properties {
-            walk(
-                definitions,
-                property,
-                &format!("{key}.{name}"),
-                depth + 1,
-                seen,
-                rows,
-            );
-        }
+    walk_properties(definitions, &inner, key, depth, seen, rows);
+}
+
+/// The rows of an object's properties, below `key`.
+fn walk_properties(
+    definitions: &Value,
+    object: &Value,
+    key: &str,
+    depth: usize,
+    seen: &mut BTreeSet<String>,
+    rows: &mut Vec<Row>,
+) {
+    let Some(properties) = object.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, property) in properties {
+        let key = format!("{key}.{name}");
+        walk(definitions, property, &key, depth + 1, seen, rows);
     }
 }
 

@@ -198,18 +198,7 @@ fn xdp_row(
 ) -> Outcome {
     match generator {
         Generator::Kxdpgun => measure(kind, records, table, |link| {
-            pin_client_napi_soon(link);
-            load::try_kxdpgun_from(
-                &link.client_ns,
-                &link.client.ifname,
-                link.server.ipv4,
-                PORT,
-                queries,
-                offered,
-                seconds,
-                GENERATOR_CPU,
-                None,
-            )
+            kxdpgun_load(link, queries, offered, seconds)
         }),
         Generator::Dnsperf => measure_on(Link::new("bench"), kind, records, table, |link| {
             pin_client_napi_soon(link);
@@ -225,6 +214,27 @@ fn xdp_row(
             answered(load, "dnsperf")
         }),
     }
+}
+
+/// kxdpgun from the client end at `offered` q/s, its receive thread on the generator's CPU.
+fn kxdpgun_load(
+    link: &Link,
+    queries: &std::path::Path,
+    offered: u64,
+    seconds: u64,
+) -> Result<Load, String> {
+    pin_client_napi_soon(link);
+    load::try_kxdpgun_from(
+        &link.client_ns,
+        &link.client.ifname,
+        link.server.ipv4,
+        PORT,
+        queries,
+        offered,
+        seconds,
+        GENERATOR_CPU,
+        None,
+    )
 }
 
 fn pin_client_napi_soon(link: &Link) {
@@ -462,18 +472,7 @@ fn userspace() {
             .map(|kind| {
                 let m = measure(kind, &records, &table, |link| {
                     if mode == "xdp" {
-                        pin_client_napi_soon(link);
-                        load::try_kxdpgun_from(
-                            &link.client_ns,
-                            &link.client.ifname,
-                            link.server.ipv4,
-                            PORT,
-                            &queries,
-                            1_000_000,
-                            seconds,
-                            GENERATOR_CPU,
-                            None,
-                        )
+                        kxdpgun_load(link, &queries, 1_000_000, seconds)
                     } else {
                         let load = load::dnsperf(
                             &link.client_ns,
