@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context, bail};
 
-use crate::{cmd, image::Arch};
+use crate::cmd;
 
 /// A name of the embedded example, with the addresses it holds.
 const NAME: &str = "default-nginx.ingress.demo.hostport.example";
@@ -20,11 +20,9 @@ const NAME: &str = "default-nginx.ingress.demo.hostport.example";
 /// machine, and the agent reads its example and starts its servers first.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-pub fn answers_under_emulation(arch: Arch, agent: &Path) -> anyhow::Result<()> {
-    let emulator = match arch {
-        Arch::Arm64 => "qemu-aarch64-static",
-        Arch::Amd64 => "qemu-x86_64-static",
-    };
+/// Runs `agent` (built for another architecture) under `emulator` (`qemu-aarch64-static`) until
+/// it answers.
+pub fn answers_under_emulation(emulator: &str, agent: &Path) -> anyhow::Result<()> {
     install_emulator(emulator)?;
     let port = free_udp_port()?;
     let metrics = free_udp_port()?;
@@ -41,20 +39,20 @@ pub fn answers_under_emulation(arch: Arch, agent: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         if let Some(status) = child.0.try_wait()? {
-            bail!("the {arch:?} agent under {emulator} exited ({status}) before it answered");
+            bail!("the agent under {emulator} exited ({status}) before it answered");
         }
         match ask(server) {
             Ok(answers) if answers > 0 => {
                 println!(
-                    "image: the {arch:?} agent under {emulator} answered {NAME} A with {answers} records"
+                    "image: the agent under {emulator} answered {NAME} A with {answers} records"
                 );
                 return Ok(());
             }
-            Ok(_) => bail!("the {arch:?} agent under {emulator} answered {NAME} A with nothing"),
+            Ok(_) => bail!("the agent under {emulator} answered {NAME} A with nothing"),
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(500)),
             Err(error) => {
                 return Err(error.context(format!(
-                    "the {arch:?} agent under {emulator} did not answer in {} s",
+                    "the agent under {emulator} did not answer in {} s",
                     PATIENCE.as_secs()
                 )));
             }

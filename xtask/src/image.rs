@@ -46,6 +46,14 @@ impl Arch {
             .with_context(|| format!("no image architecture for {}", cmd::HOST_TRIPLE))
     }
 
+    /// Debian's user-mode emulator of the architecture (`qemu-user-static`).
+    fn emulator(self) -> &'static str {
+        match self {
+            Self::Amd64 => "qemu-x86_64-static",
+            Self::Arm64 => "qemu-aarch64-static",
+        }
+    }
+
     /// The OCI architecture name.
     fn oci(self) -> &'static str {
         match self {
@@ -85,7 +93,7 @@ pub fn build(arch: Arch) -> anyhow::Result<PathBuf> {
     } else {
         let agent = cross_build_static_agent(arch)?;
         // Built is not run: the other architecture's agent answers a query before it ships.
-        crate::emulated::answers_under_emulation(arch, &agent)?;
+        crate::emulated::answers_under_emulation(arch.emulator(), &agent)?;
         agent
     };
     package(arch, &agent)
