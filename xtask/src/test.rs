@@ -67,7 +67,8 @@ fn run_phases(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<()> {
         print_binary_times(&outcomes);
         Ok(failures_of(&outcomes))
     })?;
-    phases.failures.extend(failed);
+    phases.failures.extend(failed.tests);
+    phases.reports.extend(failed.reports);
     // A filtered run is someone looking at some tests: the fuzz slice is for whole runs.
     if args.cargo_test_args.is_empty()
         && let Err(error) = phases.time("fuzz slice", crate::fuzz::slice)
@@ -83,6 +84,8 @@ fn run_phases(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<()> {
 struct Phases {
     times: Vec<(&'static str, Duration)>,
     failures: Vec<String>,
+    /// What failed tests reported (their panics), repeated under the summary.
+    reports: Vec<(String, Vec<String>)>,
 }
 
 impl Phases {
@@ -111,6 +114,12 @@ impl Phases {
             for failure in &self.failures {
                 eprintln!("  {failure}");
             }
+            for (test, lines) in &self.reports {
+                eprintln!("\nxtask test: {test} reported (last lines):");
+                for line in lines {
+                    eprintln!("    {line}");
+                }
+            }
         }
     }
 }
@@ -125,10 +134,10 @@ fn print_binary_times(outcomes: &[crate::test_binaries::Outcome]) {
     }
 }
 
-/// The failed tests as `<binary>: <test>`, and each binary that failed without naming a test
-/// (a crash, a panic outside a test).
-fn failures_of(outcomes: &[crate::test_binaries::Outcome]) -> Vec<String> {
-    let mut failed = Vec::new();
+/// The failed tests as `<binary>: <test>` with what they reported, and each binary that failed
+/// without naming a test (a crash, a panic outside a test).
+fn failures_of(outcomes: &[crate::test_binaries::Outcome]) -> Failed {
+    let mut failed = Failed::default();
     for outcome in outcomes {
         let mut failures = TestFailures {
             binary: outcome.binary.name.clone(),
@@ -137,23 +146,41 @@ fn failures_of(outcomes: &[crate::test_binaries::Outcome]) -> Vec<String> {
         for line in &outcome.lines {
             failures.read(line);
         }
+        failures.finish_report();
         if !outcome.success && failures.tests.is_empty() {
-            failed.push(format!(
+            failed.tests.push(format!(
                 "{} ({}: no test named: it crashed)",
                 outcome.binary.name, outcome.status
             ));
         }
-        failed.extend(failures.tests);
+        failed.tests.extend(failures.tests);
+        failed.reports.extend(failures.reports);
     }
     failed
 }
 
-/// What one test binary's output says failed.
+/// The test phase's failures.
+#[derive(Default)]
+struct Failed {
+    tests: Vec<String>,
+    reports: Vec<(String, Vec<String>)>,
+}
+
+/// Lines of a failed test's own report that the summary repeats: its panic and message are
+/// last. The summary is what a CI log's tail shows, long after the test printed them.
+const REPORT_TAIL_LINES: usize = 12;
+
+/// What one test binary's output says failed, and what each failed test reported.
 #[derive(Default)]
 struct TestFailures {
     /// The binary (`unittests src/lib.rs (hostport-dns)`).
     binary: String,
     tests: Vec<String>,
+    /// `<binary>: <test>` and the last lines of that test's report (libtest's `---- <test>
+    /// stdout ----` section), in the order libtest printed them.
+    reports: Vec<(String, Vec<String>)>,
+    /// The report being read, while inside one.
+    reading: Option<(String, Vec<String>)>,
 }
 
 impl TestFailures {
@@ -164,6 +191,31 @@ impl TestFailures {
             .and_then(|t| t.strip_suffix(" ... FAILED"))
         {
             self.tests.push(format!("{}: {test}", self.binary));
+            return;
+        }
+        let section = line
+            .strip_prefix("---- ")
+            .and_then(|rest| rest.strip_suffix(" stdout ----"));
+        // A section ends where the next begins, or at libtest's list of the failures.
+        if section.is_some() || line == "failures:" {
+            self.finish_report();
+        }
+        if let Some(test) = section {
+            self.reading = Some((format!("{}: {test}", self.binary), Vec::new()));
+        } else if let Some((_, lines)) = &mut self.reading {
+            lines.push(line.to_owned());
+            if lines.len() > REPORT_TAIL_LINES {
+                lines.remove(0);
+            }
+        }
+    }
+
+    fn finish_report(&mut self) {
+        if let Some((test, mut lines)) = self.reading.take() {
+            while lines.last().is_some_and(|l| l.trim().is_empty()) {
+                lines.pop();
+            }
+            self.reports.push((test, lines));
         }
     }
 }
@@ -226,13 +278,37 @@ mod tests {
         for line in [
             "test node_life::a_node_leaves ... ok",
             "test node_life::a_node_returns ... FAILED",
+            "",
+            "failures:",
+            "",
+            "---- node_life::a_node_returns stdout ----",
+            "agent log: started",
+            "",
+            "thread 'node_life::a_node_returns' panicked at tests/tests/integration/node_life.rs:9:5:",
+            "no answer within 10 s",
+            "",
+            "",
+            "failures:",
+            "    node_life::a_node_returns",
+            "",
             "test result: FAILED. 1 passed; 1 failed; 0 ignored",
         ] {
             failures.read(line);
         }
+        failures.finish_report();
+        let test = "tests/integration/main.rs (hostport-dns-tests): node_life::a_node_returns";
+        assert_eq!(failures.tests, [test]);
         assert_eq!(
-            failures.tests,
-            ["tests/integration/main.rs (hostport-dns-tests): node_life::a_node_returns"]
+            failures.reports.len(),
+            1,
+            "one report, not the list after it"
+        );
+        let (reported, lines) = &failures.reports[0];
+        assert_eq!(reported, test);
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("no answer within 10 s"),
+            "the panic's message ends the report: {lines:?}"
         );
     }
 }

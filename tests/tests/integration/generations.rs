@@ -209,6 +209,9 @@ struct History {
     pending: AtomicU64,
     published: AtomicU64,
     done: AtomicBool,
+    /// Mismatches the readers found so far: the writer reads it to know whether a run that
+    /// must catch a broken writer has.
+    mismatches: AtomicU64,
 }
 
 #[derive(Default, Debug)]
@@ -283,6 +286,7 @@ fn read_while_changing(
             };
             if !fine {
                 tally.mismatches += 1;
+                history.mismatches.fetch_add(1, Ordering::Relaxed);
                 tally.first_mismatch.get_or_insert_with(|| {
                     format!(
                         "probe {i} ({} to {}), generations {lo}..={hi}, verdict {verdict}: {}",
@@ -334,15 +338,41 @@ const TIGHT: [Capacity; 2] = [Capacity::of([34, 26, 4]), Capacity::of([40, 28, 6
 /// Publications between two moves to another size.
 const RESIZE_EVERY: u64 = 97;
 
-/// Runs the writer against a reader on every CPU for `seconds`: a program loaded from `object`
-/// whose runs stay `hold` spin iterations in their read section, a writer with `hooks`, the
-/// table moving between the capacities `sizes`.
+/// How long a torture run may go on past its seconds to do what its test asserts: a loaded
+/// machine publishes fewer generations a second, so the run counts work, not time.
+const OVERTIME: Duration = Duration::from_secs(180);
+
+/// What a torture run has done so far, for its test's `enough`.
+struct Progress {
+    generations: u64,
+    resizes: u64,
+    zone_switches: u64,
+    local_switches: u64,
+    follow_ups: u64,
+    mismatches: u64,
+}
+
+impl Progress {
+    /// Enough for [`assert_sound`]: every kind of change made, and the table moved twice.
+    fn covers_every_change(&self) -> bool {
+        self.generations > 2 * RESIZE_EVERY
+            && self.resizes >= 2
+            && self.zone_switches > 0
+            && self.local_switches > 0
+    }
+}
+
+/// Runs the writer against a reader on every CPU for `seconds`, and then for as long as
+/// `enough` says it has not done what its test asserts (at most [`OVERTIME`] more): a program
+/// loaded from `object` whose runs stay `hold` spin iterations in their read section, a writer
+/// with `hooks`, the table moving between the capacities `sizes`.
 fn torture(
     object: &[u8],
     hold: u32,
     hooks: TestHooks,
     seconds: u64,
     sizes: &[Capacity],
+    enough: fn(&Progress) -> bool,
 ) -> Tortured {
     let probes = probes();
     let names = every_name();
@@ -367,8 +397,10 @@ fn torture(
         pending: AtomicU64::new(0),
         published: AtomicU64::new(0),
         done: AtomicBool::new(false),
+        mismatches: AtomicU64::new(0),
     };
     let deadline = Instant::now() + Duration::from_secs(seconds);
+    let last_call = deadline + OVERTIME;
     let max_generations = 4000u64;
     let (mut xdps, mut writers, mut counters) = (Vec::new(), Vec::new(), Vec::new());
     for program in programs.iter_mut() {
@@ -392,11 +424,25 @@ fn torture(
         let (mut generation, mut zone_switches, mut local_switches, mut waits_past_readers) =
             (0u64, 0u64, 0u64, 0u64);
         let (mut resizes, mut follow_ups) = (0u64, 0u64);
-        while Instant::now() < deadline && generation < max_generations {
+        let mut next_resize = RESIZE_EVERY;
+        while generation < max_generations {
+            let now = Instant::now();
+            let progress = Progress {
+                generations: generation,
+                resizes,
+                zone_switches,
+                local_switches,
+                follow_ups,
+                mismatches: history.mismatches.load(Ordering::Relaxed),
+            };
+            if now >= last_call || (now >= deadline && enough(&progress)) {
+                break;
+            }
             // Now and then, the table moves to another size: the next program's maps get the
             // current table whole, then it answers in place of the one answering (which keeps
             // its table, never written again while it is not the one answering).
-            if generation > 0 && generation % RESIZE_EVERY == 0 {
+            if generation >= next_resize {
+                next_resize += RESIZE_EVERY;
                 let next = (resizes as usize + 1) % writers.len();
                 let writer = &mut writers[next];
                 writer
@@ -548,6 +594,7 @@ fn every_answer_while_the_table_changes_is_the_answer_of_a_current_generation() 
         TestHooks::default(),
         6,
         &SIZES,
+        Progress::covers_every_change,
     );
     assert_sound(&tortured);
 }
@@ -568,7 +615,14 @@ const POISONING: TestHooks = TestHooks {
 #[test]
 fn the_writer_waits_out_runs_held_in_the_generation_it_left() {
     require_root();
-    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, POISONING, 4, &SIZES);
+    let tortured = torture(
+        hostport_dns::TESTBED_OBJECT,
+        HOLD,
+        POISONING,
+        4,
+        &SIZES,
+        Progress::covers_every_change,
+    );
     assert_sound(&tortured);
 }
 
@@ -581,7 +635,14 @@ fn the_writer_waits_out_runs_held_in_the_generation_it_left() {
 #[test]
 fn changes_larger_than_the_free_entries_are_followed_up_and_never_answer_wrong() {
     require_root();
-    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, POISONING, 4, &TIGHT);
+    let tortured = torture(
+        hostport_dns::TESTBED_OBJECT,
+        HOLD,
+        POISONING,
+        4,
+        &TIGHT,
+        |p| p.covers_every_change() && p.follow_ups > 0,
+    );
     assert!(tortured.generations > 50, "too few generations");
     assert!(tortured.resizes > 0 && tortured.zone_switches > 0);
     assert!(tortured.follow_ups > 0, "no change ran out of free entries");
@@ -600,7 +661,10 @@ fn a_writer_that_does_not_wait_for_readers_is_caught() {
         poison: Some(POISON),
         skip_wait: true,
     };
-    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, hooks, 4, &SIZES);
+    // Enough once a mismatch is seen: a sound run of the same length would have none.
+    let tortured = torture(hostport_dns::TESTBED_OBJECT, HOLD, hooks, 4, &SIZES, |p| {
+        p.mismatches > 0
+    });
     assert!(
         tortured.mismatches > 0,
         "a writer that rewrites what runs still read must be caught ({} generations)",
