@@ -14,6 +14,8 @@ use crate::{TempDir, netns::NetNs};
 pub struct Haproxy {
     child: Child,
     socket: PathBuf,
+    /// The backend whose servers the slots are (`ingress` unless the configuration names another).
+    backend: String,
     _dir: TempDir,
 }
 
@@ -42,29 +44,6 @@ impl Haproxy {
         payload: u16,
     ) -> Self {
         Self::start_config(ns, nameserver, name, slots, resolve_prefer, payload, "")
-    }
-
-    /// As docs/src/node-life.md's per-zone load balancer: slots `srv1`.. on `name` (a zone's name),
-    /// and as many `backup` slots `all1`.. on `backup` (the whole fleet's name), IPv4.
-    pub fn start_with_backup(
-        ns: &NetNs,
-        nameserver: &str,
-        name: &str,
-        backup: &str,
-        slots: u32,
-    ) -> Self {
-        let backup_template = format!(
-            "  server-template all {slots} {backup}:443 resolvers agent init-addr none resolve-prefer ipv4 backup\n"
-        );
-        Self::start_config(
-            ns,
-            nameserver,
-            name,
-            slots,
-            Some("ipv4"),
-            8192,
-            &backup_template,
-        )
     }
 
     fn start_config(
@@ -97,7 +76,31 @@ impl Haproxy {
              backend ingress\n  server-template srv {slots} {target} resolvers agent init-addr none{prefer}\n{more_servers}",
             socket.display()
         );
-        let config_path = dir.write("haproxy.cfg", &config);
+        Self::spawn(ns, dir, &config, "ingress")
+    }
+
+    /// HAProxy run with `sections` (its `resolvers` and `backend` sections as a guide gives
+    /// them) after the test's `global` (the stats socket) and `defaults`; the slots read are
+    /// those of the first backend `sections` names.
+    pub fn start_sections(ns: &NetNs, sections: &str) -> Self {
+        let dir = TempDir::new("haproxy");
+        let backend = sections
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("backend "))
+            .map(|b| b.trim().to_owned())
+            .expect("a backend section");
+        let config = format!(
+            "global\n  stats socket {} mode 600 level admin\n\
+             defaults\n  mode tcp\n  timeout connect 1s\n  timeout client 5s\n  timeout server 5s\n\
+             {sections}",
+            dir.path.join("stats.sock").display()
+        );
+        Self::spawn(ns, dir, &config, &backend)
+    }
+
+    fn spawn(ns: &NetNs, dir: TempDir, config: &str, backend: &str) -> Self {
+        let socket = dir.path.join("stats.sock");
+        let config_path = dir.write("haproxy.cfg", config);
         let child = ns
             .command("haproxy")
             .arg("-db")
@@ -110,6 +113,7 @@ impl Haproxy {
         let haproxy = Self {
             child,
             socket,
+            backend: backend.to_owned(),
             _dir: dir,
         };
         crate::eventually("the HAProxy stats socket", 10, || haproxy.socket.exists());
@@ -129,7 +133,7 @@ impl Haproxy {
 
     /// "address:port" of each server slot that holds an address, sorted.
     pub fn backend_endpoints(&self) -> Vec<String> {
-        let state = self.command("show servers state ingress");
+        let state = self.command(&format!("show servers state {}", self.backend));
         let Some(header) = state.lines().find(|l| l.starts_with("# be_id")) else {
             return Vec::new();
         };
@@ -163,7 +167,7 @@ impl Haproxy {
 
     /// The addresses the slots whose name starts with `prefix` (`srv`, `all`) hold, sorted.
     pub fn slot_addresses(&self, prefix: &str) -> Vec<String> {
-        let state = self.command("show servers state ingress");
+        let state = self.command(&format!("show servers state {}", self.backend));
         let mut addresses: Vec<String> = state
             .lines()
             .filter(|l| !l.starts_with('#') && l.split_whitespace().count() > 5)

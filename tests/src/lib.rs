@@ -7,6 +7,7 @@ pub mod agent;
 pub mod api_tls;
 pub mod bench;
 pub mod bind_primary;
+pub mod book;
 pub mod cgroup;
 pub mod clients;
 pub mod fake_api;

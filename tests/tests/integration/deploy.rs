@@ -15,6 +15,7 @@ use hostport_dns_tests::{
     TempDir,
     agent::{Agent, records_on_lo},
     api_tls::ApiCredentials,
+    book,
     cgroup::Cgroup,
     clients::{dig, udp_exchange},
     eventually,
@@ -365,6 +366,87 @@ endpointSlices:
     keepLastNonEmpty: false
     ttl: 30
 ";
+
+/// The `--set` values of the install page's `helm install` line.
+fn install_page_sets() -> Vec<String> {
+    let blocks = book::blocks("install.md", "## Install");
+    let install = blocks
+        .iter()
+        .find(|b| b.starts_with("helm install"))
+        .expect("the install page's helm install line");
+    let sets: Vec<String> = install
+        .split("--set ")
+        .skip(1)
+        .map(|set| {
+            let set = set.trim().trim_end_matches('\\').trim();
+            set.trim_matches('\'').to_owned()
+        })
+        .collect();
+    assert!(!sets.is_empty(), "no --set in {install}");
+    sets
+}
+
+/// `helm template` of the chart with the install page's values and then `values` (a page's
+/// block), and the agent configuration it writes, as the agent parses it.
+fn configured_as_the_book_says(values: &str) -> hostport_dns::agent_config::AgentConfig {
+    let dir = TempDir::new("book-values");
+    let file = dir.write("values.yaml", values);
+    let mut helm = Command::new(helm());
+    helm.args(["template", "hostport-dns"])
+        .arg(chart())
+        .args(["--namespace", "kube-system"]);
+    for set in install_page_sets() {
+        helm.args(["--set", &set]);
+    }
+    let docs = documents(&String::from_utf8_lossy(
+        &sh(helm.arg("-f").arg(file)).stdout,
+    ));
+    let text = config_with_mounted_secret(&docs, &dir);
+    hostport_dns::agent_config::parse(&text, "configmap".as_ref())
+        .unwrap_or_else(|e| panic!("the agent refuses the chart's config: {e:#}\n{text}"))
+}
+
+/// The chart values the book's pages show (the install line's, and with them the external-dns
+/// outputs and the transfer settings) install, and configure the agent as the pages say.
+#[test]
+fn the_chart_values_the_book_shows_configure_what_its_pages_say() {
+    let plain = configured_as_the_book_says("");
+    assert_eq!(
+        plain.zones.zones[0].apex.to_string(),
+        "ingress.prod.example.com."
+    );
+    assert_eq!(plain.kube.pods.len(), 1);
+    assert_eq!(plain.kube.endpoint_slices.len(), 1);
+
+    let [external_dns, _update] =
+        book::blocks("publishing.md", "## Publishing through external-dns")
+            .into_iter()
+            .chain(book::blocks(
+                "publishing.md",
+                "## Publishing into an existing zone (RFC 2136)",
+            ))
+            .collect::<Vec<_>>()
+            .try_into()
+            .expect("the external-dns values and the update entry");
+    let outputs = configured_as_the_book_says(&external_dns)
+        .outputs
+        .external_dns
+        .expect("externalDns configured")
+        .outputs;
+    assert_eq!(outputs.len(), 2, "{outputs:?}");
+
+    let secondaries = book::blocks("secondaries.md", "### Secondary configurations");
+    let values = secondaries
+        .iter()
+        .find(|b| b.starts_with("transfer:"))
+        .expect("the chart's transfer values");
+    let transfer = configured_as_the_book_says(values)
+        .transfer
+        .expect("transfers configured");
+    assert_eq!(transfer.allow.len(), 1);
+    assert_eq!(transfer.notify.len(), 1);
+    assert_eq!(transfer.notify[0].address.to_string(), "192.0.2.53:53");
+}
 
 #[test]
 fn chart_values_reach_the_agent_configuration_exactly() {

@@ -8,6 +8,7 @@ mod answer_sizes;
 mod api_access;
 mod api_health;
 mod big_answers;
+mod book;
 mod cli_errors;
 mod deploy;
 mod differential_knot;

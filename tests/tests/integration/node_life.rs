@@ -7,6 +7,7 @@
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
+    book,
     clients::{Reply, dig},
     eventually,
     fake_api::{FakeApi, Kind},
@@ -459,8 +460,9 @@ fn a_forbidden_node_watch_keeps_the_pod_answers_and_says_why() {
     eventually("ready", 10, || c.agent.http_get("/readyz").0 == 200);
 }
 
-/// docs/src/node-life.md's load balancer in one zone: its zone's name in the slots, the whole
-/// fleet as `backup`; a node moving zones moves between them.
+/// docs/src/node-life.md's load balancer in one zone, its configuration as the page shows it:
+/// its zone's name in the slots, the whole fleet as `backup`; a node moving zones moves between
+/// them.
 #[test]
 fn haproxy_in_one_zone_takes_that_zones_nodes_with_the_fleet_as_backup() {
     let bed = LinkBed::new(
@@ -473,20 +475,27 @@ fn haproxy_in_one_zone_takes_that_zones_nodes_with_the_fleet_as_backup() {
         },
     );
     let (link, api) = (&bed.link, &bed.api);
-    let haproxy = Haproxy::start_with_backup(
-        &link.client_ns,
-        &format!("{}:1053", link.server.ipv4),
-        &zone_name("eu-west-1a"),
-        NAME,
-        4,
+    let [config] = book::blocks("node-life.md", "## Nodes leaving and topology")
+        .try_into()
+        .expect("one block: the per-zone load balancer");
+    let server = format!("{}:1053", link.server.ipv4);
+    let config = book::made_local(
+        &config,
+        &[
+            ("192.0.2.11:1053", &server),
+            ("192.0.2.12:1053", &server),
+            ("ingress.prod.example.com", ZONE),
+        ],
     );
+    assert!(config.contains(&zone_name("eu-west-1a")), "{config}");
+    let haproxy = Haproxy::start_sections(&link.client_ns, &config);
     eventually("the zone's nodes, the fleet as backup", 20, || {
-        haproxy.slot_addresses("srv") == addresses(&[0, 1])
+        haproxy.slot_addresses("zone") == addresses(&[0, 1])
             && haproxy.slot_addresses("all") == addresses(&[0, 1, 2])
     });
     api.apply(Kind::Node, in_zone(1, "eu-west-1b"));
     eventually("cp-1 out of the zone's slots", 20, || {
-        haproxy.slot_addresses("srv") == addresses(&[0])
+        haproxy.slot_addresses("zone") == addresses(&[0])
             && haproxy.slot_addresses("all") == addresses(&[0, 1, 2])
     });
 }

@@ -10,6 +10,7 @@ use std::{collections::BTreeMap, net::SocketAddr};
 use hostport_dns_tests::{
     TempDir,
     agent::Agent,
+    book,
     clients::kdig,
     eventually,
     fake_api::{FakeApi, Kind},
@@ -990,39 +991,25 @@ fn the_deploy_guides_secondaries_get_only_the_notifies_they_take() {
 /// BIND, NSD, in that order), made to run here: the guide's two control-plane nodes become the
 /// agents on 127.0.0.1 ports 1053 and 1054, its zones the test's, its secret the test key.
 fn guide_secondaries(key: &TsigKey) -> [String; 3] {
-    let path = workspace_root().join("docs/src/secondaries.md");
-    let text = std::fs::read_to_string(&path).expect("docs/src/secondaries.md");
-    let section = text
-        .split_once("### Secondary configurations")
-        .and_then(|(_, rest)| rest.split_once("\n## "))
-        .map(|(section, _)| section)
-        .expect("the guide's section on secondaries");
-    // Every other piece between fences is a block's content.
-    let blocks: Vec<&str> = section
-        .split("```")
-        .skip(1)
-        .step_by(2)
-        .map(|block| block.split_once('\n').map_or("", |(_, body)| body))
-        .collect();
+    let blocks = book::blocks("secondaries.md", "### Secondary configurations");
     assert!(blocks.len() >= 3, "Knot, BIND and NSD blocks: {blocks:?}");
     let here = |conf: &str| {
-        let conf = conf
-            .replace("192.0.2.11@1053", "127.0.0.1@1053")
-            .replace("192.0.2.12@1053", "127.0.0.1@1054")
-            .replace("192.0.2.11 port 1053", "127.0.0.1 port 1053")
-            .replace("192.0.2.12 port 1053", "127.0.0.1 port 1054")
-            .replace("192.0.2.11", "127.0.0.1")
-            .replace("192.0.2.12", "127.0.0.1")
-            .replace("ingress.prod.example.com.", ZONE)
-            .replace("0.2.192.in-addr.arpa.", REVERSE)
-            .replace("<base64 secret>", &key.secret);
-        assert!(
-            !conf.contains("192.0.2.") && !conf.contains('<'),
-            "the guide names something this test does not stand in for:\n{conf}"
-        );
-        conf
+        book::made_local(
+            conf,
+            &[
+                ("192.0.2.11@1053", "127.0.0.1@1053"),
+                ("192.0.2.12@1053", "127.0.0.1@1054"),
+                ("192.0.2.11 port 1053", "127.0.0.1 port 1053"),
+                ("192.0.2.12 port 1053", "127.0.0.1 port 1054"),
+                ("192.0.2.11", "127.0.0.1"),
+                ("192.0.2.12", "127.0.0.1"),
+                ("ingress.prod.example.com.", ZONE),
+                ("0.2.192.in-addr.arpa.", REVERSE),
+                ("<base64 secret>", &key.secret),
+            ],
+        )
     };
-    [here(blocks[0]), here(blocks[1]), here(blocks[2])]
+    [here(&blocks[0]), here(&blocks[1]), here(&blocks[2])]
 }
 
 /// The serial of a NOTIFY of `zone` (opcode 4, the zone as its question, the SOA in its answer

@@ -13,7 +13,7 @@ use hostport_dns_tests::{
     TempDir,
     agent::Agent,
     bind_primary::BindPrimary,
-    eventually,
+    book, eventually,
     fake_api::{FakeApi, Kind},
     k8s::api_server_slice,
     netns::NetNs,
@@ -161,6 +161,50 @@ impl Bed {
         let status = child.wait().expect("nsupdate ends");
         assert!(status.success(), "nsupdate failed: {status}");
     }
+}
+
+/// docs/src/publishing.md's `update` entry, as the page shows it (its primary and zones made
+/// the test's): the names it lists are written into BIND's zone, and a name it does not list is
+/// not.
+#[test]
+fn the_update_entry_of_the_publishing_page_writes_the_names_it_lists() {
+    let bed = Bed::new("upd-book");
+    let [entry] = book::blocks(
+        "publishing.md",
+        "## Publishing into an existing zone (RFC 2136)",
+    )
+    .try_into()
+    .expect("one block: the update entry");
+    bed.dir.write("update-key", &bed.key.secret);
+    let key_file = bed.dir.path.join("update-key");
+    let config = book::made_local(
+        &entry,
+        &[
+            (
+                "/etc/hostport-dns-tsig/update-key",
+                key_file.to_str().expect("UTF-8"),
+            ),
+            ("server: 192.0.2.53", &format!("server: {BIND}")),
+            ("corp.example.com.", ZONE),
+            ("ingress.prod.example.com.", &format!("{SOURCE}.")),
+        ],
+    );
+    let config = bed.dir.write("agent.yaml", &config);
+    let records = bed.records(
+        "      api: 198.18.1.1\n      default-nginx.ingress: [198.18.2.1, 198.18.2.2]\n      unlisted: 198.18.3.1\n",
+    );
+    let agent = bed.agent(&config, &records);
+    bed.wait_for("api", "A", &["198.18.1.1"]);
+    bed.wait_for("default-nginx.ingress", "A", &["198.18.2.1", "198.18.2.2"]);
+    eventually("the target reported in sync", 10, || {
+        agent.metric("hostport_dns_update_in_sync", &[("target", TARGET)]) == 1.0
+    });
+    assert!(
+        bed.bind
+            .records(&format!("unlisted.{ZONE}"), "A")
+            .is_empty(),
+        "a name the entry does not list is written"
+    );
 }
 
 #[test]
