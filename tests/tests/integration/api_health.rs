@@ -74,7 +74,7 @@ impl Bed {
         let config = dir.write(
             "agent.yaml",
             &format!(
-                "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\n  caFile: {}\n  tlsServerName: kubernetes.default.svc\nendpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    healthProbe:\n      intervalSeconds: 0.3\n      timeoutSeconds: 0.2\n      failures: {FAILURES}\n      successes: {SUCCESSES}\n      tokenFile: {}\n  - zone: {ZONE}\n    hostnames: [api-wrong-name]\n    name: wrong-name\n    healthProbe:\n      intervalSeconds: 0.3\n      timeoutSeconds: 0.2\n      tlsServerName: kubernetes.other.example\n",
+                "zones:\n  - name: {ZONE}\n    ttl: 5\nkubernetes:\n  apiServer: {}\n  caFile: {}\n  tlsServerName: kubernetes.default.svc\nendpointSlices:\n  - zone: {ZONE}\n    hostnames: [api]\n    healthProbe:\n      intervalSeconds: 0.5\n      timeoutSeconds: 0.4\n      failures: {FAILURES}\n      successes: {SUCCESSES}\n      tokenFile: {}\n  - zone: {ZONE}\n    hostnames: [api-wrong-name]\n    name: wrong-name\n    healthProbe:\n      intervalSeconds: 0.5\n      timeoutSeconds: 0.4\n      tlsServerName: kubernetes.other.example\n",
                 api.url(),
                 credentials.ca_file.display(),
                 token.display(),
@@ -144,7 +144,7 @@ impl Bed {
         needed: usize,
         in_until_then: bool,
     ) {
-        eventually(what, 15, || {
+        eventually(what, 30, || {
             let answer = self.answer(API_NAME);
             // Counted after the query: at least as many probes as had ended when it was answered.
             let probes = self.probes_of(ip).saturating_sub(since);
@@ -231,7 +231,7 @@ fn api_server_records_follow_the_servers_readiness_and_never_go_empty() {
         assert!(!answer.is_empty(), "an empty answer: {answer:?}");
         SERVERS.iter().all(|ip| bed.up(ip) == 0.0) && answer == SERVERS
     });
-    eventually("the all-down metric", 5, || all_down(&bed) == 1.0);
+    eventually("the all-down metric", 15, || all_down(&bed) == 1.0);
     assert!(
         bed.agent
             .logs()

@@ -391,15 +391,22 @@ fn the_other_agent_takes_over_when_the_holder_is_killed_or_stopped() {
     assert_eq!(leading.metric("hostport_dns_leader", &[]), 1.0);
     assert_eq!(following.metric("hostport_dns_leader", &[]), 0.0);
     // Only the holder writes: every Service write so far came while `first` held the lease.
-    let services_written = bed
-        .api
-        .writes()
-        .iter()
-        .filter(|w| w.contains(" Service "))
-        .count();
-    assert_eq!(
-        leading.metric("hostport_dns_external_dns_writes", &[("result", "created")]),
-        services_written as f64
+    // (The API server records a write as it arrives, the agent counts it once answered: the
+    // two meet once the answer is in.)
+    let services_written = || {
+        bed.api
+            .writes()
+            .iter()
+            .filter(|w| w.contains(" Service "))
+            .count() as f64
+    };
+    eventually(
+        "the holder to count every Service write the API saw",
+        30,
+        || {
+            leading.metric("hostport_dns_external_dns_writes", &[("result", "created")])
+                == services_written()
+        },
     );
     assert!(
         !following

@@ -699,6 +699,7 @@ fn no_name_of_the_first_table_is_nxdomain_while_it_is_written() {
         })
         .collect();
     let done = AtomicBool::new(false);
+    let started = AtomicBool::new(false);
     let Program { ebpf, writer, .. } = &mut program;
     let xdp = answering(ebpf);
     let (passed, answered, nxdomain) = thread::scope(|scope| {
@@ -706,7 +707,10 @@ fn no_name_of_the_first_table_is_nxdomain_while_it_is_written() {
             let (mut passed, mut answered, mut nxdomain) = (0u64, 0u64, 0u64);
             loop {
                 let finished = done.load(Ordering::SeqCst);
-                for frame in &frames {
+                for (i, frame) in frames.iter().enumerate() {
+                    if i == 1 {
+                        started.store(true, Ordering::SeqCst);
+                    }
                     let (verdict, out, _) = run_once(xdp, frame);
                     if verdict == XDP_TX {
                         answered += 1;
@@ -723,8 +727,10 @@ fn no_name_of_the_first_table_is_nxdomain_while_it_is_written() {
                 }
             }
         });
-        // Let the reader see the empty table first.
-        thread::sleep(Duration::from_millis(50));
+        // Let the reader see the empty table first (a loaded machine may start it late).
+        while !started.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(1));
+        }
         writer.write_table(&table).expect("write 100k names");
         done.store(true, Ordering::SeqCst);
         reader.join().expect("the reader")

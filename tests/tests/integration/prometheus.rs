@@ -197,31 +197,48 @@ fn a_real_prometheus_scrapes_the_agent_and_every_dashboard_query_returns_data() 
     });
     traffic();
     assert_exposition_is_clean(&agent.metrics());
-    // Enough scrapes for every rate() window to hold two samples after the traffic.
-    std::thread::sleep(Duration::from_secs(4));
-    traffic();
-    std::thread::sleep(Duration::from_secs(3));
-    let empty: Vec<String> = dashboard_queries()
-        .into_iter()
-        .filter(|(_, expr)| prometheus.query(expr).is_empty())
-        .map(|(title, expr)| format!("{title}: {expr}"))
-        .collect();
+    // Enough scrapes for every rate() window to hold two samples after the traffic: traffic
+    // goes on until they do (a loaded machine scrapes late, never less data in the end).
+    let empty_queries = || -> Vec<String> {
+        dashboard_queries()
+            .into_iter()
+            .filter(|(_, expr)| prometheus.query(expr).is_empty())
+            .map(|(title, expr)| format!("{title}: {expr}"))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut empty = empty_queries();
+    while !empty.is_empty() && std::time::Instant::now() < deadline {
+        traffic();
+        std::thread::sleep(Duration::from_secs(1));
+        empty = empty_queries();
+    }
     assert!(
         empty.is_empty(),
         "dashboard queries that return nothing:\n{}\n\nthe agent's metrics:\n{}",
         empty.join("\n"),
         agent.metrics()
     );
-    // The rules loaded, and every one evaluates without error.
-    let (status, rules) = prometheus.get("/api/v1/rules");
-    assert_eq!(status, 200);
-    let rules: serde_json::Value = serde_json::from_str(&rules).expect("JSON");
-    let loaded: Vec<serde_json::Value> = rules["data"]["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
-        .collect();
+    // The rules loaded, and every one evaluates without error (once evaluated: until then a
+    // rule's health is "unknown").
+    let loaded_rules = || -> (serde_json::Value, Vec<serde_json::Value>) {
+        let (status, rules) = prometheus.get("/api/v1/rules");
+        assert_eq!(status, 200);
+        let rules: serde_json::Value = serde_json::from_str(&rules).expect("JSON");
+        let loaded = rules["data"]["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        (rules, loaded)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let (mut rules, mut loaded) = loaded_rules();
+    while loaded.iter().any(|r| r["health"] == "unknown") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        (rules, loaded) = loaded_rules();
+    }
     assert_eq!(loaded.len(), 13, "{rules}");
     for rule in &loaded {
         assert_eq!(rule["health"], "ok", "{rule}\n{}", prometheus.log());

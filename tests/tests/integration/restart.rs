@@ -19,6 +19,11 @@ use hostport_dns_tests::{
 };
 use serde::Deserialize;
 
+/// How long a checker waits for an answer before it counts the query lost: a dropped query is
+/// never answered, so a wait longer than a loaded machine's slowest answer loses nothing of
+/// what the tests assert (answers arriving late are skipped by their ID).
+const LOST_AFTER: Duration = Duration::from_secs(5);
+
 const RECORDS: &str = "zones:\n  - name: prod.coreha.example\n    records:\n      web: [198.18.7.1, 198.18.7.2]\n      api: 198.18.7.10\n      old: 198.18.7.20\n";
 
 /// What a pinned-restart test starts from: a link, a bpffs mount with a pin directory, and a
@@ -351,9 +356,11 @@ fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written()
     let second = Agent::start_on_lo(&ns, &config, &["--pin-dir", pin_dir]);
     // Until its first list arrives the new agent's userspace can only say SERVFAIL: every
     // answer here is the old program's.
+    // The lists are held, so the window is counted in queries (and lasts at least 3 s): a loaded
+    // machine runs fewer digs a second, never fewer of them while the lists are held.
     let window = Instant::now();
     let mut answered = 0;
-    while window.elapsed() < Duration::from_secs(3) {
+    while answered < 6 || window.elapsed() < Duration::from_secs(3) {
         let reply = answer();
         assert_eq!(
             (reply.status.as_str(), reply.answer_data()),
@@ -363,11 +370,9 @@ fn the_old_layouts_program_answers_until_the_new_agents_first_table_is_written()
         );
         answered += 1;
     }
-    assert!(answered > 5, "queries ran in the window ({answered})");
-    assert!(
-        api.list_requests() > 0,
-        "the new agent is waiting for its list"
-    );
+    eventually("the new agent waiting for its list", 30, || {
+        api.list_requests() > 0
+    });
     api.release_lists();
     eventually("the new program is attached", 10, || {
         second.logs().contains("XDP program attached")
@@ -495,7 +500,7 @@ fn ask_until(
         NetNs::enter(&ns, move || {
             let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a socket");
             socket
-                .set_read_timeout(Some(Duration::from_millis(500)))
+                .set_read_timeout(Some(LOST_AFTER))
                 .expect("a timeout");
             let (mut answered, mut lost, mut wrong) = (0, 0, 0);
             let mut buf = [0u8; 1500];
@@ -621,7 +626,8 @@ fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_take
         records,
     } = PinnedBed::new("lease", RECORDS);
     let (pin_dir, records) = (pin_dir.as_str(), records.as_str());
-    let lease = ["--pin-dir", pin_dir, "--pinned-lease", "3"];
+    // Long enough that the stop and the next query fit inside it on a loaded machine.
+    let lease = ["--pin-dir", pin_dir, "--pinned-lease", "10"];
     let first = Agent::start_native(&link, &["--records", records], &lease);
     assert!(ask_once(&link, "web.prod.coreha.example").is_some());
     first.stop();
@@ -632,7 +638,7 @@ fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_take
     );
     let stopped = Instant::now();
     // ...and past it, nothing answers: the program passes every query up, to no one.
-    eventually("the lease runs out", 10, || {
+    eventually("the lease runs out", 40, || {
         ask_once(&link, "web.prod.coreha.example").is_none()
     });
     let silent_after = stopped.elapsed();
@@ -672,7 +678,8 @@ fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_take
     let old_address = [198u8, 18, 7, 1];
     let holding = Instant::now();
     let mut asked = 0;
-    while holding.elapsed() < Duration::from_secs(2) || api.list_requests() == 0 {
+    // Counted in queries (the lists are held), at least 2 s of them.
+    while asked <= 10 || holding.elapsed() < Duration::from_secs(2) || api.list_requests() == 0 {
         asked += 1;
         if let Some(answer) = ask_once(&link, "web.prod.coreha.example") {
             assert!(
@@ -695,7 +702,7 @@ fn a_pinned_program_stops_answering_once_its_lease_runs_out_and_a_new_agent_take
     drop(second);
     uninstall(&link, pin_dir);
     eprintln!(
-        "silent {:.1} s after the stop (lease 3 s)",
+        "silent {:.1} s after the stop (lease 10 s)",
         silent_after.as_secs_f64()
     );
 }
@@ -759,7 +766,7 @@ fn udp_checker(
         NetNs::enter(&ns, move || {
             let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a socket");
             socket
-                .set_read_timeout(Some(Duration::from_millis(500)))
+                .set_read_timeout(Some(LOST_AFTER))
                 .expect("a timeout");
             let mut tally = Tally::default();
             let mut buf = [0u8; 1500];
@@ -808,8 +815,8 @@ fn tcp_checker(
         Ok(answer)
     };
     let connect = move || -> std::io::Result<std::net::TcpStream> {
-        let stream = std::net::TcpStream::connect_timeout(&server, Duration::from_millis(500))?;
-        stream.set_read_timeout(Some(Duration::from_millis(500)))?;
+        let stream = std::net::TcpStream::connect_timeout(&server, LOST_AFTER)?;
+        stream.set_read_timeout(Some(LOST_AFTER))?;
         Ok(stream)
     };
     thread::spawn(move || {
@@ -935,7 +942,7 @@ fn a_surge_restart_under_load_loses_no_query_on_either_path() {
     uninstall(&link, pin_dir);
 }
 
-/// The stop itself, under steady load (one UDP worker each, 15k queries a second, well within
+/// The stop itself, under steady load (one UDP worker each, 3,000 queries a second, well within
 /// what the survivor answers alone): the stopping agent takes its UDP sockets out of the
 /// reuse-port groups, answers what they hold, and closes them; the agent beside it takes the
 /// rest. Userspace only (no XDP), so every query meets the handover. (Closed as they were, the
@@ -963,9 +970,7 @@ fn a_stopping_agent_hands_its_udp_sockets_over_without_losing_a_query() {
         .command("dnsperf")
         .args(["-s", "127.0.0.1", "-p", "1053", "-d"])
         .arg(&queries)
-        .args([
-            "-l", "300", "-t", "2", "-c", "8", "-q", "500", "-Q", "15000",
-        ])
+        .args(["-l", "300", "-t", "5", "-c", "8", "-q", "500", "-Q", "3000"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -973,11 +978,12 @@ fn a_stopping_agent_hands_its_udp_sockets_over_without_losing_a_query() {
     let flood = Load { child: Some(flood) };
     thread::sleep(Duration::from_secs(2));
     assert_eq!(old.stop(), Some(0));
-    // Past dnsperf's timeout (-t 2): a query dropped at the stop counts as lost, not interrupted.
-    thread::sleep(Duration::from_secs(3));
+    // Past dnsperf's timeout (-t 5, which a loaded machine's userspace answers within): a query
+    // dropped at the stop counts as lost, not interrupted.
+    thread::sleep(Duration::from_secs(6));
     let (sent, lost, codes) = flood.stop_with_codes();
     eprintln!("{sent} sent, {lost} lost, other codes [{codes}]");
-    assert!(sent > 10_000, "the flood ran ({sent} queries)");
+    assert!(sent > 2_000, "the flood ran ({sent} queries)");
     assert_eq!(
         (lost, codes.as_str()),
         (0, ""),

@@ -971,16 +971,22 @@ fn the_deploy_guides_secondaries_get_only_the_notifies_they_take() {
         now, static_serials,
         "the record file's reverse zones changed serial with the pods"
     );
-    // A retry comes 1 s after an attempt without an acknowledgement: wait for any.
+    // A retry comes 1 s after an attempt without an acknowledgement: wait for any. A secondary
+    // that does not take a zone answers its NOTIFY with an error rcode (REFUSED, NOTAUTH); one
+    // slow to acknowledge on a loaded machine makes the agent send again, which is no refusal.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     for agent in [&agent, &other] {
         let notified =
             |result: &str| agent.metric("hostport_dns_notify_total", &[("result", result)]);
-        assert_eq!(
-            (notified("retried"), notified("failed")),
-            (0.0, 0.0),
-            "NOTIFYs not acknowledged:\n{}\n{}",
-            agent.logs(),
+        let logs = agent.logs();
+        let refused: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("NOTIFY not acknowledged") && l.contains("answered"))
+            .collect();
+        assert!(
+            refused.is_empty() && notified("failed") == 0.0,
+            "NOTIFYs refused or given up:\n{}\n{}",
+            refused.join("\n"),
             agent.metrics()
         );
         assert!(notified("acknowledged") >= 6.0, "{}", agent.metrics());
