@@ -547,8 +547,38 @@ fn fill(
             ResponseCode::ServFail
         }
         Some(zone) => answer_in_zone(question, zone, table, response),
-        None => answer_reverse(question, table, response),
+        None => match table.catalog() {
+            Some(catalog) if catalog.apex().zone_of(&question.name) => {
+                answer_catalog(question, catalog, response)
+            }
+            _ => answer_reverse(question, table, response),
+        },
     }
+}
+
+/// A question in the catalog zone: answered from its content, as a transfer carries it (RFC
+/// 9432 needs only transfers, but a consumer's refresh asks the SOA, and an operator `dig`s).
+fn answer_catalog(
+    question: &op::Query,
+    catalog: &crate::table::catalog::Catalog,
+    response: &mut Message,
+) -> ResponseCode {
+    let zone = &catalog.zone;
+    let is_apex = question.name.to_lowercase() == *catalog.apex();
+    let (mut records, exists) = catalog.lookup(&question.name, question.query_type);
+    if is_apex && matches!(question.query_type, RecordType::SOA | RecordType::ANY) {
+        records.insert(0, soa_record(zone, catalog.apex()));
+    }
+    if records.is_empty() {
+        response.add_authority(negative_soa_record(zone, catalog.apex()));
+        return if exists {
+            ResponseCode::NoError
+        } else {
+            ResponseCode::NXDomain
+        };
+    }
+    response.add_answers(records);
+    ResponseCode::NoError
 }
 
 fn answer_in_zone(

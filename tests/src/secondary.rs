@@ -84,6 +84,28 @@ impl Secondary {
         Self::spawn(flavor, ns, addr, secondary_dir(flavor), conf, zone)
     }
 
+    /// A consumer of the catalog zone `catalog` (RFC 9432) listening on `addr`: configured with
+    /// the catalog alone (transferred from `primary` with `key`), every member zone is added
+    /// as the catalog lists it, a secondary of `primary` too. knotd gives the `forward` and
+    /// `reverse` groups a template each (`catalog-role: interpret`); BIND's `catalog-zones`
+    /// takes every member with its default primaries (it has no groups).
+    pub fn consume_catalog(
+        flavor: Flavor,
+        ns: &NetNs,
+        addr: SocketAddr,
+        primary: SocketAddr,
+        catalog: &str,
+        key: &TsigKey,
+    ) -> Self {
+        let dir = secondary_dir(flavor);
+        let conf = match flavor {
+            Flavor::Knot => knot_catalog_consumer(&dir.path, addr, primary, catalog, key),
+            Flavor::Bind => bind_catalog_consumer(&dir.path, addr, primary, catalog, key),
+            Flavor::Nsd => panic!("NSD consumes catalogs from 4.9 on; Debian has 4.6"),
+        };
+        Self::spawn_whole(flavor, ns, addr, dir, &conf, catalog)
+    }
+
     fn spawn(
         flavor: Flavor,
         ns: &NetNs,
@@ -97,7 +119,26 @@ impl Secondary {
             Flavor::Nsd => nsd_server(&dir.path, addr),
             Flavor::Bind => bind_server(&dir.path, addr),
         };
-        let conf_path = dir.write("secondary.conf", &format!("{server}{zones_conf}"));
+        Self::spawn_whole(
+            flavor,
+            ns,
+            addr,
+            dir,
+            &format!("{server}{zones_conf}"),
+            zone,
+        )
+    }
+
+    /// Runs the secondary with `conf` as its whole configuration; `zone` is one it serves.
+    fn spawn_whole(
+        flavor: Flavor,
+        ns: &NetNs,
+        addr: SocketAddr,
+        dir: TempDir,
+        conf: &str,
+        zone: &str,
+    ) -> Self {
+        let conf_path = dir.write("secondary.conf", conf);
         let log = std::fs::File::create(dir.path.join("log")).expect("create the log file");
         let mut cmd = match flavor {
             Flavor::Knot => {
@@ -227,14 +268,87 @@ fn secondary_dir(flavor: Flavor) -> TempDir {
 /// never written to zone files. Refresh timers are left at the zone's (an hour): a change
 /// reaches it by NOTIFY, not by polling.
 fn knot_server(dir: &std::path::Path, addr: SocketAddr) -> String {
+    format!(
+        "{}template:\n  - id: default\n{}",
+        knot_base(dir, addr),
+        knot_template_body(dir)
+    )
+}
+
+/// knotd's `server`, `log` and `database` sections.
+fn knot_base(dir: &std::path::Path, addr: SocketAddr) -> String {
     let d = dir.display();
     format!(
         "server:\n  listen: {}@{}\n  rundir: {d}\n  udp-workers: 1\n  tcp-workers: 1\n  background-workers: 1\n\
          log:\n  - target: stderr\n    any: info\n\
-         database:\n  storage: {d}\n\
-         template:\n  - id: default\n    storage: {d}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n",
+         database:\n  storage: {d}\n",
         addr.ip(),
         addr.port(),
+    )
+}
+
+/// What every knotd template here holds: zones in `dir`, never written to zone files.
+fn knot_template_body(dir: &std::path::Path) -> String {
+    format!(
+        "    storage: {}\n    zonefile-sync: -1\n    zonefile-load: none\n    journal-content: changes\n    semantic-checks: off\n",
+        dir.display()
+    )
+}
+
+/// knotd interpreting the catalog: the key, the primary and its NOTIFY ACL first (templates
+/// refer to them), then a template per group, then the catalog zone alone.
+fn knot_catalog_consumer(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    primary: SocketAddr,
+    catalog: &str,
+    key: &TsigKey,
+) -> String {
+    let body = knot_template_body(dir);
+    let member = format!("{body}    master: primary\n    acl: from-primary\n");
+    format!(
+        "{base}key:\n  - id: {k}\n    algorithm: hmac-sha256\n    secret: {s}\n\
+         remote:\n  - id: primary\n    address: {ip}@{port}\n    key: {k}\n\
+         acl:\n  - id: from-primary\n    address: [{ip}]\n    key: {k}\n    action: notify\n\
+         template:\n  - id: default\n{body}  - id: forward\n{member}  - id: reverse\n{member}\
+         zone:\n  - domain: {catalog}\n    master: primary\n    acl: from-primary\n    \
+         catalog-role: interpret\n    catalog-template: [forward, reverse]\n",
+        base = knot_base(dir, addr),
+        k = key.name,
+        s = key.secret,
+        ip = primary.ip(),
+        port = primary.port(),
+    )
+}
+
+/// BIND interpreting the catalog: `catalog-zones` in its options (member zones in memory,
+/// transferred from the primary with the key), and the catalog zone a secondary of it.
+fn bind_catalog_consumer(
+    dir: &std::path::Path,
+    addr: SocketAddr,
+    primary: SocketAddr,
+    catalog: &str,
+    key: &TsigKey,
+) -> String {
+    let d = dir.display();
+    let from = format!(
+        "{} port {} key \"{}\";",
+        primary.ip(),
+        primary.port(),
+        key.name
+    );
+    format!(
+        "key \"{k}\" {{\n  algorithm hmac-sha256;\n  secret \"{s}\";\n}};\n\
+         options {{\n  directory \"{d}\";\n  managed-keys-directory \"{d}\";\n  pid-file \"{d}/named.pid\";\n  \
+         session-keyfile \"{d}/session.key\";\n  listen-on port {port} {{ {ip}; }};\n  listen-on-v6 {{ none; }};\n  \
+         recursion no;\n  dnssec-validation no;\n  notify no;\n  \
+         catalog-zones {{ zone \"{catalog}\" default-primaries {{ {from} }} in-memory yes min-update-interval 1; }};\n}};\n\
+         controls {{ }};\n\
+         zone \"{catalog}\" {{\n  type secondary;\n  primaries {{ {from} }};\n  file \"{d}/catalog.db\";\n}};\n",
+        k = key.name,
+        s = key.secret,
+        port = addr.port(),
+        ip = addr.ip(),
     )
 }
 

@@ -215,6 +215,7 @@ pub async fn run(args: RunArgs, mut stop: Stop) -> anyhow::Result<()> {
     );
     if let Some(config) = &sources.config {
         publisher.serve_reverse(config.reverse.clone());
+        publisher.serve_catalog(config.transfer.as_ref().and_then(|t| t.catalog.clone()));
     }
     let uses_kubernetes = sources.config.as_ref().is_some_and(|c| c.uses_kubernetes());
     let persister = Persister::start(persist::Paths {

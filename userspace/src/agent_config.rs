@@ -229,6 +229,9 @@ pub fn parse(text: &str, path: &Path) -> Result<AgentConfig, FileError> {
         static_records.extend(records);
     }
     check_zones_do_not_overlap(&zones).map_err(invalid)?;
+    if let Some(transfer) = &config.transfer {
+        transfer.check_catalog(&zones).map_err(invalid)?;
+    }
     config.zones = Snapshot::new(zones, static_records);
     let zone_named = |name: &str, what: &str| -> Result<Name, FileError> {
         let zone = parse_name(name, true).map_err(|e| invalid(format!("{what}: zone {e}")))?;

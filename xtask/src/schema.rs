@@ -69,6 +69,10 @@ fn sections() -> Vec<(&'static str, Value)> {
             reference("TransferEntry/properties/history"),
         ),
         (
+            "/properties/transfer/properties/catalog",
+            reference("TransferEntry/properties/catalog"),
+        ),
+        (
             "/properties/leaderElection/properties/leaseName",
             reference("LeaderElectionEntry/properties/leaseName"),
         ),

@@ -43,6 +43,10 @@ pub struct TableBuilder {
     /// The reverse zones whose digest changed since [`TableBuilder::assign_reverse_serials`]
     /// last took them, with it.
     reverse_changed: Vec<(Network, u64)>,
+    /// The catalog zone to keep of the zones served (None: no catalog).
+    catalog_spec: Option<super::catalog::CatalogSpec>,
+    /// The catalog changed since [`TableBuilder::assign_catalog_serial`] last numbered it.
+    catalog_changed: bool,
     table: RecordTable,
 }
 
@@ -68,6 +72,8 @@ impl TableBuilder {
             reverse_content: BTreeMap::new(),
             touched: FxHashSet::default(),
             reverse_changed: Vec::new(),
+            catalog_spec: None,
+            catalog_changed: false,
             names: FxHashMap::default(),
             dirty: FxHashSet::default(),
             table: RecordTable {
@@ -263,7 +269,47 @@ impl TableBuilder {
             zone.serial = serial::serial_of_digest(zone.digest);
         }
         self.settle_reverse();
+        self.settle_catalog();
         changed
+    }
+
+    /// Keeps a catalog zone (RFC 9432) of the zones served under `spec` (None: none), from the
+    /// next [`TableBuilder::finish`] on.
+    pub fn set_catalog(&mut self, spec: Option<super::catalog::CatalogSpec>) {
+        self.catalog_spec = spec;
+        self.settle_catalog();
+    }
+
+    /// Brings the catalog in line with the zones served: its members are the forward zones and
+    /// the reverse zones (as many as there are zones, never a walk of the names). Its digest,
+    /// and so its serial, moves only when a member comes or goes.
+    fn settle_catalog(&mut self) {
+        let catalog = match (&self.catalog_spec, self.table.zones.first()) {
+            (Some(spec), Some(first)) => Some(super::catalog::Catalog::new(
+                spec,
+                &first.spec,
+                self.table.catalog_members(),
+            )),
+            _ => None,
+        };
+        let digest = |c: &Option<Arc<super::catalog::Catalog>>| c.as_ref().map(|c| c.zone.digest);
+        if catalog.as_ref().map(|c| c.zone.digest) == digest(&self.table.catalog) {
+            return;
+        }
+        self.table.catalog = catalog.map(Arc::new);
+        self.catalog_changed = true;
+    }
+
+    /// Numbers the catalog, if the last [`TableBuilder::finish`] changed it: `serial_for` gets
+    /// its apex and digest, as the zones' do.
+    pub fn assign_catalog_serial(&mut self, serial_for: impl FnOnce(&Name, u64) -> u32) {
+        if !std::mem::take(&mut self.catalog_changed) {
+            return;
+        }
+        if let Some(catalog) = self.table.catalog.as_mut() {
+            let catalog = Arc::make_mut(catalog);
+            catalog.zone.serial = serial_for(&catalog.zone.spec.apex, catalog.zone.digest);
+        }
     }
 
     /// Numbers the zones: `serial_for` gets each zone (with its digest) after

@@ -11,6 +11,7 @@
 //! original, so publishing a new table to the server costs nothing whatever its size.
 
 mod builder;
+pub mod catalog;
 mod name_state;
 pub mod render;
 pub mod reverse;
@@ -139,6 +140,8 @@ pub struct RecordTable {
     /// Each reverse zone's digest and serial: the zones holding PTR records, and every
     /// configured one. Numbered by digest alone until the agent numbers them.
     reverse_serials: imbl::OrdMap<Network, ReverseSerial>,
+    /// The catalog zone of the zones served, when one is configured.
+    catalog: Option<Arc<catalog::Catalog>>,
 }
 
 /// A reverse zone's content digest and serial.
@@ -275,6 +278,28 @@ impl RecordTable {
     /// Number of A, AAAA and SRV records.
     pub fn record_count(&self) -> usize {
         self.records
+    }
+
+    /// The catalog zone (RFC 9432), when one is configured and a forward zone is served.
+    pub fn catalog(&self) -> Option<&catalog::Catalog> {
+        self.catalog.as_deref()
+    }
+
+    /// The catalog's members now: every forward zone ready, then every reverse zone served.
+    fn catalog_members(&self) -> Vec<catalog::Member> {
+        let forward = self
+            .zones
+            .iter()
+            .filter(|z| !z.spec.pending)
+            .map(|z| catalog::Member {
+                zone: z.spec.apex.clone(),
+                group: catalog::Group::Forward,
+            });
+        let reverse = self.reverse_serials.keys().map(|network| catalog::Member {
+            zone: network.reverse_name(),
+            group: catalog::Group::Reverse,
+        });
+        forward.chain(reverse).collect()
     }
 
     /// The serial of the reverse zone of `network`: it moves only when that zone's PTR records

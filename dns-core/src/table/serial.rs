@@ -51,6 +51,13 @@ pub fn name_part(name: &WireName, node: &Node) -> u64 {
     h.0
 }
 
+/// A stable 64-bit hash of `bytes` (FNV-1a): the same on every agent and every Rust version.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    let mut h = Fnv1a64::new();
+    h.write(bytes);
+    h.0
+}
+
 /// A name's presentation form, with the final dot, as hashed since the first serials: the
 /// labels of the table's names are letters, digits, `-` and `_`, which need no escapes.
 fn write_text(h: &mut Fnv1a64, name: &WireName) {

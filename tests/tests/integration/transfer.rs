@@ -1163,3 +1163,166 @@ fn notify_refused_at_once_is_still_retried_on_its_schedule() {
         );
     }
 }
+
+/// The catalog zone's name in the catalog tests.
+const CATALOG: &str = "catalog.hostport.example.";
+/// A zone of the configuration with static records, a member beside the pods' zone.
+const STATIC_ZONE: &str = "static.coreha.example.";
+
+impl Bed {
+    /// The configuration of an agent publishing a catalog of its zones to `consumers`, each a
+    /// catalog consumer (no `zones` of its own), and a second, static forward zone.
+    fn catalog_config(&self, consumers: &[&str]) -> std::path::PathBuf {
+        let notify: Vec<String> = consumers
+            .iter()
+            .map(|a| format!("{{address: \"{a}\", key: {KEY}, catalog: true}}"))
+            .collect();
+        let text = format!(
+            "zones:\n  - name: {ZONE}\n    ttl: 5\n  - name: {STATIC_ZONE}\n    records:\n      www: 198.18.3.3\n\
+             kubernetes:\n  apiServer: {api}\npods:\n  - zone: {ZONE}\n\
+             transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/tsig-key\n  \
+             allow:\n    - from: 127.0.0.1\n      key: {KEY}\n  notify: [{notify}]\n  catalog:\n    zone: {CATALOG}\n",
+            api = self.api.url(),
+            dir = self.dir.path.display(),
+            notify = notify.join(", "),
+        );
+        self.dir.write("agent-catalog.yaml", &text)
+    }
+
+    /// The serial of `zone` as the agent on `port` answers it, if it serves the zone.
+    fn serial_of(&self, port: u16, zone: &str) -> Option<u32> {
+        let reply = kdig(&self.ns, "127.0.0.1", port, &[zone, "SOA"]);
+        reply
+            .answer
+            .iter()
+            .find(|r| r.rtype == "SOA")?
+            .data
+            .split_whitespace()
+            .nth(2)?
+            .parse()
+            .ok()
+    }
+
+    /// The member zones the catalog served on `port` lists (its PTR targets), sorted.
+    fn catalog_members(&self, port: u16) -> Vec<String> {
+        let mut members: Vec<String> = self
+            .axfr(port, CATALOG)
+            .iter()
+            .filter(|r| r.split_whitespace().nth(3) == Some("PTR"))
+            .filter_map(|r| r.split_whitespace().nth(4).map(str::to_owned))
+            .collect();
+        members.sort();
+        members
+    }
+}
+
+/// The reverse zone (derived: a /24) of 198.18.`n`.0/24.
+fn reverse_of(n: u8) -> String {
+    format!("{n}.18.198.in-addr.arpa.")
+}
+
+/// Secondaries configured with the catalog alone (knotd interpreting it with a template per
+/// group, BIND's `catalog-zones`) serve every zone the agent serves, the derived reverse zones
+/// included, at the agent's serials, and answer as it does; a pod on a node in a new /24 makes
+/// a new reverse zone that both serve, with its PTR, with no change on their side; and two
+/// agents with the same configuration serve byte-identical catalogs.
+#[test]
+fn secondaries_configured_with_the_catalog_alone_serve_every_zone_and_new_ones() {
+    use std::time::Instant;
+    let bed = Bed::new("xfr-cat");
+    bed.pod(0, "198.18.0.11");
+    bed.pod(1, "198.18.1.11");
+    const KNOT_CONSUMER: &str = "127.0.0.1:5320";
+    const BIND_CONSUMER: &str = "127.0.0.1:5321";
+    let config = bed.catalog_config(&[KNOT_CONSUMER, BIND_CONSUMER]);
+    let agent = bed.agent(&config, 1053, "serials.json");
+    let primary: SocketAddr = "127.0.0.1:1053".parse().expect("an address");
+    let consumers: Vec<Secondary> = [(Flavor::Knot, KNOT_CONSUMER), (Flavor::Bind, BIND_CONSUMER)]
+        .into_iter()
+        .map(|(flavor, addr)| {
+            Secondary::consume_catalog(
+                flavor,
+                &bed.ns,
+                addr.parse().expect("an address"),
+                primary,
+                CATALOG,
+                &bed.key,
+            )
+        })
+        .collect();
+    // The static zone's www (198.18.3.3) makes a reverse zone too.
+    let members = [
+        ZONE,
+        STATIC_ZONE,
+        &reverse_of(0),
+        &reverse_of(1),
+        &reverse_of(3),
+    ]
+    .map(str::to_owned);
+    let mut listed = members.to_vec();
+    listed.sort();
+    assert_eq!(
+        bed.catalog_members(1053),
+        listed,
+        "the catalog lists every zone"
+    );
+    let in_step = |secondary: &Secondary, zone: &str| {
+        let ours = bed.serial_of(1053, zone);
+        ours.is_some() && secondary.serial(zone) == ours
+    };
+    for secondary in &consumers {
+        for zone in &members {
+            eventually(
+                &format!("{:?} serves {zone} at the agent's serial", secondary.flavor),
+                60,
+                || in_step(secondary, zone),
+            );
+        }
+        assert_eq!(secondary.addresses(&web()), ["198.18.0.11", "198.18.1.11"]);
+        assert_eq!(
+            secondary.addresses(&format!("www.{STATIC_ZONE}")),
+            ["198.18.3.3"]
+        );
+    }
+    // New nodes in new /24s: each makes a reverse zone that the consumers pick up from the
+    // catalog, with its PTR record.
+    let ptr = |secondary: &Secondary, address: &str| -> Vec<String> {
+        let reply = kdig(
+            &bed.ns,
+            &secondary.addr.ip().to_string(),
+            secondary.addr.port(),
+            &[address, "PTR"],
+        );
+        reply.answer.into_iter().map(|rr| rr.data).collect()
+    };
+    for n in 4..7u8 {
+        let started = Instant::now();
+        bed.pod(usize::from(n), &format!("198.18.{n}.11"));
+        let zone = reverse_of(n);
+        let host = format!("11.{zone}");
+        for secondary in &consumers {
+            eventually(
+                &format!("{:?} serves the new {zone}", secondary.flavor),
+                60,
+                || in_step(secondary, &zone) && ptr(secondary, &host).contains(&web()),
+            );
+            eprintln!(
+                "{:?}: {zone} with its PTR {:.2} s after the pod",
+                secondary.flavor,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    assert!(
+        agent.metric("hostport_dns_notify_total", &[("result", "failed")]) == 0.0,
+        "{}",
+        agent.metrics()
+    );
+    // Another agent with the same configuration: the same catalog, byte for byte.
+    let other = bed.agent(&config, 1054, "serials-other.json");
+    eventually("the second agent's catalog", 20, || {
+        bed.serial_of(1054, CATALOG).is_some()
+    });
+    assert_eq!(bed.axfr(1054, CATALOG), bed.axfr(1053, CATALOG));
+    drop(other);
+}

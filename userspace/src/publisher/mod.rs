@@ -25,7 +25,7 @@ pub use both_paths::{AfterFirstWrite, KernelSink, kernel_report};
 
 use hostport_dns_core::{
     dns::WireName,
-    table::{CompileWarning, ReverseConfig, TableBuilder},
+    table::{CompileWarning, ReverseConfig, TableBuilder, catalog::CatalogSpec},
 };
 
 use crate::{
@@ -65,6 +65,8 @@ pub struct Publisher {
     dropped: FxHashMap<Option<(&'static str, GroupKey)>, Vec<CompileWarning>>,
     /// The reverse zones the table serves.
     reverse: Arc<ReverseConfig>,
+    /// The catalog zone the table keeps of the zones served (None: none).
+    catalog: Option<CatalogSpec>,
     /// The zones' serials.
     serials: Serials,
     /// The Kubernetes source's groups as served, once its state is complete (for the
@@ -103,6 +105,7 @@ impl Publisher {
             builder: None,
             dropped: FxHashMap::default(),
             reverse: Arc::default(),
+            catalog: None,
             serials: Serials::new(),
             kubernetes_groups: None,
         }
@@ -152,6 +155,11 @@ impl Publisher {
     /// The reverse zones to serve (default: derived from the served addresses).
     pub fn serve_reverse(&mut self, reverse: ReverseConfig) {
         self.reverse = Arc::new(reverse);
+    }
+
+    /// Keeps a catalog zone (RFC 9432) of the zones served, under `spec`.
+    pub fn serve_catalog(&mut self, spec: Option<CatalogSpec>) {
+        self.catalog = spec;
     }
 
     /// Publishes every batch of updates until all senders are gone: a batch is what is queued
@@ -217,6 +225,7 @@ impl Publisher {
         let serials = &mut self.serials;
         builder.assign_serials(|zone| serials.serial_for(&zone.spec.apex, zone.digest));
         builder.assign_reverse_serials(|apex, digest| serials.serial_for(apex, digest));
+        builder.assign_catalog_serial(|apex, digest| serials.serial_for(apex, digest));
         let table = builder.table().clone();
         let changed = match &compiled {
             Compiled::Whole => table.nodes().len(),
@@ -301,6 +310,7 @@ impl Publisher {
         let zones = self.held.zones();
         let (mut builder, mut warnings) = TableBuilder::new(&zones);
         builder.set_reverse_config(self.reverse.clone());
+        builder.set_catalog(self.catalog.clone());
         self.dropped.clear();
         if !warnings.is_empty() {
             self.dropped.insert(None, warnings.clone());

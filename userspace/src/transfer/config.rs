@@ -17,7 +17,12 @@
 //!       zones: [prod.example., 0.18.198.in-addr.arpa.]   # default: the forward zones and the
 //!                                     # configured reverse zones (reverseZones.zones)
 //!   history: 64                       # versions kept for IXFR
+//!   catalog:                          # a catalog zone (RFC 9432) of every zone served
+//!     zone: catalog.prod.example.     # its name: no served zone is it or holds it
 //! ```
+//!
+//! A `notify` entry with `catalog: true` is a catalog consumer: it gets the NOTIFYs of the
+//! catalog and of every member zone, derived reverse zones included, and needs no `zones`.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -45,6 +50,8 @@ pub struct TransferConfig {
     pub allow: Vec<AllowEntry>,
     pub notify: Vec<NotifyTarget>,
     pub history: usize,
+    /// The catalog zone of every zone served (None: no catalog).
+    pub catalog: Option<hostport_dns_core::table::catalog::CatalogSpec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,12 +76,17 @@ pub struct NotifyTarget {
     /// zones). A NOTIFY for a zone a secondary does not serve is refused and retried for
     /// nothing, and derived reverse zones come and go with the addresses.
     pub zones: Option<Vec<Name>>,
+    /// A consumer of the catalog zone: NOTIFYed of the catalog and of every member.
+    pub catalog: bool,
 }
 
 impl NotifyTarget {
     /// Whether `apex` is to be NOTIFYed to this secondary; `reverse`: it is a reverse zone,
     /// `configured`: one the configuration names.
     pub fn wants(&self, apex: &Name, reverse: bool, configured: bool) -> bool {
+        if self.catalog {
+            return true;
+        }
         match &self.zones {
             Some(zones) => zones.contains(apex),
             None => !reverse || configured,
@@ -98,6 +110,21 @@ pub struct TransferEntry {
     /// Versions IXFR can start from (default 64).
     #[schemars(range(max = MAX_HISTORY))]
     history: Option<usize>,
+    /// A catalog zone (RFC 9432, version 2) listing every zone served: the forward zones of the
+    /// configuration and the record file, and the reverse zones, derived ones included. Off by
+    /// default.
+    #[serde(default)]
+    catalog: Option<CatalogEntry>,
+}
+
+/// The catalog zone's settings.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CatalogEntry {
+    /// The catalog's name, the same on every agent whose secondaries consume it; no served zone
+    /// may be it or hold it.
+    #[schemars(with = "DomainName")]
+    zone: String,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -150,6 +177,10 @@ struct NotifyItem {
     #[serde(default)]
     #[schemars(with = "Option<Vec<DomainName>>")]
     zones: Option<Vec<String>>,
+    /// A consumer of the catalog zone (`transfer.catalog`): NOTIFYed of the catalog and of every
+    /// member zone, derived reverse zones included; `zones` is then not given.
+    #[serde(default)]
+    catalog: bool,
 }
 
 impl TransferEntry {
@@ -211,12 +242,28 @@ impl TransferEntry {
                 .map_err(|_| {
                     format!("{what}.address: {text:?} is not an address (with or without a port)")
                 })?;
+            if item.catalog && item.zones.is_some() {
+                return Err(format!(
+                    "{what}: a catalog consumer (catalog: true) is NOTIFYed of every zone; it takes no `zones`"
+                ));
+            }
+            if item.catalog && self.catalog.is_none() {
+                return Err(format!(
+                    "{what}.catalog: there is no catalog zone (transfer.catalog) to consume"
+                ));
+            }
             notify.push(NotifyTarget {
                 address,
                 key: known(&item.key, &format!("{what}.key"))?,
                 zones: notify_zones(item.zones.as_deref(), &what)?,
+                catalog: item.catalog,
             });
         }
+        let catalog = self
+            .catalog
+            .as_ref()
+            .map(|entry| catalog_spec(&entry.zone))
+            .transpose()?;
         let history = self.history.unwrap_or(DEFAULT_HISTORY);
         if history > MAX_HISTORY {
             return Err(format!(
@@ -228,8 +275,21 @@ impl TransferEntry {
             allow,
             notify,
             history,
+            catalog,
         })
     }
+}
+
+/// The catalog's apex, lower case and absolute.
+fn catalog_spec(text: &str) -> Result<hostport_dns_core::table::catalog::CatalogSpec, String> {
+    let mut apex = Name::from_ascii(text.trim())
+        .map_err(|e| format!("transfer.catalog.zone: {text:?} is not a zone name: {e}"))?
+        .to_lowercase();
+    apex.set_fqdn(true);
+    if apex.is_root() {
+        return Err("transfer.catalog.zone: the root cannot be the catalog".into());
+    }
+    Ok(hostport_dns_core::table::catalog::CatalogSpec { apex })
 }
 
 /// The zones of a NOTIFY entry, as absolute names.
@@ -249,6 +309,24 @@ fn notify_zones(zones: Option<&[String]>, what: &str) -> Result<Option<Vec<Name>
 }
 
 impl TransferConfig {
+    /// Refuses a catalog named as a served zone, inside one, or holding one (its records would
+    /// be another zone's names).
+    pub fn check_catalog(&self, zones: &[hostport_dns_core::zone::ZoneSpec]) -> Result<(), String> {
+        let Some(catalog) = &self.catalog else {
+            return Ok(());
+        };
+        match zones
+            .iter()
+            .find(|z| z.apex.zone_of(&catalog.apex) || catalog.apex.zone_of(&z.apex))
+        {
+            Some(zone) => Err(format!(
+                "transfer.catalog.zone: {} overlaps the served zone {}: the catalog must be a zone of its own",
+                catalog.apex, zone.apex
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a transfer request from `client`, signed with `key` (None: unsigned), is
     /// allowed. The most specific entries that hold the client decide, as for the client
     /// allow-list: a narrower entry's key requirement is never cancelled by a broader entry
@@ -357,5 +435,34 @@ mod tests {
         assert!(err.contains("transfer.notify[0].address"), "{err}");
         let err = compile("history: 1000000").unwrap_err();
         assert!(err.contains("transfer.history"), "{err}");
+        let err = compile("notify: [{address: 198.18.0.2, catalog: true}]").unwrap_err();
+        assert!(err.contains("transfer.notify[0].catalog"), "{err}");
+        let err = compile(
+            "catalog: {zone: cat.example}\nnotify: [{address: 198.18.0.2, catalog: true, zones: [a.]}]",
+        )
+        .unwrap_err();
+        assert!(err.contains("takes no `zones`"), "{err}");
+        let err = compile("catalog: {zone: 'bad..name'}").unwrap_err();
+        assert!(err.contains("transfer.catalog.zone"), "{err}");
+    }
+
+    #[test]
+    fn a_catalog_consumer_is_told_of_every_zone_and_the_catalog_stands_apart() {
+        let config = compile(
+            "catalog: {zone: Catalog.Example}\nnotify: [{address: 198.18.0.2, catalog: true}]",
+        )
+        .unwrap();
+        let name = |s: &str| Name::from_ascii(s).unwrap();
+        let catalog = config.catalog.as_ref().expect("a catalog");
+        assert_eq!(catalog.apex, name("catalog.example."));
+        let consumer = &config.notify[0];
+        assert!(consumer.wants(&name("0.18.198.in-addr.arpa."), true, false));
+        assert!(consumer.wants(&name("catalog.example."), false, false));
+        let zones = |apex: &str| [hostport_dns_core::zone::ZoneSpec::with_defaults(name(apex))];
+        assert!(config.check_catalog(&zones("prod.example.")).is_ok());
+        for overlapping in ["catalog.example.", "example.", "in.catalog.example."] {
+            let err = config.check_catalog(&zones(overlapping)).unwrap_err();
+            assert!(err.contains("overlaps"), "{overlapping}: {err}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! NOTIFY (RFC 1996) to the configured secondaries: whenever a zone's serial changes (and for
 //! every zone once the first table is published), each secondary of the zone (its `zones`, by
-//! default the forward zones and the configured reverse zones) gets a NOTIFY for the zone,
+//! default the forward zones and the configured reverse zones; a catalog consumer's: every zone
+//! and the catalog) gets a NOTIFY for the zone,
 //! signed with its key if it has one, with the new SOA in the answer section (§3.7). A NOTIFY
 //! without an acknowledgement (a NOERROR answer, with a valid TSIG if signed) is sent again
 //! 1, 2, 4, 8 and 16 seconds after the attempt before it, then given up; a newer serial of the same zone replaces a
@@ -56,7 +57,16 @@ pub async fn run(transfers: Arc<Transfers>, mut tables: watch::Receiver<Option<A
                 let reverse = matches!(zone, ServedZone::Reverse(..));
                 let configured = table.reverse_zones_configured();
                 for target in &transfers.config.notify {
-                    if !target.wants(&apex, reverse, configured) {
+                    // The catalog goes to its consumers (and to a secondary listing it), never
+                    // to one that serves only its zones.
+                    let wanted = match zone {
+                        ServedZone::Catalog(_) => {
+                            target.catalog
+                                || target.zones.as_ref().is_some_and(|z| z.contains(&apex))
+                        }
+                        _ => target.wants(&apex, reverse, configured),
+                    };
+                    if !wanted {
                         continue;
                     }
                     let signer = target

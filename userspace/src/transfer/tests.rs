@@ -66,6 +66,7 @@ fn transfers(key: bool) -> (Transfers, tempdir::Dir) {
         }],
         notify: Vec::new(),
         history: 4,
+        catalog: None,
     };
     (Transfers::new(config).unwrap(), dir)
 }
@@ -472,4 +473,59 @@ fn the_serial_each_secondary_holds_is_followed() {
     // A newer serial (another node's): what it says it holds.
     ask(&t, &v1, &ixfr(12), "127.0.0.1");
     assert_eq!(held("127.0.0.1"), Some(12));
+}
+
+/// The catalog zone is transferred as any zone: AXFR lists every member, and an IXFR from the
+/// version before a new reverse zone carries that member's two records alone.
+#[test]
+fn the_catalog_is_transferred_whole_and_by_difference() {
+    use hostport_dns_core::table::catalog::CatalogSpec;
+    let (t, _dir) = transfers(false);
+    let catalog = name("catalog.test.");
+    let (mut builder, _) = TableBuilder::new(&[ZoneSpec::with_defaults(name("example."))]);
+    builder.set_catalog(Some(CatalogSpec {
+        apex: catalog.clone(),
+    }));
+    builder.add(hosts(1));
+    let number = |builder: &mut TableBuilder, serial: u32| {
+        let changed = builder.finish();
+        builder.assign_serials(|_| serial);
+        builder.assign_catalog_serial(|_, _| serial);
+        (Arc::new(builder.table().clone()), changed)
+    };
+    let (old, _) = number(&mut builder, 10);
+    t.record(&old, None);
+    builder.add(&[a("far.example.", "198.18.9.1")]);
+    let (new, changed) = number(&mut builder, 11);
+    t.record(&new, Some(&changed));
+    let ask_catalog = |qtype: RecordType, serial: Option<u32>| {
+        let mut m = Message::new(9, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(catalog.clone(), qtype));
+        if let Some(serial) = serial {
+            let soa = SOA::new(name("ns.example."), name("h.example."), serial, 1, 1, 1, 1);
+            m.add_authority(Record::from_rdata(catalog.clone(), 0, RData::SOA(soa)));
+        }
+        answers(&ask(&t, &new, &m.to_vec().unwrap(), "127.0.0.1"))
+    };
+    let whole = ask_catalog(RecordType::AXFR, None);
+    for member in [
+        "example.",
+        "0.18.198.in-addr.arpa.",
+        "9.18.198.in-addr.arpa.",
+    ] {
+        assert!(
+            whole.iter().any(|r| r.ends_with(&format!(" {member}"))),
+            "{member} in {whole:?}"
+        );
+    }
+    assert!(whole.iter().any(|r| r.starts_with("version.catalog.test.")));
+    let difference = ask_catalog(RecordType::IXFR, Some(10));
+    // The new SOA, the old SOA, nothing gone, the new SOA, the member's PTR and group, the SOA.
+    assert_eq!(difference.len(), 6, "{difference:?}");
+    let added = &difference[3..5];
+    assert!(
+        added.iter().any(|r| r.ends_with(" 9.18.198.in-addr.arpa."))
+            && added.iter().any(|r| r.starts_with("group.")),
+        "{difference:?}"
+    );
 }

@@ -3,9 +3,10 @@
 //! records in address order), and what changed between two versions of it (for IXFR).
 //!
 //! Records are made by the same functions the answers are made by (`table::render`), so a
-//! secondary serves what this server answers.
+//! secondary serves what this server answers. The catalog zone's are its own
+//! (`table::catalog`): a member's PTR and group per zone served.
 
-use std::net::IpAddr;
+use std::{net::IpAddr, sync::Arc};
 
 use hickory_proto::rr::{Name, RData, Record, rdata::PTR};
 
@@ -13,6 +14,7 @@ use hostport_dns_core::{
     dns::WireName,
     table::{
         Network, Node, RecordTable, Zone,
+        catalog::Catalog,
         render::{
             addresses_a, addresses_aaaa, name_server_records, ptr_ttl, reverse_zone, soa_record,
             srv_records,
@@ -26,6 +28,8 @@ pub enum ServedZone {
     Forward(Zone),
     /// A reverse zone, for this network.
     Reverse(Zone, Network),
+    /// The catalog zone (RFC 9432) of the zones served.
+    Catalog(Arc<Catalog>),
 }
 
 impl ServedZone {
@@ -33,6 +37,9 @@ impl ServedZone {
     pub fn find(table: &RecordTable, apex: &Name) -> Option<Self> {
         if let Some(zone) = table.zones().iter().find(|z| z.spec.apex == *apex) {
             return (!zone.spec.pending).then(|| Self::Forward(zone.clone()));
+        }
+        if let Some(catalog) = table.catalog().filter(|c| c.apex() == apex) {
+            return Some(Self::Catalog(Arc::new(catalog.clone())));
         }
         let found = table.reverse_zone_for(apex);
         let (network, query, extra) = found?;
@@ -53,12 +60,16 @@ impl ServedZone {
             .reverse_zones()
             .into_iter()
             .filter_map(|network| Self::find(table, &network.reverse_name()));
-        forward.chain(reverse).collect()
+        let catalog = table
+            .catalog()
+            .map(|catalog| Self::Catalog(Arc::new(catalog.clone())));
+        forward.chain(reverse).chain(catalog).collect()
     }
 
     pub fn zone(&self) -> &Zone {
         match self {
             Self::Forward(zone) | Self::Reverse(zone, _) => zone,
+            Self::Catalog(catalog) => &catalog.zone,
         }
     }
 
@@ -96,6 +107,8 @@ impl ServedZone {
                         .flat_map(move |address| ptr_records_at(table, address, zone)),
                 ),
             ),
+            // Its name server (`invalid.`) first, as the others'.
+            Self::Catalog(catalog) => Box::new(catalog.records().into_iter()),
         }
     }
 
