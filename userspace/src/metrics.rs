@@ -45,6 +45,10 @@ pub struct Metrics {
     pub table_updates: Counter,
     /// Names whose records a publication changed (created, changed or gone).
     pub table_names_changed: Counter,
+    /// Zones the catalog lists now.
+    pub catalog_members: Gauge,
+    /// Derived reverse zones held empty in the catalog for their grace period.
+    pub catalog_removals_pending: Gauge,
     /// Name entries written into the kernel table generation switched to.
     pub xdp_names_written: Counter,
     /// Names in the active generation of the kernel table.
@@ -190,6 +194,8 @@ impl Metrics {
             table_records: Gauge::default(),
             table_updates: Counter::default(),
             table_names_changed: Counter::default(),
+            catalog_members: Gauge::default(),
+            catalog_removals_pending: Gauge::default(),
             xdp_names_written: Counter::default(),
             xdp_table_names: Gauge::default(),
             xdp_table_capacity: Family::default(),
@@ -239,6 +245,16 @@ impl Metrics {
             "table_names_changed",
             "Names whose records a publication changed: created, changed or gone (a whole compile counts every name)",
             metrics.table_names_changed.clone(),
+        );
+        registry.register(
+            "catalog_members",
+            "Zones the catalog zone lists (transfer.catalog; 0 without one)",
+            metrics.catalog_members.clone(),
+        );
+        registry.register(
+            "catalog_removals_pending",
+            "Derived reverse zones without PTR records held in the catalog (served empty) until their grace period ends",
+            metrics.catalog_removals_pending.clone(),
         );
         registry.register(
             "xdp_names_written",

@@ -273,6 +273,26 @@ impl TableBuilder {
         changed
     }
 
+    /// Serves the derived reverse zones of `held` even without PTR records (empty: SOA and NS
+    /// alone), and no others that have none. Takes effect at once: the zones whose holding
+    /// changed are numbered again, and the catalog follows.
+    pub fn hold_reverse(&mut self, held: impl IntoIterator<Item = Network>) {
+        let held: imbl::OrdSet<Network> = held.into_iter().collect();
+        if held == self.table.held_reverse {
+            return;
+        }
+        let moved: Vec<Network> = held
+            .clone()
+            .symmetric_difference(self.table.held_reverse.clone())
+            .into_iter()
+            .collect();
+        self.table.held_reverse = held;
+        for network in moved {
+            self.digest_reverse(network);
+        }
+        self.settle_catalog();
+    }
+
     /// Keeps a catalog zone (RFC 9432) of the zones served under `spec` (None: none), from the
     /// next [`TableBuilder::finish`] on.
     pub fn set_catalog(&mut self, spec: Option<super::catalog::CatalogSpec>) {
@@ -379,7 +399,7 @@ impl TableBuilder {
     fn digest_reverse(&mut self, network: Network) {
         let configured = self.table.reverse_config.zones.is_some();
         let sum = self.reverse_content.get(&network).copied().unwrap_or(0);
-        if !configured && !self.table.has_ptr_in(&network) {
+        if !configured && !self.table.has_ptr_in(&network) && !self.table.is_held(&network) {
             self.reverse_content.remove(&network);
             self.table.reverse_serials.remove(&network);
             return;

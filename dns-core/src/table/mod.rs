@@ -142,6 +142,10 @@ pub struct RecordTable {
     reverse_serials: imbl::OrdMap<Network, ReverseSerial>,
     /// The catalog zone of the zones served, when one is configured.
     catalog: Option<Arc<catalog::Catalog>>,
+    /// Derived reverse zones that lost their last PTR record and are served empty while the
+    /// agent holds them (the catalog's grace period): a node's restart does not make every
+    /// catalog consumer delete the zone and create it again.
+    held_reverse: imbl::OrdSet<Network>,
 }
 
 /// A reverse zone's content digest and serial.
@@ -236,7 +240,21 @@ impl RecordTable {
             .collect();
         networks.dedup();
         networks.retain(|network| self.has_ptr_in(network));
+        networks.extend(self.held_reverse.iter().copied());
+        networks.sort_unstable();
+        networks.dedup();
         networks
+    }
+
+    /// The reverse zones numbered now (those holding PTR records, the configured ones, and the
+    /// held ones), in order: as many as there are zones, no walk of the addresses.
+    pub fn reverse_networks(&self) -> impl Iterator<Item = &Network> {
+        self.reverse_serials.keys()
+    }
+
+    /// Whether the derived reverse zone of `network` is served because it is held, empty.
+    pub fn is_held(&self, network: &Network) -> bool {
+        self.held_reverse.contains(network)
     }
 
     /// Whether the reverse zones are configured (`reverseZones.zones`), not derived.
@@ -269,7 +287,7 @@ impl RecordTable {
                 };
                 let zone =
                     Network::new(query.address, prefix).filter(|_| query.prefix >= prefix)?;
-                self.has_ptr_in(&zone).then_some(zone)?
+                (self.has_ptr_in(&zone) || self.is_held(&zone)).then_some(zone)?
             }
         };
         Some((zone, query, extra))
@@ -427,5 +445,49 @@ mod tests {
             table.node(&name("ns.example.")).unwrap().a.as_slice(),
             ["198.18.0.53".parse::<Ipv4Addr>().unwrap()]
         );
+    }
+
+    #[test]
+    fn a_held_reverse_zone_is_served_empty_and_stays_in_the_catalog_until_let_go() {
+        let (mut builder, _) = TableBuilder::new(&[zone("example.")]);
+        builder.set_catalog(Some(catalog::CatalogSpec {
+            apex: name("catalog.test."),
+        }));
+        let host = a("h.example.", "198.18.9.1");
+        builder.add([&host]);
+        builder.finish();
+        let network = Network::new("198.18.9.1".parse().unwrap(), 24).unwrap();
+        let reverse = name("9.18.198.in-addr.arpa.");
+        let members = |table: &RecordTable| -> Vec<String> {
+            let catalog = table.catalog().expect("a catalog");
+            catalog.members.iter().map(|m| m.zone.to_ascii()).collect()
+        };
+        assert_eq!(
+            members(builder.table()),
+            ["9.18.198.in-addr.arpa.", "example."]
+        );
+        let full = builder.table().reverse_serial(&network);
+        builder.remove([&host]);
+        builder.finish();
+        assert!(
+            builder.table().reverse_zone_for(&reverse).is_none(),
+            "emptied: gone"
+        );
+        assert_eq!(members(builder.table()), ["example."]);
+        builder.hold_reverse([network]);
+        let held = builder.table();
+        assert!(
+            held.reverse_zone_for(&reverse).is_some(),
+            "held: served, empty"
+        );
+        assert_eq!(held.reverse_zones(), [network]);
+        assert_ne!(held.reverse_serial(&network), full, "its content changed");
+        assert_eq!(members(held), ["9.18.198.in-addr.arpa.", "example."]);
+        builder.hold_reverse(Vec::new());
+        assert!(
+            builder.table().reverse_zone_for(&reverse).is_none(),
+            "let go"
+        );
+        assert_eq!(members(builder.table()), ["example."]);
     }
 }

@@ -1173,20 +1173,41 @@ impl Bed {
     /// The configuration of an agent publishing a catalog of its zones to `consumers`, each a
     /// catalog consumer (no `zones` of its own), and a second, static forward zone.
     fn catalog_config(&self, consumers: &[&str]) -> std::path::PathBuf {
+        self.catalog_config_with(consumers, true, None)
+    }
+
+    /// [`Bed::catalog_config`] with or without the static zone, and with a grace period.
+    fn catalog_config_with(
+        &self,
+        consumers: &[&str],
+        with_static: bool,
+        grace_seconds: Option<u64>,
+    ) -> std::path::PathBuf {
         let notify: Vec<String> = consumers
             .iter()
             .map(|a| format!("{{address: \"{a}\", key: {KEY}, catalog: true}}"))
             .collect();
+        let static_zone = if with_static {
+            format!("  - name: {STATIC_ZONE}\n    records:\n      www: 198.18.3.3\n")
+        } else {
+            String::new()
+        };
+        let grace = grace_seconds
+            .map(|s| format!("    graceSeconds: {s}\n"))
+            .unwrap_or_default();
         let text = format!(
-            "zones:\n  - name: {ZONE}\n    ttl: 5\n  - name: {STATIC_ZONE}\n    records:\n      www: 198.18.3.3\n\
+            "zones:\n  - name: {ZONE}\n    ttl: 5\n{static_zone}\
              kubernetes:\n  apiServer: {api}\npods:\n  - zone: {ZONE}\n\
              transfer:\n  keys:\n    - name: {KEY}\n      secretFile: {dir}/tsig-key\n  \
-             allow:\n    - from: 127.0.0.1\n      key: {KEY}\n  notify: [{notify}]\n  catalog:\n    zone: {CATALOG}\n",
+             allow:\n    - from: 127.0.0.1\n      key: {KEY}\n  notify: [{notify}]\n  catalog:\n    zone: {CATALOG}\n{grace}",
             api = self.api.url(),
             dir = self.dir.path.display(),
             notify = notify.join(", "),
         );
-        self.dir.write("agent-catalog.yaml", &text)
+        self.dir.write(
+            &format!("agent-catalog-{with_static}-{grace_seconds:?}.yaml"),
+            &text,
+        )
     }
 
     /// The serial of `zone` as the agent on `port` answers it, if it serves the zone.
@@ -1325,4 +1346,103 @@ fn secondaries_configured_with_the_catalog_alone_serve_every_zone_and_new_ones()
     });
     assert_eq!(bed.axfr(1054, CATALOG), bed.axfr(1053, CATALOG));
     drop(other);
+}
+
+/// Members leaving, as consumers see it: a derived reverse zone whose last pod went stays a
+/// member, served empty, for its grace period and not a moment less (the time from the pod's
+/// deletion to its removal is bounded from below, which no load can shorten), then leaves both
+/// consumers; a forward zone removed from the configuration (the agent restarted without it)
+/// leaves them at the next catalog.
+#[test]
+fn members_leave_the_consumers_a_derived_reverse_zone_only_after_its_grace() {
+    use std::time::{Duration, Instant};
+    const GRACE: u64 = 8;
+    let bed = Bed::new("xfr-catgo");
+    bed.pod(0, "198.18.0.11");
+    bed.pod(1, "198.18.1.11");
+    const KNOT_CONSUMER: &str = "127.0.0.1:5322";
+    const BIND_CONSUMER: &str = "127.0.0.1:5323";
+    let consumers_at = [KNOT_CONSUMER, BIND_CONSUMER];
+    let config = bed.catalog_config_with(&consumers_at, true, Some(GRACE));
+    let agent = bed.agent(&config, 1053, "serials.json");
+    let primary: SocketAddr = "127.0.0.1:1053".parse().expect("an address");
+    let consumers: Vec<Secondary> = [(Flavor::Knot, KNOT_CONSUMER), (Flavor::Bind, BIND_CONSUMER)]
+        .into_iter()
+        .map(|(flavor, addr)| {
+            Secondary::consume_catalog(
+                flavor,
+                &bed.ns,
+                addr.parse().expect("an address"),
+                primary,
+                CATALOG,
+                &bed.key,
+            )
+        })
+        .collect();
+    let leaving = reverse_of(1);
+    for secondary in &consumers {
+        for zone in [STATIC_ZONE, leaving.as_str()] {
+            eventually(&format!("{:?} serves {zone}", secondary.flavor), 60, || {
+                secondary.serial(zone).is_some()
+            });
+        }
+    }
+    // The last pod of 198.18.1.0/24 goes.
+    let deleted = Instant::now();
+    bed.api.delete(Kind::Pod, "ingress", "nginx-1");
+    eventually("the agent's PTR gone", 20, || {
+        kdig(
+            &bed.ns,
+            "127.0.0.1",
+            1053,
+            &["11.1.18.198.in-addr.arpa.", "PTR"],
+        )
+        .answer
+        .is_empty()
+    });
+    let pending = || agent.metric("hostport_dns_catalog_removals_pending", &[]);
+    eventually("the zone held", 10, || pending() == 1.0);
+    let mut removed_at = None;
+    let deadline = Instant::now() + Duration::from_secs(GRACE + 60);
+    while Instant::now() < deadline {
+        if !bed.catalog_members(1053).contains(&leaving) {
+            removed_at = Some(deleted.elapsed());
+            break;
+        }
+        // While it is a member, the agent serves it, empty.
+        assert!(
+            bed.serial_of(1053, &leaving).is_some(),
+            "a member not served"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let removed_at = removed_at.expect("the emptied zone leaves the catalog");
+    assert!(
+        removed_at >= Duration::from_secs(GRACE),
+        "left the catalog {removed_at:?} after its last pod, within its {GRACE} s grace"
+    );
+    assert_eq!(pending(), 0.0);
+    for secondary in &consumers {
+        eventually(
+            &format!("{:?} drops {leaving}", secondary.flavor),
+            60,
+            || secondary.serial(&leaving).is_none(),
+        );
+    }
+    // The static zone removed from the configuration: the restarted agent's catalog drops it.
+    drop(agent);
+    let without = bed.catalog_config_with(&consumers_at, false, Some(GRACE));
+    let _agent = bed.agent(&without, 1053, "serials.json");
+    for secondary in &consumers {
+        eventually(
+            &format!("{:?} drops {STATIC_ZONE}", secondary.flavor),
+            60,
+            || secondary.serial(STATIC_ZONE).is_none(),
+        );
+        assert!(
+            secondary.serial(ZONE).is_some(),
+            "{:?} keeps {ZONE}",
+            secondary.flavor
+        );
+    }
 }

@@ -11,6 +11,7 @@
 
 pub mod both_paths;
 mod held;
+mod reverse_grace;
 
 use std::{
     sync::Arc,
@@ -28,6 +29,7 @@ use hostport_dns_core::{
     table::{CompileWarning, ReverseConfig, TableBuilder, catalog::CatalogSpec},
 };
 
+use crate::transfer::config::CatalogConfig;
 use crate::{
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
@@ -67,6 +69,9 @@ pub struct Publisher {
     reverse: Arc<ReverseConfig>,
     /// The catalog zone the table keeps of the zones served (None: none).
     catalog: Option<CatalogSpec>,
+    /// The derived reverse zones held (served empty, catalog members) after their last PTR
+    /// record went; None without a catalog.
+    grace: Option<reverse_grace::ReverseGrace>,
     /// The zones' serials.
     serials: Serials,
     /// The Kubernetes source's groups as served, once its state is complete (for the
@@ -106,6 +111,7 @@ impl Publisher {
             dropped: FxHashMap::default(),
             reverse: Arc::default(),
             catalog: None,
+            grace: None,
             serials: Serials::new(),
             kubernetes_groups: None,
         }
@@ -157,15 +163,33 @@ impl Publisher {
         self.reverse = Arc::new(reverse);
     }
 
-    /// Keeps a catalog zone (RFC 9432) of the zones served, under `spec`.
-    pub fn serve_catalog(&mut self, spec: Option<CatalogSpec>) {
-        self.catalog = spec;
+    /// Keeps a catalog zone (RFC 9432) of the zones served, as `config` says.
+    pub fn serve_catalog(&mut self, config: Option<CatalogConfig>) {
+        self.grace = config
+            .as_ref()
+            .map(|c| reverse_grace::ReverseGrace::new(c.grace));
+        self.catalog = config.map(|c| c.spec);
     }
 
     /// Publishes every batch of updates until all senders are gone: a batch is what is queued
     /// when the publisher wakes.
     pub async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
-        while let Some(first) = updates.recv().await {
+        loop {
+            // A held reverse zone's grace period ends with no update to wake for: publish then.
+            let expiry = self.grace.as_ref().and_then(|g| g.next_expiry());
+            let first = match expiry {
+                Some(at) => tokio::select! {
+                    update = updates.recv() => update,
+                    () = tokio::time::sleep_until(at.into()) => {
+                        self.publish(Vec::new());
+                        continue;
+                    }
+                },
+                None => updates.recv().await,
+            };
+            let Some(first) = first else {
+                break;
+            };
             let mut batch = vec![first];
             while let Ok(next) = updates.try_recv() {
                 batch.push(next);
@@ -213,12 +237,37 @@ impl Publisher {
         if let Some(revision) = revision {
             self.serials.note_revision(revision);
         }
+        let before: std::collections::BTreeSet<_> = self
+            .builder
+            .as_ref()
+            .map(|b| b.table().reverse_networks().copied().collect())
+            .unwrap_or_default();
         let (compiled, warnings) = self.compile(changes);
         self.count_warnings(&warnings);
         let Some(builder) = self.builder.as_mut() else {
             return;
         };
-        if matches!(&compiled, Compiled::Names(names) if names.is_empty()) {
+        let mut held_changed = false;
+        if let Some(grace) = self.grace.as_mut() {
+            let held = grace.follow(&before, builder.table(), Instant::now());
+            let was: std::collections::BTreeSet<_> = builder
+                .table()
+                .reverse_networks()
+                .copied()
+                .filter(|n| builder.table().is_held(n))
+                .collect();
+            held_changed = held != was;
+            builder.hold_reverse(held);
+            self.metrics
+                .catalog_removals_pending
+                .set(grace.held_count() as i64);
+        }
+        if let Some(catalog) = builder.table().catalog() {
+            self.metrics
+                .catalog_members
+                .set(catalog.members.len() as i64);
+        }
+        if !held_changed && matches!(&compiled, Compiled::Names(names) if names.is_empty()) {
             debug!(sources = ?sources, "nothing changed: nothing published");
             return;
         }

@@ -51,8 +51,20 @@ pub struct TransferConfig {
     pub notify: Vec<NotifyTarget>,
     pub history: usize,
     /// The catalog zone of every zone served (None: no catalog).
-    pub catalog: Option<hostport_dns_core::table::catalog::CatalogSpec>,
+    pub catalog: Option<CatalogConfig>,
 }
+
+/// The catalog zone as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogConfig {
+    pub spec: hostport_dns_core::table::catalog::CatalogSpec,
+    /// How long a derived reverse zone that lost its last PTR record stays served (empty) and a
+    /// member, so that a node's restart does not make every consumer delete and re-create it.
+    pub grace: std::time::Duration,
+}
+
+/// The catalog's grace period when the configuration does not say: an hour.
+pub const DEFAULT_CATALOG_GRACE_SECONDS: u64 = 3600;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyConfig {
@@ -125,6 +137,11 @@ struct CatalogEntry {
     /// may be it or hold it.
     #[schemars(with = "DomainName")]
     zone: String,
+    /// Seconds a derived reverse zone that lost its last PTR record stays a member, served
+    /// empty (default 3600): a node's restart does not make every consumer delete the zone and
+    /// create it again. 0: it leaves at once.
+    #[serde(default)]
+    grace_seconds: Option<u64>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -262,7 +279,14 @@ impl TransferEntry {
         let catalog = self
             .catalog
             .as_ref()
-            .map(|entry| catalog_spec(&entry.zone))
+            .map(|entry| {
+                Ok::<_, String>(CatalogConfig {
+                    spec: catalog_spec(&entry.zone)?,
+                    grace: std::time::Duration::from_secs(
+                        entry.grace_seconds.unwrap_or(DEFAULT_CATALOG_GRACE_SECONDS),
+                    ),
+                })
+            })
             .transpose()?;
         let history = self.history.unwrap_or(DEFAULT_HISTORY);
         if history > MAX_HISTORY {
@@ -312,7 +336,7 @@ impl TransferConfig {
     /// Refuses a catalog named as a served zone, inside one, or holding one (its records would
     /// be another zone's names).
     pub fn check_catalog(&self, zones: &[hostport_dns_core::zone::ZoneSpec]) -> Result<(), String> {
-        let Some(catalog) = &self.catalog else {
+        let Some(catalog) = self.catalog.as_ref().map(|c| &c.spec) else {
             return Ok(());
         };
         match zones
@@ -454,7 +478,8 @@ mod tests {
         .unwrap();
         let name = |s: &str| Name::from_ascii(s).unwrap();
         let catalog = config.catalog.as_ref().expect("a catalog");
-        assert_eq!(catalog.apex, name("catalog.example."));
+        assert_eq!(catalog.spec.apex, name("catalog.example."));
+        assert_eq!(catalog.grace.as_secs(), DEFAULT_CATALOG_GRACE_SECONDS);
         let consumer = &config.notify[0];
         assert!(consumer.wants(&name("0.18.198.in-addr.arpa."), true, false));
         assert!(consumer.wants(&name("catalog.example."), false, false));
