@@ -84,24 +84,33 @@ impl Secondary {
         Self::spawn(flavor, ns, addr, secondary_dir(flavor), conf, zone)
     }
 
-    /// A consumer of the catalog zone `catalog` (RFC 9432) listening on `addr`: configured with
-    /// the catalog alone (transferred from `primary` with `key`), every member zone is added
-    /// as the catalog lists it, a secondary of `primary` too. knotd gives the `forward` and
-    /// `reverse` groups a template each (`catalog-role: interpret`); BIND's `catalog-zones`
-    /// takes every member with its default primaries (it has no groups).
+    /// A consumer of the catalog zone `catalog` (RFC 9432) listening on `addr`, configured as
+    /// a guide's `blocks` say (docs/src/secondaries.md's, made local) after this server's own
+    /// settings: for knotd one block (keys, primary, ACL, a template per group, the catalog
+    /// zone), its templates given this harness's storage settings; for BIND the
+    /// `catalog-zones` statement, which goes into its options, and the block with the key and
+    /// the catalog zone.
     pub fn consume_catalog(
         flavor: Flavor,
         ns: &NetNs,
         addr: SocketAddr,
-        primary: SocketAddr,
+        blocks: &[&str],
         catalog: &str,
-        key: &TsigKey,
     ) -> Self {
         let dir = secondary_dir(flavor);
-        let conf = match flavor {
-            Flavor::Knot => knot_catalog_consumer(&dir.path, addr, primary, catalog, key),
-            Flavor::Bind => bind_catalog_consumer(&dir.path, addr, primary, catalog, key),
-            Flavor::Nsd => panic!("NSD consumes catalogs from 4.9 on; Debian has 4.6"),
+        let conf = match (flavor, blocks) {
+            (Flavor::Knot, [conf]) => {
+                format!(
+                    "{}{}",
+                    knot_base(&dir.path, addr),
+                    with_storage(conf, &dir.path)
+                )
+            }
+            (Flavor::Bind, [catalog_zones, zones]) => format!(
+                "{}{zones}",
+                bind_server_with(&dir.path, addr, catalog_zones)
+            ),
+            _ => panic!("{flavor:?} does not take {} blocks here", blocks.len()),
         };
         Self::spawn_whole(flavor, ns, addr, dir, &conf, catalog)
     }
@@ -295,61 +304,26 @@ fn knot_template_body(dir: &std::path::Path) -> String {
     )
 }
 
-/// knotd interpreting the catalog: the key, the primary and its NOTIFY ACL first (templates
-/// refer to them), then a template per group, then the catalog zone alone.
-fn knot_catalog_consumer(
-    dir: &std::path::Path,
-    addr: SocketAddr,
-    primary: SocketAddr,
-    catalog: &str,
-    key: &TsigKey,
-) -> String {
+/// A knotd configuration with this harness's storage settings in each of its templates, and a
+/// `default` template holding them first (for the zones without one, the catalog's).
+fn with_storage(conf: &str, dir: &std::path::Path) -> String {
     let body = knot_template_body(dir);
-    let member = format!("{body}    master: primary\n    acl: from-primary\n");
-    format!(
-        "{base}key:\n  - id: {k}\n    algorithm: hmac-sha256\n    secret: {s}\n\
-         remote:\n  - id: primary\n    address: {ip}@{port}\n    key: {k}\n\
-         acl:\n  - id: from-primary\n    address: [{ip}]\n    key: {k}\n    action: notify\n\
-         template:\n  - id: default\n{body}  - id: forward\n{member}  - id: reverse\n{member}\
-         zone:\n  - domain: {catalog}\n    master: primary\n    acl: from-primary\n    \
-         catalog-role: interpret\n    catalog-template: [forward, reverse]\n",
-        base = knot_base(dir, addr),
-        k = key.name,
-        s = key.secret,
-        ip = primary.ip(),
-        port = primary.port(),
-    )
-}
-
-/// BIND interpreting the catalog: `catalog-zones` in its options (member zones in memory,
-/// transferred from the primary with the key), and the catalog zone a secondary of it.
-fn bind_catalog_consumer(
-    dir: &std::path::Path,
-    addr: SocketAddr,
-    primary: SocketAddr,
-    catalog: &str,
-    key: &TsigKey,
-) -> String {
-    let d = dir.display();
-    let from = format!(
-        "{} port {} key \"{}\";",
-        primary.ip(),
-        primary.port(),
-        key.name
-    );
-    format!(
-        "key \"{k}\" {{\n  algorithm hmac-sha256;\n  secret \"{s}\";\n}};\n\
-         options {{\n  directory \"{d}\";\n  managed-keys-directory \"{d}\";\n  pid-file \"{d}/named.pid\";\n  \
-         session-keyfile \"{d}/session.key\";\n  listen-on port {port} {{ {ip}; }};\n  listen-on-v6 {{ none; }};\n  \
-         recursion no;\n  dnssec-validation no;\n  notify no;\n  \
-         catalog-zones {{ zone \"{catalog}\" default-primaries {{ {from} }} in-memory yes min-update-interval 1; }};\n}};\n\
-         controls {{ }};\n\
-         zone \"{catalog}\" {{\n  type secondary;\n  primaries {{ {from} }};\n  file \"{d}/catalog.db\";\n}};\n",
-        k = key.name,
-        s = key.secret,
-        port = addr.port(),
-        ip = addr.ip(),
-    )
+    let mut out = String::new();
+    let mut in_templates = false;
+    for line in conf.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if !line.starts_with(' ') && line.ends_with(':') {
+            in_templates = line == "template:";
+            if in_templates {
+                out.push_str("  - id: default\n");
+                out.push_str(&body);
+            }
+        } else if in_templates && line.trim_start().starts_with("- id: ") {
+            out.push_str(&body);
+        }
+    }
+    out
 }
 
 /// knotd: a remote per primary, the zones bootstrapped by AXFR and refreshed by IXFR, NOTIFY
@@ -438,11 +412,16 @@ fn nsd_zones(
 /// BIND 9's own settings: files in `dir`, no recursion, no NOTIFY of its own, no control
 /// channel.
 fn bind_server(dir: &std::path::Path, addr: SocketAddr) -> String {
+    bind_server_with(dir, addr, "")
+}
+
+/// [`bind_server`] with `more` (statements such as `catalog-zones`) in its options.
+fn bind_server_with(dir: &std::path::Path, addr: SocketAddr, more: &str) -> String {
     let d = dir.display();
     format!(
         "options {{\n  directory \"{d}\";\n  managed-keys-directory \"{d}\";\n  pid-file \"{d}/named.pid\";\n  \
          session-keyfile \"{d}/session.key\";\n  listen-on port {} {{ {}; }};\n  listen-on-v6 {{ none; }};\n  \
-         recursion no;\n  dnssec-validation no;\n  notify no;\n}};\ncontrols {{ }};\n",
+         recursion no;\n  dnssec-validation no;\n  notify no;\n{more}}};\ncontrols {{ }};\n",
         addr.port(),
         addr.ip(),
     )

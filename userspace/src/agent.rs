@@ -530,6 +530,11 @@ impl Sources {
                 .collect();
             hostport_dns_core::zone::check_zones_do_not_overlap(&all)
                 .map_err(|e| anyhow::anyhow!("--config and --records: {e}"))?;
+            if let Some(transfer) = &config.transfer {
+                transfer
+                    .check_catalog(&snapshot.zones)
+                    .map_err(|e| anyhow::anyhow!("--config and --records: {e}"))?;
+            }
         }
         if let Some(config) = &config {
             check_update_sources(config, records.as_ref().map(|(s, _)| s))?;

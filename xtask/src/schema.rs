@@ -161,7 +161,7 @@ mod tests {
             "ClientsEntry": { "properties": { "allow": {} } }, "Outside": {}, "RateLimitEntry": {},
             "CookieConfig": { "properties": { "enabled": {} } }, "KeyName": {},
             "TsigAlgorithmName": {}, "AllowItem": {}, "NotifyItem": {},
-            "TransferEntry": { "properties": { "history": {} } },
+            "TransferEntry": { "properties": { "history": {}, "catalog": {} } },
             "LeaderElectionEntry": { "properties": { "leaseName": {} } }, "ExternalDnsOutputEntry": {},
             "UpdateEntry": {},
             "KubernetesAccess": { "properties": { "fallbackApiServers": {}, "learnApiServers": {} } },

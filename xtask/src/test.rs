@@ -166,8 +166,9 @@ struct Failed {
     reports: Vec<(String, Vec<String>)>,
 }
 
-/// Lines of a failed test's own report that the summary repeats: its panic and message are
-/// last. The summary is what a CI log's tail shows, long after the test printed them.
+/// Lines of a failed test's own report that the summary repeats, from its panic on (the panic's
+/// place and message). The summary is what a CI log's tail shows, long after the test printed
+/// them.
 const REPORT_TAIL_LINES: usize = 12;
 
 /// What one test binary's output says failed, and what each failed test reported.
@@ -203,9 +204,13 @@ impl TestFailures {
         if let Some(test) = section {
             self.reading = Some((format!("{}: {test}", self.binary), Vec::new()));
         } else if let Some((_, lines)) = &mut self.reading {
-            lines.push(line.to_owned());
-            if lines.len() > REPORT_TAIL_LINES {
-                lines.remove(0);
+            // From the panic on, when there is one: what the test printed before it (an
+            // agent's log) is in the output above.
+            if line.contains("panicked at") {
+                lines.clear();
+            }
+            if lines.len() < REPORT_TAIL_LINES {
+                lines.push(line.to_owned());
             }
         }
     }
@@ -306,9 +311,12 @@ mod tests {
         let (reported, lines) = &failures.reports[0];
         assert_eq!(reported, test);
         assert_eq!(
-            lines.last().map(String::as_str),
-            Some("no answer within 10 s"),
-            "the panic's message ends the report: {lines:?}"
+            lines,
+            &[
+                "thread 'node_life::a_node_returns' panicked at tests/tests/integration/node_life.rs:9:5:",
+                "no answer within 10 s"
+            ],
+            "the report is the panic and its message: {lines:?}"
         );
     }
 }

@@ -304,8 +304,16 @@ impl TableBuilder {
     /// the reverse zones (as many as there are zones, never a walk of the names). Its digest,
     /// and so its serial, moves only when a member comes or goes.
     fn settle_catalog(&mut self) {
+        // A served zone that is the catalog's name or holds it (a record file edited after the
+        // start, which the configuration's check did not see) wins: no catalog beside it.
+        let overlaps = |spec: &super::catalog::CatalogSpec| {
+            self.table
+                .zones
+                .iter()
+                .any(|z| z.spec.apex.zone_of(&spec.apex) || spec.apex.zone_of(&z.spec.apex))
+        };
         let catalog = match (&self.catalog_spec, self.table.zones.first()) {
-            (Some(spec), Some(first)) => Some(super::catalog::Catalog::new(
+            (Some(spec), Some(first)) if !overlaps(spec) => Some(super::catalog::Catalog::new(
                 spec,
                 &first.spec,
                 self.table.catalog_members(),

@@ -1,7 +1,8 @@
 //! The book's configuration snippets, run as the pages show them: the record file of the
 //! configuration page served and answered as it says; the HAProxy `resolvers` and `backend` of
-//! the clients page, in each of its three modes, filling its slots from the agent. (The
-//! secondaries' Knot, BIND and NSD configurations run in `transfer.rs`, the per-zone load
+//! the clients page, in each of its three modes, filling its slots from the agent; the catalog
+//! settings of the secondaries page taken by the agent. (The secondaries' Knot, BIND and NSD
+//! configurations, the catalog consumers' among them, run in `transfer.rs`, the per-zone load
 //! balancer of the node-life page in `node_life.rs`.)
 
 use hostport_dns_tests::{
@@ -137,4 +138,27 @@ fn haproxy_as_the_clients_page_configures_it_fills_its_slots_in_each_mode() {
             haproxy.backend_endpoints() == *want
         });
     }
+}
+
+/// The secondaries page's catalog settings, with the install page's zone: the agent takes them,
+/// a catalog of that name and its consumer NOTIFYed of every zone.
+#[test]
+fn the_catalog_settings_of_the_secondaries_page_are_a_configuration_the_agent_takes() {
+    let blocks = book::blocks(
+        "secondaries.md",
+        "## Secondaries that configure themselves (catalog zones)",
+    );
+    let settings = blocks.first().expect("the agent's catalog settings");
+    let text = format!("zones:\n  - name: ingress.prod.example.com\n{settings}");
+    let config = hostport_dns::agent_config::parse(&text, "secondaries.md".as_ref())
+        .unwrap_or_else(|e| panic!("the agent refuses the page's settings: {e}\n{text}"));
+    let transfer = config.transfer.expect("transfers configured");
+    let catalog = transfer.catalog.expect("a catalog");
+    assert_eq!(catalog.spec.apex.to_ascii(), "catalog.prod.example.com.");
+    assert_eq!(catalog.grace.as_secs(), 3600);
+    assert!(
+        transfer.notify.iter().all(|n| n.catalog),
+        "{:?}",
+        transfer.notify
+    );
 }

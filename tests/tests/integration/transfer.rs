@@ -1210,6 +1210,49 @@ impl Bed {
         )
     }
 
+    /// knotd at `knot` and BIND at `bind`, each configured with the catalog alone, as
+    /// docs/src/secondaries.md shows it ("Secondaries that configure themselves"): its blocks
+    /// after the agent's, the primary made the agent on 127.0.0.1:1053.
+    fn catalog_consumers(&self, knot: &str, bind: &str) -> Vec<Secondary> {
+        let blocks = book::blocks(
+            "secondaries.md",
+            "## Secondaries that configure themselves (catalog zones)",
+        );
+        let [_agent, knot_conf, catalog_zones, bind_zones] = blocks.as_slice() else {
+            panic!("the agent's, knotd's and BIND's two blocks: {blocks:?}");
+        };
+        let here = |conf: &str| {
+            book::made_local(
+                conf,
+                &[
+                    ("192.0.2.11@1053", "127.0.0.1@1053"),
+                    ("192.0.2.11 port 1053", "127.0.0.1 port 1053"),
+                    ("[192.0.2.11]", "[127.0.0.1]"),
+                    ("catalog.prod.example.com.", CATALOG),
+                    ("<base64 secret>", &self.key.secret),
+                ],
+            )
+        };
+        let (knot_conf, catalog_zones, bind_zones) =
+            (here(knot_conf), here(catalog_zones), here(bind_zones));
+        vec![
+            Secondary::consume_catalog(
+                Flavor::Knot,
+                &self.ns,
+                knot.parse().expect("an address"),
+                &[&knot_conf],
+                CATALOG,
+            ),
+            Secondary::consume_catalog(
+                Flavor::Bind,
+                &self.ns,
+                bind.parse().expect("an address"),
+                &[&catalog_zones, &bind_zones],
+                CATALOG,
+            ),
+        ]
+    }
+
     /// The serial of `zone` as the agent on `port` answers it, if it serves the zone.
     fn serial_of(&self, port: u16, zone: &str) -> Option<u32> {
         let reply = kdig(&self.ns, "127.0.0.1", port, &[zone, "SOA"]);
@@ -1257,20 +1300,7 @@ fn secondaries_configured_with_the_catalog_alone_serve_every_zone_and_new_ones()
     const BIND_CONSUMER: &str = "127.0.0.1:5321";
     let config = bed.catalog_config(&[KNOT_CONSUMER, BIND_CONSUMER]);
     let agent = bed.agent(&config, 1053, "serials.json");
-    let primary: SocketAddr = "127.0.0.1:1053".parse().expect("an address");
-    let consumers: Vec<Secondary> = [(Flavor::Knot, KNOT_CONSUMER), (Flavor::Bind, BIND_CONSUMER)]
-        .into_iter()
-        .map(|(flavor, addr)| {
-            Secondary::consume_catalog(
-                flavor,
-                &bed.ns,
-                addr.parse().expect("an address"),
-                primary,
-                CATALOG,
-                &bed.key,
-            )
-        })
-        .collect();
+    let consumers = bed.catalog_consumers(KNOT_CONSUMER, BIND_CONSUMER);
     // The static zone's www (198.18.3.3) makes a reverse zone too.
     let members = [
         ZONE,
@@ -1365,20 +1395,7 @@ fn members_leave_the_consumers_a_derived_reverse_zone_only_after_its_grace() {
     let consumers_at = [KNOT_CONSUMER, BIND_CONSUMER];
     let config = bed.catalog_config_with(&consumers_at, true, Some(GRACE));
     let agent = bed.agent(&config, 1053, "serials.json");
-    let primary: SocketAddr = "127.0.0.1:1053".parse().expect("an address");
-    let consumers: Vec<Secondary> = [(Flavor::Knot, KNOT_CONSUMER), (Flavor::Bind, BIND_CONSUMER)]
-        .into_iter()
-        .map(|(flavor, addr)| {
-            Secondary::consume_catalog(
-                flavor,
-                &bed.ns,
-                addr.parse().expect("an address"),
-                primary,
-                CATALOG,
-                &bed.key,
-            )
-        })
-        .collect();
+    let consumers = bed.catalog_consumers(KNOT_CONSUMER, BIND_CONSUMER);
     let leaving = reverse_of(1);
     for secondary in &consumers {
         for zone in [STATIC_ZONE, leaving.as_str()] {
