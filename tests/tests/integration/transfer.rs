@@ -11,7 +11,7 @@ use hostport_dns_tests::{
     TempDir,
     agent::Agent,
     book,
-    clients::kdig,
+    clients::{kdig, soa_serial},
     eventually,
     fake_api::{FakeApi, Kind},
     k8s::PodSpec,
@@ -1040,6 +1040,25 @@ fn notify_serial(datagram: &[u8], zone: &str) -> Option<u32> {
         })
 }
 
+/// The NOTIFYs of a zone a test's socket received: the newest serial's, each when it came.
+#[derive(Default)]
+struct Attempts {
+    /// Every serial seen, in order.
+    serials: Vec<u32>,
+    arrivals: Vec<std::time::Instant>,
+}
+
+impl Attempts {
+    /// A NOTIFY of `serial` came now: a newer serial starts its own attempts.
+    fn arrived(&mut self, serial: u32) {
+        if self.serials.last() != Some(&serial) {
+            self.serials.push(serial);
+            self.arrivals.clear();
+        }
+        self.arrivals.push(std::time::Instant::now());
+    }
+}
+
 /// NOTIFY to a secondary that never answers: a socket bound in the test records when each
 /// NOTIFY of the zone arrives. The attempts of one serial come 1, 2, 4, 8 and 16 s apart (the
 /// last one's failure is counted after its 32 s wait, which the test does not sit through), and
@@ -1063,10 +1082,9 @@ fn notify_to_a_deaf_secondary_is_retried_after_1_2_4_8_16_seconds() {
     // The schedule takes 31 s; a loaded machine starts it late and fires timers late, but it
     // always ends.
     let deadline = Instant::now() + Duration::from_secs(120);
-    let mut serials: Vec<u32> = Vec::new();
-    let mut arrivals: Vec<Instant> = Vec::new();
+    let mut attempts = Attempts::default();
     let mut buf = [0u8; 4096];
-    while arrivals.len() < WAITS.len() + 1 && Instant::now() < deadline {
+    while attempts.arrivals.len() < WAITS.len() + 1 && Instant::now() < deadline {
         socket
             .set_read_timeout(Some(Duration::from_secs(1)))
             .expect("a timeout");
@@ -1076,12 +1094,9 @@ fn notify_to_a_deaf_secondary_is_retried_after_1_2_4_8_16_seconds() {
         let Some(serial) = notify_serial(&buf[..len], ZONE) else {
             continue;
         };
-        if serials.last() != Some(&serial) {
-            serials.push(serial);
-            arrivals.clear();
-        }
-        arrivals.push(Instant::now());
+        attempts.arrived(serial);
     }
+    let Attempts { serials, arrivals } = attempts;
     let gaps: Vec<f64> = arrivals
         .windows(2)
         .map(|w| (w[1] - w[0]).as_secs_f64())
@@ -1120,13 +1135,12 @@ fn notify_refused_at_once_is_still_retried_on_its_schedule() {
         .run(|| std::net::UdpSocket::bind(REFUSING).expect("bind the refusing secondary"));
     let config = bed.config(&[REFUSING]);
     let _agent = bed.agent(&config, 1053, "serials.json");
-    let mut serials: Vec<u32> = Vec::new();
-    let mut arrivals: Vec<Instant> = Vec::new();
+    let mut attempts = Attempts::default();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut buf = [0u8; 4096];
     // Four attempts of the zone's newest serial (a newer one starts its own): the first and
     // three retries.
-    while arrivals.len() < 4 && Instant::now() < deadline {
+    while attempts.arrivals.len() < 4 && Instant::now() < deadline {
         socket
             .set_read_timeout(Some(Duration::from_secs(1)))
             .expect("a timeout");
@@ -1136,17 +1150,14 @@ fn notify_refused_at_once_is_still_retried_on_its_schedule() {
         let Some(serial) = notify_serial(&buf[..len], ZONE) else {
             continue;
         };
-        if serials.last() != Some(&serial) {
-            serials.push(serial);
-            arrivals.clear();
-        }
-        arrivals.push(Instant::now());
+        attempts.arrived(serial);
         // REFUSED, at once: the header echoed with QR set, RCODE 5, the question kept.
         let mut answer = buf[..len].to_vec();
         answer[2] |= 0x80;
         answer[3] = (answer[3] & 0xf0) | 5;
         socket.send_to(&answer, from).expect("answer REFUSED");
     }
+    let Attempts { serials, arrivals } = attempts;
     assert_eq!(
         arrivals.len(),
         4,
@@ -1255,16 +1266,7 @@ impl Bed {
 
     /// The serial of `zone` as the agent on `port` answers it, if it serves the zone.
     fn serial_of(&self, port: u16, zone: &str) -> Option<u32> {
-        let reply = kdig(&self.ns, "127.0.0.1", port, &[zone, "SOA"]);
-        reply
-            .answer
-            .iter()
-            .find(|r| r.rtype == "SOA")?
-            .data
-            .split_whitespace()
-            .nth(2)?
-            .parse()
-            .ok()
+        soa_serial(&self.ns, &format!("127.0.0.1:{port}"), zone)
     }
 
     /// The member zones the catalog served on `port` lists (its PTR targets), sorted.
