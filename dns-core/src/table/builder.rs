@@ -275,11 +275,11 @@ impl TableBuilder {
 
     /// Serves the derived reverse zones of `held` even without PTR records (empty: SOA and NS
     /// alone), and no others that have none. Takes effect at once: the zones whose holding
-    /// changed are numbered again, and the catalog follows.
-    pub fn hold_reverse(&mut self, held: impl IntoIterator<Item = Network>) {
+    /// changed are numbered again, and the catalog follows. True when the held zones changed.
+    pub fn hold_reverse(&mut self, held: impl IntoIterator<Item = Network>) -> bool {
         let held: imbl::OrdSet<Network> = held.into_iter().collect();
         if held == self.table.held_reverse {
-            return;
+            return false;
         }
         let moved: Vec<Network> = held
             .clone()
@@ -291,6 +291,7 @@ impl TableBuilder {
             self.digest_reverse(network);
         }
         self.settle_catalog();
+        true
     }
 
     /// Keeps a catalog zone (RFC 9432) of the zones served under `spec` (None: none), from the
@@ -320,8 +321,8 @@ impl TableBuilder {
             )),
             _ => None,
         };
-        let digest = |c: &Option<Arc<super::catalog::Catalog>>| c.as_ref().map(|c| c.zone.digest);
-        if catalog.as_ref().map(|c| c.zone.digest) == digest(&self.table.catalog) {
+        let digest = |c: Option<&super::catalog::Catalog>| c.map(|c| c.zone.digest);
+        if digest(catalog.as_ref()) == digest(self.table.catalog.as_deref()) {
             return;
         }
         self.table.catalog = catalog.map(Arc::new);

@@ -29,7 +29,6 @@ use hostport_dns_core::{
     table::{CompileWarning, ReverseConfig, TableBuilder, catalog::CatalogSpec},
 };
 
-use crate::transfer::config::CatalogConfig;
 use crate::{
     health::Health,
     metrics::{Metrics, ReasonLabel, SourceLabel},
@@ -37,6 +36,7 @@ use crate::{
     serials::Serials,
     server::Shared,
     sources::{GroupKey, Groups, Update},
+    transfer::config::CatalogConfig,
     xdp::writer_thread::TableChange,
 };
 use held::{Changes, Held};
@@ -250,14 +250,7 @@ impl Publisher {
         let mut held_changed = false;
         if let Some(grace) = self.grace.as_mut() {
             let held = grace.follow(&before, builder.table(), Instant::now());
-            let was: std::collections::BTreeSet<_> = builder
-                .table()
-                .reverse_networks()
-                .copied()
-                .filter(|n| builder.table().is_held(n))
-                .collect();
-            held_changed = held != was;
-            builder.hold_reverse(held);
+            held_changed = builder.hold_reverse(held);
             self.metrics
                 .catalog_removals_pending
                 .set(grace.held_count() as i64);
